@@ -28,7 +28,10 @@ def configure_logging(level: str = "INFO", *, json: bool | None = None) -> None:
     # Route stdlib logging (celery, uvicorn) through the same renderer.
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(
-        structlog.stdlib.ProcessorFormatter(processors=[*shared[1:], structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer], foreign_pre_chain=[structlog.contextvars.merge_contextvars])
+        structlog.stdlib.ProcessorFormatter(
+            processors=[*shared[1:], structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+            foreign_pre_chain=[structlog.contextvars.merge_contextvars],
+        )
     )
     root = logging.getLogger()
     root.handlers[:] = [handler]

@@ -48,7 +48,9 @@ def tool_result_text(block: Block) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text")
+        return "\n".join(
+            str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text"
+        )
     return ""
 
 
@@ -130,7 +132,11 @@ class Transcript:
         out: list[Turn] = []
         for i, turn in enumerate(self.turns):
             new = tuple(fn(i, j, b) for j, b in enumerate(turn.content))
-            out.append(turn if all(a is b for a, b in zip(new, turn.content, strict=True)) else replace(turn, content=new))
+            out.append(
+                turn
+                if all(a is b for a, b in zip(new, turn.content, strict=True))
+                else replace(turn, content=new)
+            )
         return self.with_turns(out)
 
 

@@ -8,8 +8,16 @@ from worker.compaction.errors import InvalidTranscript
 from worker.compaction.model import Block
 
 KNOWN_BLOCKS = {
-    "text", "image", "document", "tool_use", "tool_result", "thinking", "redacted_thinking",
-    "server_tool_use", "web_search_tool_result", "search_result",
+    "text",
+    "image",
+    "document",
+    "tool_use",
+    "tool_result",
+    "thinking",
+    "redacted_thinking",
+    "server_tool_use",
+    "web_search_tool_result",
+    "search_result",
 }
 
 

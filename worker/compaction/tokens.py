@@ -59,7 +59,11 @@ def count_block(block: Block) -> int:
         return BLOCK_OVERHEAD_TOKENS + count_text(str(block.get("name", ""))) + count_text(block_text(block))
     if kind == "tool_result":
         content = block.get("content")
-        images = sum(1 for p in content if isinstance(p, dict) and p.get("type") == "image") if isinstance(content, list) else 0
+        images = (
+            sum(1 for p in content if isinstance(p, dict) and p.get("type") == "image")
+            if isinstance(content, list)
+            else 0
+        )
         return BLOCK_OVERHEAD_TOKENS + count_text(block_text(block)) + images * IMAGE_TOKENS
     return BLOCK_OVERHEAD_TOKENS + count_text(block_text(block))
 

@@ -85,7 +85,9 @@ def _pairing_problems(messages: list[dict[str, Any]], allow_pending: bool) -> li
                 asked = {b.get("id") for b in _blocks(messages[i - 1]) if b.get("type") == "tool_use"}
             for tid in answered:
                 if tid not in asked:
-                    problems.append(f"messages[{i}] answers tool_use {tid} that the previous message did not make")
+                    problems.append(
+                        f"messages[{i}] answers tool_use {tid} that the previous message did not make"
+                    )
             continue
         uses = [b.get("id") for b in blocks if b.get("type") == "tool_use"]
         if not uses:
@@ -94,10 +96,14 @@ def _pairing_problems(messages: list[dict[str, Any]], allow_pending: bool) -> li
             if not allow_pending:
                 problems.append(f"messages[{i}] ends with tool_use {uses} that has no tool_result")
             continue
-        results = Counter(b.get("tool_use_id") for b in _blocks(messages[i + 1]) if b.get("type") == "tool_result")
+        results = Counter(
+            b.get("tool_use_id") for b in _blocks(messages[i + 1]) if b.get("type") == "tool_result"
+        )
         for tid in uses:
             if results[tid] != 1:
-                problems.append(f"tool_use {tid} in messages[{i}] has {results[tid]} tool_results in messages[{i + 1}]")
+                problems.append(
+                    f"tool_use {tid} in messages[{i}] has {results[tid]} tool_results in messages[{i + 1}]"
+                )
     return problems
 
 
