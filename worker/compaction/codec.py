@@ -19,6 +19,10 @@ def transcript_to_json(t: Transcript) -> dict[str, Any]:
             "archive_refs": list(t.handoff.archive_refs),
             "archived_seqs": [list(r) for r in t.handoff.archived_seqs],
             "tokens": t.handoff.tokens,
+            "facts": dict(t.handoff.facts),
+            "summarizer": t.handoff.summarizer,
+            "input_tokens": t.handoff.input_tokens,
+            "output_tokens": t.handoff.output_tokens,
         },
         "turns": [turn_to_json(turn) for turn in t.turns],
     }
@@ -34,6 +38,10 @@ def transcript_from_json(data: dict[str, Any]) -> Transcript:
             archive_refs=tuple(h["archive_refs"]),
             archived_seqs=tuple((int(a), int(b)) for a, b in h["archived_seqs"]),
             tokens=int(h.get("tokens", 0)),
+            facts=h.get("facts") or {},
+            summarizer=h.get("summarizer", "extractive"),
+            input_tokens=int(h.get("input_tokens", 0)),
+            output_tokens=int(h.get("output_tokens", 0)),
         )
     )
     return Transcript(

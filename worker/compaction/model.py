@@ -95,6 +95,10 @@ class Handoff:
     archive_refs: tuple[str, ...]
     archived_seqs: tuple[tuple[int, int], ...]  # inclusive (first, last) ranges
     tokens: int = 0
+    facts: Mapping[str, Any] = field(default_factory=dict)  # structured content, folded into the next note
+    summarizer: str = "extractive"
+    input_tokens: int = 0  # the summarizer's own usage for the latest round (LLM summarizers)
+    output_tokens: int = 0
 
     def covers(self, seq: int) -> bool:
         return any(a <= seq <= b for a, b in self.archived_seqs)
@@ -198,3 +202,21 @@ class StageReport:
             "tokens_after": self.tokens_after,
             **dict(self.counts),
         }
+
+
+def with_text(block: Block, text: str) -> Block:
+    """A copy of a text or tool_result block whose text is `text` (non-text parts are kept)."""
+    if block.get("type") == "text":
+        return {**block, "text": text}
+    content = block.get("content", "")
+    if isinstance(content, list):
+        others = [p for p in content if not (isinstance(p, dict) and p.get("type") == "text")]
+        return {**block, "content": [{"type": "text", "text": text}, *others]}
+    return {**block, "content": text}
+
+
+def retokened(turn: Turn, content: tuple[Block, ...], count: Callable[[tuple[Block, ...]], int]) -> Turn:
+    """The turn with new content and its token count recomputed (unchanged content: same turn)."""
+    if content == turn.content:
+        return turn
+    return replace(turn, content=content, tokens=count(content))

@@ -2,7 +2,7 @@
 
 Public entry points (the worker, the API and the CLI call only these):
     ingest(messages, first_seq=, redactor=, policy=) -> Ingested   (normalize, redact, offload, count)
-    compact(transcript, policy, quiet=, summarizer=) -> Compacted  (clip, dedup, summarize)
+    compact(transcript, policy, quiet=, force=, focus=, summarizer=) -> Compacted  (dedup, clip, summarize)
 and, in assemble.py, assemble(transcript) -> {"system": [...], "messages": [...]}.
 """
 
@@ -12,9 +12,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from worker.compaction.clip import Clip
+from worker.compaction.dedup import Dedup
 from worker.compaction.model import FileWrite, Policy, StageReport, Transcript, Turn
 from worker.compaction.normalize import normalize_message
+from worker.compaction.offload import Offload
+from worker.compaction.ports import Summarizer, SummarizerError
 from worker.compaction.redact import Redactor
+from worker.compaction.summarize import Summarize
 from worker.compaction.tokens import count_message
 
 
@@ -32,6 +37,7 @@ class Ingested:
 class Compacted:
     transcript: Transcript
     reports: tuple[StageReport, ...]
+    error: str | None = None  # a summarizer failure, recorded; the structural result stands
 
     @property
     def tokens(self) -> int:
@@ -39,31 +45,106 @@ class Compacted:
 
 
 def ingest(messages: Sequence[Any], *, first_seq: int, redactor: Redactor, policy: Policy) -> Ingested:
-    """Normalize, redact and count each message; raises InvalidTranscript naming the bad message."""
+    """Normalize, redact, offload and count each message, before anything is persisted.
+
+    Raises InvalidTranscript naming the bad message. Offloaded payloads come back as files.
+    """
     turns = []
     for i, message in enumerate(messages):
         role, blocks = normalize_message(message, f"messages[{i}]")
         blocks = tuple(redactor.redact_block(b) for b in blocks)
         turns.append(Turn(seq=first_seq + i, role=role, content=blocks, tokens=count_message(blocks)))  # type: ignore[arg-type]
-    return Ingested(turns=tuple(turns), files=())
+    offloaded = Offload(policy.offload_tokens, policy.preview_tokens)(
+        Transcript(system="", turns=tuple(turns))
+    )
+    return Ingested(turns=offloaded.turns, files=offloaded.files)
 
 
-def default_stages(policy: Policy, *, quiet: bool = False, summarizer: Any = None) -> list[Stage]:
-    """The compaction recipe, cheapest layer first."""
-    return []
+def default_stages(
+    policy: Policy,
+    *,
+    quiet: bool = False,
+    force: bool = False,
+    focus: str | None = None,
+    summarizer: Summarizer | None = None,
+) -> list[Stage]:
+    """The compaction recipe, cheapest layer first; summarization only at a quiet point."""
+    keep = policy.keep_tokens
+    stages: list[Stage] = [
+        Dedup(min_tokens=policy.dedup_min_tokens, keep_tokens=keep),
+        Clip(policy.clip_tokens, policy.clip_head_share, policy.arg_clip_chars, keep_tokens=keep),
+    ]
+    if quiet:
+        stages.append(
+            Summarize(
+                trigger_tokens=policy.summarize_trigger_tokens,
+                target_tokens=int(policy.budget_tokens * policy.summary_target_share),
+                keep_tokens=keep,
+                max_note_tokens=int(policy.budget_tokens * policy.handoff_max_share),
+                turn_trigger=policy.turn_trigger,
+                force=force,
+                focus=focus,
+                summarizer=summarizer,
+            )
+        )
+    return stages
 
 
 def run_stages(t: Transcript, stages: Sequence[Stage]) -> Compacted:
+    """Run stages in order, reporting tokens before and after each."""
     reports = []
     for stage in stages:
-        before = t.tokens()
+        before = t
         t = stage(t)
-        reports.append(StageReport(type(stage).__name__, before, t.tokens()))
+        reports.append(_report(stage, before, t))
     return Compacted(t, tuple(reports))
 
 
-def compact(t: Transcript, policy: Policy, *, quiet: bool = False, summarizer: Any = None) -> Compacted:
-    """Compact a transcript; below the structural trigger it comes back unchanged."""
-    if t.tokens() <= policy.structural_trigger_tokens:
+def _report(stage: Stage, before: Transcript, after: Transcript) -> StageReport:
+    old = {turn.seq: turn for turn in before.turns}
+    changed = sum(1 for turn in after.turns if old.get(turn.seq, turn) is not turn)
+    new_files = len(after.files) - len(before.files)
+    counts = {
+        "turns_changed": changed,
+        "files": new_files,
+        "turns_evicted": len(before.turns) - len(after.turns),
+    }
+    return StageReport(type(stage).__name__, before.tokens(), after.tokens(), counts)
+
+
+def is_quiet(t: Transcript, *, busy: bool = False) -> bool:
+    """A quiet point: no tool call waiting for its result and the client not busy."""
+    last = t.turns[-1] if t.turns else None
+    return not busy and not (last is not None and last.role == "assistant" and last.tool_use_ids())
+
+
+def compact(
+    t: Transcript,
+    policy: Policy,
+    *,
+    quiet: bool = False,
+    force: bool = False,
+    focus: str | None = None,
+    summarizer: Summarizer | None = None,
+) -> Compacted:
+    """Compact a transcript. Below the structural trigger (and unforced) it comes back unchanged.
+
+    `quiet` is the caller's view (client idle, debounce passed); a pending tool call always
+    vetoes summarization. A failing summarizer leaves the structural result and reports why.
+    """
+    over_turns = policy.turn_trigger > 0 and len(t.turns) > policy.turn_trigger
+    if t.tokens() <= policy.structural_trigger_tokens and not force and not over_turns:
         return Compacted(t, ())
-    return run_stages(t, default_stages(policy, quiet=quiet, summarizer=summarizer))
+    quiet = quiet and is_quiet(t)
+    try:
+        out = run_stages(
+            t, default_stages(policy, quiet=quiet, force=force, focus=focus, summarizer=summarizer)
+        )
+    except SummarizerError as exc:
+        structural = run_stages(t, default_stages(policy, quiet=False))
+        failed = StageReport("Summarize", structural.tokens, structural.tokens, {"failed": 1})
+        return Compacted(
+            structural.transcript, (*structural.reports, failed), error=str(exc) or type(exc).__name__
+        )
+    # Safety net for the "never grows" invariant: a stage that would grow the prompt is undone.
+    return out if out.tokens <= t.tokens() else Compacted(t, out.reports)

@@ -1,0 +1,223 @@
+"""Invariants of the compaction engine on generated conversations (DESIGN §4)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.strategies import PLANTED_SECRETS, conversations
+from worker.compaction.assemble import assemble
+from worker.compaction.model import Policy, Transcript, canonical_json
+from worker.compaction.pipeline import compact, ingest
+from worker.compaction.ports import SummarizerError, SummaryRequest, SummaryResult
+from worker.compaction.redact import Redactor
+from worker.compaction.validate import request_problems
+from worker.compaction.zones import keep_start
+
+REDACTOR = Redactor(b"test-key")
+WINDOWS = st.sampled_from([4_000, 8_000, 16_000, 64_000])
+FAST = settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
+
+
+def transcript(messages: list[dict[str, Any]], policy: Policy) -> Transcript:
+    ingested = ingest(messages, first_seq=1, redactor=REDACTOR, policy=policy)
+    return Transcript(system="You are a careful coding agent.", turns=ingested.turns, files=ingested.files)
+
+
+def policy_for(window: int) -> Policy:
+    return Policy(context_window=window, output_reserve=window // 8)
+
+
+@FAST
+@given(conversations(), WINDOWS, st.booleans())
+def test_compacted_prompt_is_a_valid_request(
+    messages: list[dict[str, Any]], window: int, quiet: bool
+) -> None:
+    """Whatever the stages do, the assembled prompt passes the Messages API's pairing rules."""
+    policy = policy_for(window)
+    out = compact(transcript(messages, policy), policy, quiet=quiet)
+    assert request_problems(assemble(out.transcript), allow_pending_tool_use=True) == []
+
+
+@FAST
+@given(conversations(), WINDOWS)
+def test_every_seq_is_accounted_for(messages: list[dict[str, Any]], window: int) -> None:
+    """Each appended seq is still a turn or lies in a range the handoff note archives."""
+    policy = policy_for(window)
+    t = transcript(messages, policy)
+    out = compact(t, policy, quiet=True).transcript
+    kept = {turn.seq for turn in out.turns}
+    for turn in t.turns:
+        assert turn.seq in kept or (out.handoff is not None and out.handoff.covers(turn.seq))
+    archived = [f for f in out.files if f.kind == "archive"]
+    archived_seqs = {orjson.loads(line)["seq"] for f in archived for line in f.content.splitlines()}
+    assert archived_seqs == {turn.seq for turn in t.turns} - kept
+
+
+@FAST
+@given(conversations(), WINDOWS, st.booleans())
+def test_deterministic_idempotent_and_never_grows(
+    messages: list[dict[str, Any]], window: int, quiet: bool
+) -> None:
+    """Same input gives the same bytes; compacting the output changes nothing; tokens never grow."""
+    policy = policy_for(window)
+    t = transcript(messages, policy)
+    first = compact(t, policy, quiet=quiet)
+    again = compact(t, policy, quiet=quiet)
+    assert canonical_json(assemble(first.transcript)) == canonical_json(assemble(again.transcript))
+    twice = compact(first.transcript, policy, quiet=quiet)
+    assert canonical_json(assemble(twice.transcript)) == canonical_json(assemble(first.transcript))
+    assert first.tokens <= t.tokens()
+
+
+@FAST
+@given(conversations(), WINDOWS)
+def test_keep_window_and_thinking_stay_verbatim(messages: list[dict[str, Any]], window: int) -> None:
+    """Turns in the keep window, the first task and every surviving thinking block are untouched."""
+    policy = policy_for(window)
+    t = transcript(messages, policy)
+    out = compact(t, policy, quiet=True).transcript
+    by_seq = {turn.seq: turn for turn in out.turns}
+    for turn in t.turns[keep_start(t.turns, policy.keep_tokens) :]:
+        assert by_seq[turn.seq] == turn
+    assert by_seq[t.turns[0].seq] == t.turns[0]
+    before = {
+        (turn.seq, i): b for turn in t.turns for i, b in enumerate(turn.content) if b["type"] == "thinking"
+    }
+    for turn in out.turns:
+        for i, b in enumerate(turn.content):
+            if b["type"] == "thinking":
+                assert before[(turn.seq, i)] == b
+
+
+@FAST
+@given(conversations(max_units=8))
+def test_below_the_structural_trigger_nothing_changes(messages: list[dict[str, Any]]) -> None:
+    """Under the structural trigger the output equals the ingested input."""
+    policy = policy_for(2_000_000)
+    t = transcript(messages, policy)
+    assert compact(t, policy, quiet=True).transcript == t
+
+
+@FAST
+@given(conversations(), WINDOWS)
+def test_no_planted_secret_survives_anywhere(messages: list[dict[str, Any]], window: int) -> None:
+    """Secrets planted in tool outputs appear neither in the prompt nor in any file written."""
+    policy = policy_for(window)
+    t = transcript(messages, policy)
+    out = compact(t, policy, quiet=True).transcript
+    blobs = [canonical_json(assemble(out)).decode(), *(f.content for f in out.files)]
+    for secret in PLANTED_SECRETS:
+        assert not any(secret in blob for blob in blobs)
+
+
+@FAST
+@given(conversations(), WINDOWS)
+def test_no_summary_while_a_tool_call_is_pending_or_the_client_is_busy(
+    messages: list[dict[str, Any]], window: int
+) -> None:
+    """A pending tool_use or a busy client leaves at most structural changes: nothing is evicted."""
+    policy = policy_for(window)
+    t = transcript(messages, policy)
+    pending = bool(t.turns[-1].role == "assistant" and t.turns[-1].tool_use_ids())
+    out = compact(t, policy, quiet=not pending and False).transcript
+    assert out.handoff is None and len(out.turns) == len(t.turns)
+    if pending:
+        assert compact(t, policy, quiet=True).transcript.handoff is None
+
+
+@FAST
+@given(conversations(), WINDOWS)
+def test_exactly_one_handoff_note(messages: list[dict[str, Any]], window: int) -> None:
+    """However many rounds ran, the prompt carries at most one handoff note."""
+    policy = policy_for(window)
+    out = compact(transcript(messages, policy), policy, quiet=True, force=True).transcript
+    text = canonical_json(assemble(out)).decode()
+    assert text.count("[compactd handoff note]") == (1 if out.handoff else 0)
+
+
+class FailingSummarizer:
+    def summarize(self, request: SummaryRequest) -> SummaryResult:
+        raise SummarizerError("the model is overloaded")
+
+
+@FAST
+@given(conversations(), WINDOWS)
+def test_summarizer_failure_loses_nothing(messages: list[dict[str, Any]], window: int) -> None:
+    """A failing summarizer leaves every turn in place (structurally compacted) and records the error."""
+    policy = policy_for(window)
+    t = transcript(messages, policy)
+    out = compact(t, policy, quiet=True, force=True, summarizer=FailingSummarizer())
+    assert [x.seq for x in out.transcript.turns] == [x.seq for x in t.turns]
+    assert out.transcript.handoff is None
+    assert out.error in (None, "the model is overloaded")
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
+@given(conversations(max_units=40), st.sampled_from([4_000, 8_000]), st.integers(2, 6))
+def test_rounds_of_compaction_archive_append_only(
+    messages: list[dict[str, Any]], window: int, rounds: int
+) -> None:
+    """Feeding a session in rounds: archives only grow, each seq is archived once, the note is folded."""
+    policy = policy_for(window)
+    full = transcript(messages, policy)
+    state = Transcript(system=full.system, turns=())
+    size = max(1, len(full.turns) // rounds)
+    refs: tuple[str, ...] = ()
+    archived: list[int] = []
+    for start in range(0, len(full.turns), size):
+        state = Transcript(
+            system=state.system, turns=state.turns + full.turns[start : start + size], handoff=state.handoff
+        )
+        out = compact(state, policy, quiet=True).transcript
+        new_refs = out.handoff.archive_refs if out.handoff else ()
+        assert new_refs[: len(refs)] == refs
+        archived += [
+            orjson.loads(x)["seq"] for f in out.files if f.kind == "archive" for x in f.content.splitlines()
+        ]
+        refs, state = new_refs, out
+        assert request_problems(assemble(out), allow_pending_tool_use=True) == []
+    assert len(archived) == len(set(archived))
+    kept = {x.seq for x in state.turns}
+    assert kept | set(archived) == {x.seq for x in full.turns}
+
+
+@pytest.mark.parametrize("window", [4_000, 16_000])
+def test_a_pending_tool_call_vetoes_summarization_even_when_quiet(window: int) -> None:
+    """The engine's own quiet check: the last assistant turn waiting on a tool blocks eviction."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "task"}]
+    for n in range(30):
+        messages += [
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "tool_use", "id": f"toolu_{n}", "name": "Bash", "input": {"command": "ls"}}
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": f"toolu_{n}", "content": f"out {n} " * 400}
+                ],
+            },
+        ]
+    messages.append(
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "toolu_x", "name": "Bash", "input": {"command": "make"}}],
+        }
+    )
+    policy = policy_for(window)
+    t = transcript(messages, policy)
+    assert compact(t, policy, quiet=True).transcript.handoff is None
+    assert compact(t.with_turns(t.turns[:-1]), policy, quiet=True).transcript.handoff is not None
+    failed = compact(t.with_turns(t.turns[:-1]), policy, quiet=True, summarizer=FailingSummarizer())
+    assert failed.error == "the model is overloaded" and failed.transcript.handoff is None

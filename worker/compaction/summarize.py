@@ -1,0 +1,180 @@
+"""Summarize: near the ceiling, at a quiet point, evict the oldest span into one handoff note.
+
+The span is archived verbatim (JSON lines) in a new content-addressed archive chunk, never
+overwritten; the note names every chunk. A previous note is folded into the new one, not
+archived. Default summarizer: extractive and deterministic; an LLM one plugs in via the port.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from worker.compaction import facts as F
+from worker.compaction import pointers
+from worker.compaction.model import FileWrite, Handoff, Transcript, Turn, block_text
+from worker.compaction.ports import Summarizer, SummaryRequest
+from worker.compaction.render import archive_jsonl, span_text
+from worker.compaction.tokens import count_text, head_text
+from worker.compaction.zones import first_kept, is_cut_point, keep_start
+
+SECTIONS = (  # (facts key, heading), in the note's order
+    ("instructions", "User instructions (verbatim, oldest first)"),
+    ("files_read", "Files read"),
+    ("files_edited", "Files edited"),
+    ("files_created", "Files created"),
+    ("commands", "Commands run (-> outcome)"),
+    ("errors", "Errors (-> what came next)"),
+    ("decisions", "Decisions"),
+    ("questions", "Open questions"),
+)
+# When the note is over its ceiling, items are dropped from these sections first (oldest first).
+TRIM_ORDER = (
+    "decisions",
+    "questions",
+    "commands",
+    "errors",
+    "files_read",
+    "files_edited",
+    "files_created",
+    "instructions",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Summarize:
+    """Evict turns between the task and the keep window until the prompt is under `target_tokens`."""
+
+    trigger_tokens: int
+    target_tokens: int
+    keep_tokens: int
+    max_note_tokens: int
+    turn_trigger: int = 0
+    force: bool = False
+    focus: str | None = None
+    summarizer: Summarizer | None = None
+
+    def __call__(self, t: Transcript) -> Transcript:
+        if not self._due(t):
+            return t
+        start, end = first_kept(t.turns), keep_start(t.turns, self.keep_tokens)
+        cut = self._cut(t.turns, start, end)
+        if cut <= start:
+            return t
+        span = t.turns[start:cut]
+        archive = archive_jsonl(span)
+        ref = pointers.archive_ref(archive)
+        handoff = self._handoff(t, span, ref, archive)
+        evicted = sum(x.tokens for x in span) + (t.handoff.tokens if t.handoff else 0)
+        if handoff.tokens >= evicted:
+            return t  # a note as big as what it replaces saves nothing
+        out = replace(t, turns=t.turns[:start] + t.turns[cut:], handoff=handoff)
+        return out.add_files(
+            FileWrite(ref=ref, kind="archive", content=archive, media_type="application/jsonl")
+        )
+
+    def _due(self, t: Transcript) -> bool:
+        over_tokens = t.tokens() > self.trigger_tokens
+        over_turns = self.turn_trigger > 0 and len(t.turns) > self.turn_trigger
+        return self.force or over_tokens or over_turns
+
+    def _cut(self, turns: Sequence[Turn], start: int, end: int) -> int:
+        """The earliest cut point that brings tokens (and turns) under target; at most `end`."""
+        tokens = sum(t.tokens for t in turns) + self.max_note_tokens
+        turn_goal = self.turn_trigger // 2 if self.turn_trigger else 0
+        for i in range(start, end):
+            tokens -= turns[i].tokens
+            n = i + 1
+            under = tokens <= self.target_tokens and (not turn_goal or len(turns) - n <= turn_goal)
+            if n > start and is_cut_point(turns, n) and under and not self.force:
+                return n
+        while end > start and not is_cut_point(turns, end):
+            end -= 1
+        return end
+
+    def _handoff(self, t: Transcript, span: Sequence[Turn], ref: str, archive: str) -> Handoff:
+        prev = t.handoff
+        task = (
+            block_text(t.turns[0].content[0])
+            if t.turns and t.turns[0].role == "user" and t.turns[0].content
+            else ""
+        )
+        facts = F.fold(prev.facts if prev else {}, F.extract(span, task=task))
+        refs = (*prev.archive_refs, ref) if prev else (ref,)
+        ranges = _merge_ranges([*(prev.archived_seqs if prev else ()), (span[0].seq, span[-1].seq)])
+        header = _header(ranges, refs, self.focus)
+        if self.summarizer is None:
+            text = render_note(header, facts, self.max_note_tokens)
+            return Handoff(text, refs, ranges, count_text(text), facts)
+        result = self.summarizer.summarize(
+            SummaryRequest(
+                span_text=span_text(span),
+                previous_note=prev.text if prev else None,
+                focus=self.focus,
+                archive_ref=ref,
+                max_tokens=self.max_note_tokens,
+            )
+        )
+        text = header + "\n\n" + head_text(result.text.strip(), self.max_note_tokens)
+        return Handoff(
+            text,
+            refs,
+            ranges,
+            count_text(text),
+            facts,
+            result.model,
+            result.input_tokens,
+            result.output_tokens,
+        )
+
+
+def _header(ranges: Sequence[tuple[int, int]], refs: Sequence[str], focus: str | None) -> str:
+    seqs = ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in ranges)
+    lines = [
+        "[compactd handoff note] Earlier turns of this conversation were compacted to fit the context window.",
+        f"Turns {seqs} are archived verbatim (JSON lines, one turn per line) in: {', '.join(refs)}.",
+        "Read them with the read_file or grep tools when you need an exact detail.",
+    ]
+    if focus:
+        lines.append(f"Focus requested for this summary: {focus}")
+    return "\n".join(lines)
+
+
+def render_note(header: str, facts: F.Facts, max_tokens: int) -> str:
+    """The extractive note; over `max_tokens`, the least important items go first, counted."""
+    trimmed = {k: list(facts.get(k, [])) for k, _ in SECTIONS}
+    dropped = dict.fromkeys(trimmed, 0)
+    text = _render(header, facts, trimmed, dropped)
+    for key in TRIM_ORDER:
+        while trimmed[key] and count_text(text) > max_tokens:
+            # drop a batch at a time: re-counting the whole note per item would be quadratic
+            n = max(1, len(trimmed[key]) // 4)
+            del trimmed[key][:n]
+            dropped[key] += n
+            text = _render(header, facts, trimmed, dropped)
+    return text if count_text(text) <= max_tokens else head_text(text, max_tokens)
+
+
+def _render(header: str, facts: F.Facts, items: dict[str, list[str]], dropped: dict[str, int]) -> str:
+    parts = [header]
+    if facts.get("task"):
+        parts.append("## Task (the first user message, kept above)\n" + str(facts["task"]))
+    for key, heading in SECTIONS:
+        if items[key] or dropped[key]:
+            lines = [f"- {x}" for x in items[key]]
+            if dropped[key]:
+                lines.insert(0, f"- ({dropped[key]} older items are in the archive)")
+            parts.append(f"## {heading}\n" + "\n".join(lines))
+    if facts.get("next_action"):
+        parts.append("## Last stated plan / next action\n" + str(facts["next_action"]))
+    return "\n\n".join(parts)
+
+
+def _merge_ranges(ranges: Sequence[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    out: list[tuple[int, int]] = []
+    for a, b in sorted(ranges):
+        if out and a <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return tuple(out)
