@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 from worker.compaction.assemble import add_status, assemble, merge_roles
 from worker.compaction.model import Policy, Transcript, Turn, canonical_json
 
 
-class Decision(str, Enum):
+class Decision(StrEnum):
     NEW_EPOCH = "new_epoch"  # publish the compacted transcript: the prefix changes
     EXTEND = "extend"  # nothing was rewritten: the snapshot just covers the new turns
     SKIP = "skip"  # a rewrite that saves too little; keep serving the old prefix plus the tail
