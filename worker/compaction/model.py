@@ -178,8 +178,26 @@ class Policy:
         return int(self.budget_tokens * self.structural_trigger)
 
     @property
+    def headroom_tokens(self) -> int:
+        """Room kept free for the next append: a fetch may come before the worker has run.
+
+        One append can carry a few blocks of up to offload_tokens each (bigger ones are offloaded
+        at ingest), so small windows summarize earlier than the nominal share.
+        """
+        return min(int(1.5 * self.offload_tokens), int(0.4 * self.budget_tokens))
+
+    @property
     def summarize_trigger_tokens(self) -> int:
-        return int(self.budget_tokens * self.summarize_trigger)
+        return min(
+            int(self.budget_tokens * self.summarize_trigger), self.budget_tokens - self.headroom_tokens
+        )
+
+    @property
+    def summary_target_tokens(self) -> int:
+        """Where summarization aims: well under the trigger, so the next rounds are spaced out."""
+        return min(
+            int(self.budget_tokens * self.summary_target_share), int(0.6 * self.summarize_trigger_tokens)
+        )
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> Policy:
         known = {k: v for k, v in overrides.items() if k in self.__dataclass_fields__ and v is not None}

@@ -78,7 +78,7 @@ def default_stages(
         stages.append(
             Summarize(
                 trigger_tokens=policy.summarize_trigger_tokens,
-                target_tokens=int(policy.budget_tokens * policy.summary_target_share),
+                target_tokens=policy.summary_target_tokens,
                 keep_tokens=keep,
                 max_note_tokens=int(policy.budget_tokens * policy.handoff_max_share),
                 turn_trigger=policy.turn_trigger,
