@@ -3,7 +3,132 @@
 from __future__ import annotations
 
 import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from worker.compaction.assemble import assemble
+from worker.compaction.errors import CompactionError
+from worker.compaction.model import Policy, Transcript
+from worker.compaction.pipeline import compact, ingest
+from worker.compaction.redact import Redactor
+from worker.compaction.tokens import count_request
+from worker.compaction.validate import request_problems
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add the offline subcommands to the CLI's subparsers."""
+    p = sub.add_parser("compact", help="compact a transcript file offline and print the Anthropic request")
+    p.add_argument("file", type=Path)
+    _common(p)
+    p.add_argument("--out", type=Path, help="folder for offloaded/clipped/archived files (default: ./compactd-files/<name>)")
+    p.add_argument("--json", action="store_true", help="print {request, stats} as JSON instead of a summary")
+    p.set_defaults(func=run_compact)
+
+    r = sub.add_parser("replay", help="feed a transcript turn by turn as an agent would and report what it is served")
+    r.add_argument("file", type=Path)
+    _common(r)
+    r.add_argument("--price", type=float, default=3.0, help="input price, USD per million tokens (default 3.0)")
+    r.add_argument("--plot", type=Path, help="write a PNG of prompt size per turn")
+    r.add_argument("--json", action="store_true", help="print the per-fetch rows and the summary as JSON")
+    r.set_defaults(func=run_replay)
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--format", default="auto", help="anthropic|openai|claude_code|swe_agent|openhands|langchain|auto")
+    p.add_argument("--context-window", type=int, default=200_000)
+    p.add_argument("--output-reserve", type=int, default=8_192)
+    p.add_argument("--policy", action="append", default=[], metavar="KEY=VALUE", help="override a policy knob, e.g. clip_tokens=800")
+
+
+def policy_from(args: argparse.Namespace) -> Policy:
+    base = Policy(context_window=args.context_window, output_reserve=min(args.output_reserve, args.context_window // 4))
+    overrides: dict[str, Any] = {}
+    for item in args.policy:
+        key, _, value = item.partition("=")
+        if key not in Policy.__dataclass_fields__ or not value:
+            raise SystemExit(f"compactd: unknown policy knob {key!r} (known: {', '.join(Policy.__dataclass_fields__)})")
+        kind = type(getattr(base, key))
+        overrides[key] = kind(value)
+    return base.with_overrides(overrides)
+
+
+def _load(args: argparse.Namespace) -> Any:
+    from worker.compaction.formats import load_transcript
+
+    try:
+        return load_transcript(args.file, format=args.format)
+    except (OSError, CompactionError) as exc:
+        raise SystemExit(f"compactd: cannot import {args.file}: {exc}") from None
+
+
+def run_compact(args: argparse.Namespace) -> int:
+    policy = policy_from(args)
+    imported = _load(args)
+    started = time.perf_counter()
+    ingested = ingest(imported.messages, first_seq=1, redactor=Redactor(b"offline"), policy=policy)
+    t = Transcript(system=imported.system, turns=ingested.turns, files=ingested.files)
+    result = compact(t, policy, quiet=True)
+    seconds = time.perf_counter() - started
+    request = assemble(result.transcript)
+    out = args.out or Path("compactd-files") / args.file.stem
+    files = result.transcript.files
+    if files:
+        out.mkdir(parents=True, exist_ok=True)
+        for f in files:
+            (out / f.ref).write_text(f.content)
+    size = args.file.stat().st_size
+    stats = {
+        "format": imported.format,
+        "warnings": list(imported.warnings),
+        "turns": len(t.turns),
+        "tokens_before": t.tokens(),
+        "tokens_after": result.tokens,
+        "ratio": round(result.tokens / max(1, t.tokens()), 4),
+        "request_tokens": count_request(request),
+        "budget_tokens": policy.budget_tokens,
+        "stages": [r.as_dict() for r in result.reports],
+        "files_written": len(files),
+        "files_dir": str(out) if files else None,
+        "valid": not request_problems(request, allow_pending_tool_use=True),
+        "seconds": round(seconds, 3),
+        "mb_per_second": round(size / 1e6 / max(seconds, 1e-9), 2),
+    }
+    if args.json:
+        sys.stdout.write(orjson.dumps({"request": request, "stats": stats}, option=orjson.OPT_INDENT_2).decode() + "\n")
+        return 0
+    sys.stdout.write(orjson.dumps(request).decode() + "\n")
+    print(
+        f"{args.file.name}: {imported.format}, {stats['turns']} turns, {stats['tokens_before']:,} -> "
+        f"{stats['tokens_after']:,} tokens ({stats['ratio']:.1%}), budget {policy.budget_tokens:,}, "
+        f"valid={stats['valid']}, {len(files)} files in {stats['files_dir']}",
+        file=sys.stderr,
+    )
+    for r in stats["stages"]:
+        print(f"  {r['stage']:<10} {r['tokens_before']:>9,} -> {r['tokens_after']:>9,}", file=sys.stderr)
+    for w in imported.warnings:
+        print(f"  warning: {w}", file=sys.stderr)
+    return 0
+
+
+def run_replay(args: argparse.Namespace) -> int:
+    from worker.replay import plot, replay
+
+    policy = policy_from(args)
+    imported = _load(args)
+    report = replay(imported.system, imported.messages, policy, price_per_mtok=args.price)
+    if args.plot:
+        plot(report, str(args.plot), f"{args.file.name} at a {args.context_window:,}-token window")
+    if args.json:
+        payload = {"summary": report.summary(), "fetches": report.rows()}
+        sys.stdout.write(orjson.dumps(payload, option=orjson.OPT_INDENT_2).decode() + "\n")
+        return 0
+    print(f"{'turn':>5} {'prompt':>8} {'raw':>8} {'reused':>7} {'epoch':>5}")
+    for f in report.fetches:
+        print(f"{f.turn:>5} {f.prompt_tokens:>8,} {f.raw_tokens:>8,} {f.reused_share:>7.1%} {f.epoch:>5}")
+    for key, value in report.summary().items():
+        print(f"{key}: {value}")
+    return 0
