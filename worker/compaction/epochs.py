@@ -73,4 +73,11 @@ def shared_prefix_share(previous: bytes, current: bytes) -> float:
 
 
 def request_bytes(request: dict[str, Any]) -> bytes:
-    return canonical_json({"system": request["system"], "messages": request["messages"]})
+    """The request as a provider reads it for caching: system first, then messages, in order."""
+    return (
+        b'{"system":'
+        + canonical_json(request["system"])
+        + b',"messages":'
+        + canonical_json(request["messages"])
+        + b"}"
+    )

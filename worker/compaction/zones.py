@@ -26,7 +26,7 @@ def keep_start(turns: Sequence[Turn], keep_tokens: int) -> int:
     if not turns:
         return 0
     total, i = 0, len(turns)
-    while i > 1 and total < keep_tokens:
+    while i > 1 and total + turns[i - 1].tokens <= keep_tokens:
         i -= 1
         total += turns[i].tokens
     last_unit = _last_unit_start(turns)

@@ -1,0 +1,159 @@
+"""Fidelity: how much of a compacted span an agent can still see, counted, not eyeballed.
+
+Items of a span: file paths in tool calls, shell commands, user instructions, and error lines
+(the first line of an is_error result, and lines that start like an error in any result). An
+item counts as kept when its first 200 characters (whitespace folded) appear in the text.
+
+1. served prompt: items of every turn the compactor changed or evicted, looked up in the served
+   prompt (the DESIGN target is >= 95%);
+2. handoff note vs Claude Code's own compaction summary, on the same evicted span of the two long
+   spotter sessions (their `isCompactSummary` line right after a `compact_boundary`).
+
+Run: python -m ops.bench.fidelity
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ops.bench.common import data_dir, table
+from worker.compaction.assemble import assemble
+from worker.compaction.formats import load_transcript
+from worker.compaction.model import Policy, Transcript, Turn, block_text
+from worker.compaction.pipeline import compact, ingest
+from worker.compaction.redact import Redactor
+from worker.compaction.summarize import Summarize
+
+LONG_SESSIONS = ("fa812bfe-b295-4cca-9c2f-fdf01028cb46.jsonl", "258c7280-ae70-4798-800f-63464d01a85d.jsonl")
+KINDS = ("files", "commands", "instructions", "errors")
+ERROR_START = re.compile(
+    r"^\s*(\w*Error\b|\w*Exception\b|error\b|ERROR\b|FAILED\b|FAIL\b|Traceback\b|fatal\b|panic\b)"
+)
+INJECTED = ("<system-reminder>", "<command-", "<local-command-", "Caveat:")
+
+
+def fold(text: str) -> str:
+    return " ".join(text.split())
+
+
+def span_items(turns: Iterable[Turn]) -> dict[str, list[str]]:
+    """The items of a span, each kind deduplicated."""
+    found: dict[str, list[str]] = {k: [] for k in KINDS}
+    for turn in turns:
+        for b in turn.content:
+            kind = b.get("type")
+            if kind == "tool_use":
+                args = b.get("input") or {}
+                for key in ("file_path", "path", "notebook_path"):
+                    if isinstance(args.get(key), str):
+                        found["files"].append(args[key])
+                if isinstance(args.get("command"), str) and re.search(
+                    r"(?i)bash|shell|run|exec", str(b.get("name"))
+                ):
+                    found["commands"].append(args["command"])
+            elif kind == "text" and turn.role == "user" and not b["text"].strip().startswith(INJECTED):
+                found["instructions"].append(b["text"])
+            elif kind == "tool_result":
+                lines = [ln for ln in block_text(b).splitlines() if ln.strip()]
+                if b.get("is_error") and lines:
+                    found["errors"].append(lines[0])
+                found["errors"].extend(ln for ln in lines if ERROR_START.match(ln))
+    return {k: list(dict.fromkeys(fold(x)[:200] for x in v if x.strip())) for k, v in found.items()}
+
+
+def kept_share(items: dict[str, list[str]], haystack: str) -> dict[str, Any]:
+    text = fold(haystack)
+    out: dict[str, Any] = {}
+    for k in KINDS:
+        n = len(items[k])
+        out[k] = f"{sum(x in text for x in items[k])}/{n}"
+    total = sum(len(v) for v in items.values())
+    out["all"] = round(sum(x in text for v in items.values() for x in v) / max(1, total), 3)
+    return out
+
+
+def served_fidelity(path: Path, window: int) -> dict[str, Any]:
+    imported = load_transcript(path)
+    policy = Policy(context_window=window)
+    t = Transcript(
+        imported.system, ingest(imported.messages, first_seq=1, redactor=Redactor(b"b"), policy=policy).turns
+    )
+    out = compact(t, policy, quiet=True).transcript
+    after = {x.seq: x for x in out.turns}
+    touched = [x for x in t.turns if after.get(x.seq) != x]
+    served = _plain_text(assemble(out))
+    return {
+        "file": path.name[:24],
+        "window": window,
+        "compacted_turns": len(touched),
+        **kept_share(span_items(touched), served),
+    }
+
+
+def _plain_text(request: dict[str, Any]) -> str:
+    parts = [b.get("text", "") for b in request["system"]]
+    for m in request["messages"]:
+        for b in m["content"]:
+            parts.append(
+                block_text(b) if b.get("type") != "tool_use" else orjson.dumps(b.get("input", {})).decode()
+            )
+            if b.get("type") == "tool_use":
+                parts.extend(str(v) for v in (b.get("input") or {}).values())
+    return "\n".join(parts)
+
+
+def versus_claude_code(path: Path) -> list[dict[str, Any]]:
+    """Our handoff note and Claude Code's summary, scored on the span we evicted before its boundary."""
+    lines = path.read_bytes().splitlines(keepends=True)
+    boundary = next(i for i, ln in enumerate(lines) if b'"compact_boundary"' in ln)
+    summary_line = next(
+        orjson.loads(ln) for ln in lines[boundary:] if b'"isCompactSummary":true' in ln.replace(b" ", b"")
+    )
+    theirs = summary_line["message"]["content"]
+    theirs = theirs if isinstance(theirs, str) else " ".join(block_text(b) for b in theirs)
+    imported = load_transcript(b"".join(lines[:boundary]), format="claude_code")
+    policy = Policy(context_window=200_000)
+    t = Transcript(
+        imported.system, ingest(imported.messages, first_seq=1, redactor=Redactor(b"b"), policy=policy).turns
+    )
+    stage = Summarize(
+        trigger_tokens=0,
+        target_tokens=0,
+        keep_tokens=policy.keep_tokens,
+        max_note_tokens=int(policy.budget_tokens * policy.handoff_max_share),
+        force=True,
+    )
+    out = stage(t)
+    evicted = [x for x in t.turns if out.handoff and out.handoff.covers(x.seq)]
+    items = span_items(evicted)
+    ours = out.handoff.text if out.handoff else ""
+    name = path.name[:24]
+    return [
+        {"session": name, "summary": "compactd handoff", "note_chars": len(ours), **kept_share(items, ours)},
+        {
+            "session": name,
+            "summary": "Claude Code /compact",
+            "note_chars": len(theirs),
+            **kept_share(items, theirs),
+        },
+    ]
+
+
+def main() -> dict[str, Any]:
+    root = data_dir() / "transcripts" / "claude-code" / "spotter"
+    served = [served_fidelity(root / name, w) for name in LONG_SESSIONS for w in (200_000, 64_000, 32_000)]
+    print("Served prompt: items of compacted turns still visible")
+    print(table(served, ["file", "window", "compacted_turns", *KINDS, "all"]))
+    versus = [row for name in LONG_SESSIONS for row in versus_claude_code(root / name)]
+    print("\nHandoff note vs Claude Code's own summary, same evicted span")
+    print(table(versus, ["session", "summary", "note_chars", *KINDS, "all"]))
+    return {"served": served, "versus": versus}
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,94 @@
+"""Epochs and serving: the publish decision, byte-stable prefixes, and replays of generated sessions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.strategies import conversations, text_of
+from worker.compaction.epochs import (
+    Decision,
+    decide,
+    extend,
+    request_bytes,
+    served_request,
+    shared_prefix_share,
+)
+from worker.compaction.model import Policy, Transcript, Turn
+from worker.compaction.pipeline import compact
+from worker.compaction.tokens import count_message
+from worker.replay import replay
+
+
+def turns_of(*bodies: str) -> tuple[Turn, ...]:
+    out = [Turn(1, "user", ({"type": "text", "text": "task"},), 5)]
+    for n, body in enumerate(bodies):
+        use = ({"type": "tool_use", "id": f"toolu_{n}", "name": "Bash", "input": {"command": "ls"}},)
+        res = ({"type": "tool_result", "tool_use_id": f"toolu_{n}", "content": body},)
+        out += [
+            Turn(len(out) + 1, "assistant", use, count_message(use)),
+            Turn(len(out) + 2, "user", res, count_message(res)),
+        ]
+    return tuple(out)
+
+
+def test_unchanged_compaction_extends_the_snapshot() -> None:
+    """When the stages rewrite nothing, the snapshot just grows: no new epoch."""
+    t = Transcript("s", turns_of("a", "b"))
+    assert decide(t, t, Policy()).decision is Decision.EXTEND
+
+
+def test_small_savings_are_skipped_and_big_ones_published() -> None:
+    """A rewrite must save worth_it tokens and share, else the cached prefix is kept."""
+    policy = Policy(context_window=20_000, output_reserve=1_000, worth_it_tokens=500, worth_it_share=0.05)
+    t = Transcript("s", turns_of(text_of(1, 900), *["x"] * 6))
+    out = compact(t, policy, quiet=False).transcript
+    assert decide(t, out, policy).decision is Decision.NEW_EPOCH
+    stingy = Policy(context_window=20_000, output_reserve=1_000, worth_it_tokens=10**9)
+    assert decide(t, out, stingy).decision is Decision.SKIP
+
+
+def test_over_the_trigger_any_saving_is_published() -> None:
+    """Past the summarization trigger the prompt must shrink, whatever the cache costs."""
+    policy = Policy(context_window=4_000, output_reserve=500, worth_it_tokens=10**9)
+    t = Transcript("s", turns_of(*[text_of(n, 60) for n in range(8)]))
+    out = compact(t, policy, quiet=True).transcript
+    assert t.tokens() > policy.summarize_trigger_tokens
+    assert decide(t, out, policy).decision is Decision.NEW_EPOCH
+
+
+def test_between_epochs_the_served_prefix_is_byte_identical() -> None:
+    """Appending to the tail keeps every byte before the previous status note."""
+    snap = Transcript("s", turns_of("a", "b"))
+    first = request_bytes(served_request(snap, [], "note 1"))
+    second = request_bytes(served_request(snap, turns_of("a", "b", "c")[5:], "note 2"))
+    shared = shared_prefix_share(first, second)
+    assert second[: int(shared * len(second))] == first[: int(shared * len(second))]
+    assert first.rindex(b',{"text":"note 1"') <= shared * len(second)
+
+
+def test_shared_prefix_share_counts_bytes() -> None:
+    """The share is the common prefix over the current prompt's size."""
+    assert shared_prefix_share(b"abcdef", b"abcxyz") == 0.5
+    assert shared_prefix_share(b"", b"abc") == 0.0
+    assert shared_prefix_share(b"abc", b"abc") == 1.0
+
+
+def test_extend_appends_the_tail() -> None:
+    """The snapshot plus its tail is the same transcript as one with all turns."""
+    all_turns = turns_of("a", "b")
+    assert extend(Transcript("s", all_turns[:3]), all_turns[3:]).turns == all_turns
+
+
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
+@given(conversations(max_units=40), st.sampled_from([8_000, 16_000, 32_000]))
+def test_a_replayed_session_is_always_valid_and_complete(messages: list[dict[str, Any]], window: int) -> None:
+    """Every fetch in a replay is a valid request; the budget holds whenever no single append overflows it."""
+    policy = Policy(context_window=window, output_reserve=window // 8)
+    report = replay("system", messages, policy)
+    assert all(f.valid for f in report.fetches)
+    assert all(f.prompt_tokens <= f.raw_tokens + 200 for f in report.fetches)
