@@ -1,0 +1,45 @@
+"""Model profiles: context windows and output reserves of known models, overridable per session."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class ModelProfile:
+    context_window: int
+    output_reserve: int
+
+
+DEFAULT = ModelProfile(context_window=200_000, output_reserve=8_192)
+
+# Longest prefix wins: "claude-sonnet-4-5-20250929" matches "claude-sonnet-4-5".
+KNOWN: dict[str, ModelProfile] = {
+    "claude-opus-4": ModelProfile(200_000, 32_000),
+    "claude-sonnet-4": ModelProfile(200_000, 64_000),
+    "claude-haiku-4": ModelProfile(200_000, 64_000),
+    "claude-3-7-sonnet": ModelProfile(200_000, 64_000),
+    "claude-3-5-sonnet": ModelProfile(200_000, 8_192),
+    "claude-3-5-haiku": ModelProfile(200_000, 8_192),
+    "claude-3-opus": ModelProfile(200_000, 4_096),
+    "claude-3-haiku": ModelProfile(200_000, 4_096),
+    "gpt-4o": ModelProfile(128_000, 16_384),
+    "gpt-4.1": ModelProfile(1_047_576, 32_768),
+    "o3": ModelProfile(200_000, 100_000),
+    "o4-mini": ModelProfile(200_000, 100_000),
+}
+
+
+def profile_for(model: str | None, context_window: int | None = None, output_reserve: int | None = None) -> ModelProfile:
+    """The profile of a model name (unknown names get the default), with explicit overrides applied.
+
+    The output reserve is capped at a quarter of the window so a small window still has a budget.
+    """
+    base = DEFAULT
+    if model:
+        matches = [k for k in KNOWN if model.startswith(k)]
+        if matches:
+            base = KNOWN[max(matches, key=len)]
+    window = context_window or base.context_window
+    reserve = output_reserve if output_reserve is not None else base.output_reserve
+    return ModelProfile(window, min(reserve, window // 4))
