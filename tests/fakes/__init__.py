@@ -1,0 +1,1 @@
+"""Test doubles for the one service these machines cannot reach (the Anthropic API)."""
