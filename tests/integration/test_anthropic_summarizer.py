@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
 from tests.fakes.messages_api import FakeMessagesAPI, Reply, drop, error, hang, malformed, reply
+from worker.compaction.model import Policy, Transcript
+from worker.compaction.pipeline import compact, ingest
 from worker.compaction.ports import SummarizerError, SummaryRequest
 from worker.compaction.redact import Redactor
 from worker.settings import Settings
@@ -287,3 +290,50 @@ def test_build_summarizer_rejects_bad_configuration(
     """A summarizer that cannot be built fails at start-up with a message saying what to set."""
     with pytest.raises(SummarizerConfigError, match=message):
         build_summarizer(settings, redactor)
+
+
+def long_session(turns: int = 24) -> Transcript:
+    """A plain-text session big enough that forcing compaction evicts a span."""
+    messages: list[dict[str, Any]] = []
+    for i in range(turns):
+        messages.append(
+            {"role": "user", "content": f"step {i}: keep going, the key is {AWS_KEY} " + "x " * 150}
+        )
+        messages.append({"role": "assistant", "content": f"done with step {i}. " + "y " * 150})
+    policy = Policy(context_window=4_000, output_reserve=500)
+    ingested = ingest(messages, first_seq=1, redactor=Redactor(b"test-redaction-key"), policy=policy)
+    return Transcript(system="You are a careful coding agent.", turns=ingested.turns, files=ingested.files)
+
+
+def test_pipeline_uses_the_note_and_names_its_archive(
+    api: FakeMessagesAPI, make: Callable[..., AnthropicSummarizer]
+) -> None:
+    """Compaction with the Anthropic summarizer puts the model's note in the handoff and sends the new archive's ref."""
+    api.script(reply("## Task\nKeep stepping.", input_tokens=900, output_tokens=40))
+    policy = Policy(context_window=4_000, output_reserve=500)
+
+    out = compact(long_session(), policy, quiet=True, force=True, summarizer=make())
+
+    handoff = out.transcript.handoff
+    assert out.error is None and handoff is not None
+    assert "## Task\nKeep stepping." in handoff.text
+    assert (handoff.summarizer, handoff.input_tokens, handoff.output_tokens) == (MODEL, 900, 40)
+    [sent] = api.requests
+    assert handoff.archive_refs[-1] in sent.body["messages"][0]["content"]
+    assert AWS_KEY not in sent.raw.decode()
+
+
+def test_pipeline_keeps_structural_result_when_the_api_is_down(
+    api: FakeMessagesAPI, make: Callable[..., AnthropicSummarizer]
+) -> None:
+    """When retries run out, compaction keeps every turn and reports the transient failure."""
+    api.default = error(529)
+    t = long_session()
+
+    out = compact(
+        t, Policy(context_window=4_000, output_reserve=500), quiet=True, force=True, summarizer=make()
+    )
+
+    assert out.transcript.handoff is None
+    assert [x.seq for x in out.transcript.turns] == [x.seq for x in t.turns]
+    assert out.error is not None and "529" in out.error
