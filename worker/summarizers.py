@@ -225,7 +225,7 @@ class AnthropicSummarizer:
             except anthropic.APIStatusError as exc:
                 headers = exc.response.headers
                 if not is_retryable(exc.status_code, headers):
-                    raise SummarizerError(_describe(exc)) from exc
+                    raise SummarizerError(f"anthropic: {_describe(exc)}") from exc
                 last, wait = exc, retry_after_seconds(headers, time.time())
             except anthropic.APIConnectionError as exc:
                 last, wait = exc, None
