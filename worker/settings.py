@@ -23,6 +23,10 @@ class Settings(BaseSettings):
 
     host: str = "127.0.0.1"
     port: int = 8700
+    redis_prefix: str = "compactd:"  # every cache, lock and counter key starts with this
+    queue: str = "compactd"  # the Celery queue the API sends to and workers consume
+    worker_concurrency: int = 2
+    default_tenant: str = "default"
 
     # Secrets: HMAC key for redaction placeholders. Generated into var_dir on first start if unset.
     redaction_key: str | None = None

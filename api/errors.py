@@ -1,0 +1,125 @@
+"""Every error leaves the API here, as RFC 9457 application/problem+json: no request content, no traces."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import structlog
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+
+from worker.compaction.errors import InvalidTranscript
+from worker.store.memory import MemoryOverCap
+from worker.store.sessions import IdempotencyMismatch
+
+log = structlog.get_logger("compactd.api")
+
+PROBLEM = "application/problem+json"
+
+
+class ApiError(Exception):
+    """Root of the errors routes raise; each subclass knows its status and title."""
+
+    status = 400
+    title = "Bad request"
+
+    def __init__(self, detail: str | None = None, **extensions: Any) -> None:
+        super().__init__(detail or self.title)
+        self.detail = detail
+        self.extensions = extensions
+
+
+class Unauthorized(ApiError):
+    """Raised when the bearer API key is missing or unknown."""
+
+    status, title = 401, "Unauthorized"
+
+
+class NotFound(ApiError):
+    """Raised when a session (or file) does not exist for this tenant."""
+
+    status, title = 404, "Not found"
+
+
+class InvalidAppend(ApiError):
+    """Raised when an append would make the session an invalid Anthropic conversation."""
+
+    status, title = 422, "Invalid append"
+
+
+class PayloadTooLarge(ApiError):
+    """Raised when a request body is over max_request_bytes."""
+
+    status, title = 413, "Request body too large"
+
+
+def problem(status: int, title: str, detail: str | None = None, **extensions: Any) -> Response:
+    body: dict[str, Any] = {"type": "about:blank", "title": title, "status": status}
+    if detail:
+        body["detail"] = detail
+    body.update(extensions)
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return Response(orjson.dumps(body), status_code=status, media_type=PROBLEM, headers=headers)
+
+
+def _api_error(_: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiError)
+    return problem(exc.status, exc.title, exc.detail, **exc.extensions)
+
+
+def _validation(_: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestValidationError)
+    # field path, message and error type only: never the submitted value (pydantic's "input"/"ctx")
+    errors = [
+        {"loc": [str(p) for p in e.get("loc", ())], "msg": _safe_msg(e), "type": e.get("type", "")}
+        for e in exc.errors()[:20]
+    ]
+    return problem(422, "Invalid request", "the request does not match the schema", errors=errors)
+
+
+def _safe_msg(error: dict[str, Any]) -> str:
+    if error.get("type") == "json_invalid":
+        return "body is not valid JSON"
+    return str(error.get("msg", ""))[:200]
+
+
+def _invalid_transcript(_: Request, exc: Exception) -> Response:
+    return problem(422, "Invalid messages", str(exc)[:500])
+
+
+def _idempotency(_: Request, exc: Exception) -> Response:
+    return problem(
+        422, "Idempotency key reused", "this Idempotency-Key was already used with a different request body"
+    )
+
+
+def _memory_cap(_: Request, exc: Exception) -> Response:
+    assert isinstance(exc, MemoryOverCap)
+    return problem(
+        422, "Working memory over its hard cap", str(exc), tokens=exc.tokens, hard_cap_tokens=exc.cap
+    )
+
+
+def _http(_: Request, exc: Exception) -> Response:
+    assert isinstance(exc, StarletteHTTPException)
+    titles = {404: "Not found", 405: "Method not allowed", 401: "Unauthorized", 413: "Request body too large"}
+    return problem(exc.status_code, titles.get(exc.status_code, "HTTP error"))
+
+
+def _unexpected(request: Request, exc: Exception) -> Response:
+    log.error("request.failed", path=request.url.path, error=type(exc).__name__, exc_info=exc)
+    return problem(500, "Internal server error", "the error was logged")
+
+
+def install(app: FastAPI) -> None:
+    """Register every handler on the app."""
+    app.add_exception_handler(ApiError, _api_error)
+    app.add_exception_handler(RequestValidationError, _validation)
+    app.add_exception_handler(InvalidTranscript, _invalid_transcript)
+    app.add_exception_handler(IdempotencyMismatch, _idempotency)
+    app.add_exception_handler(MemoryOverCap, _memory_cap)
+    app.add_exception_handler(StarletteHTTPException, _http)
+    app.add_exception_handler(Exception, _unexpected)

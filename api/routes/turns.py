@@ -1,0 +1,71 @@
+"""POST /v1/sessions/{sid}/turns: validated, redacted, counted, persisted in one transaction."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Request
+
+from api.deps import ResourcesDep, SenderDep, TenantDep
+from api.errors import InvalidAppend
+from api.routes.paths import SessionId
+from api.schemas import Activity, AppendRequest, AppendResponse
+from worker.compaction.assemble import merge_roles
+from worker.compaction.pipeline import ingest
+from worker.compaction.validate import request_problems
+from worker.store.sessions import Profile, append_turns, request_hash
+
+router = APIRouter(tags=["turns"])
+
+
+def _check(window: list[dict[str, Any]], new: list[dict[str, Any]]) -> None:
+    problems = request_problems({"messages": merge_roles(window + new)}, allow_pending_tool_use=True)
+    if problems:
+        raise InvalidAppend(
+            "the messages would make the session an invalid Anthropic conversation"
+            " (indices count from the last stored assistant message, after a stand-in for earlier turns)",
+            problems=problems[:10],
+        )
+
+
+@router.post("/v1/sessions/{sid}/turns", response_model=AppendResponse)
+def append(
+    sid: SessionId,
+    body: AppendRequest,
+    request: Request,
+    res: ResourcesDep,
+    tenant: TenantDep,
+    enqueue: SenderDep,
+    idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+    x_compactd_activity: Annotated[Activity | None, Header()] = None,
+) -> AppendResponse:
+    """Append messages; the session is created on first append. Retries with the same Idempotency-Key are safe."""
+    ingested = ingest(body.messages, first_seq=1, redactor=res.redactor, policy=res.settings.policy())
+    system = res.redactor.redact_text(body.system) if body.system is not None else None
+    profile = Profile(
+        model=body.model,
+        context_window=body.context_window,
+        output_reserve=body.output_reserve,
+        system=system,
+        parent_session_id=body.parent_session_id,
+        parent_tool_use_id=body.parent_tool_use_id,
+    )
+    done = append_turns(
+        res.engine,
+        tenant,
+        sid,
+        ingested.turns,
+        files=ingested.files,
+        profile=profile,
+        activity=x_compactd_activity.value if x_compactd_activity else None,
+        idempotency_key=idempotency_key,
+        body_hash=request_hash(body.model_dump(mode="json")) if idempotency_key else "",
+        validate=_check,
+    )
+    if not done.replayed:
+        request.app.state.metrics.appends.inc()
+        request.app.state.metrics.turns.inc(len(ingested.turns))
+        enqueue(tenant, done.session_pk, done.version)
+    return AppendResponse(
+        session_id=sid, first_seq=done.first_seq, last_seq=done.last_seq, version=done.version
+    )

@@ -1,0 +1,121 @@
+"""Wire models (never table classes)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Activity(StrEnum):
+    busy = "busy"
+    idle = "idle"
+
+
+class AppendRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    messages: list[dict[str, Any]] = Field(min_length=1, max_length=10_000)
+    model: str | None = Field(default=None, max_length=200)
+    context_window: int | None = Field(default=None, ge=1_000, le=10_000_000)
+    output_reserve: int | None = Field(default=None, ge=0, le=1_000_000)
+    system: str | None = None
+    parent_session_id: str | None = Field(default=None, max_length=200)
+    parent_tool_use_id: str | None = Field(default=None, max_length=200)
+
+
+class AppendResponse(BaseModel):
+    session_id: str
+    first_seq: int
+    last_seq: int
+    version: int
+
+
+class ActivityRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    state: Activity
+
+
+class ActivityResponse(BaseModel):
+    session_id: str
+    activity: Activity
+
+
+class PromptResponse(BaseModel):
+    """Documentation only: the route returns these fields as stored JSON bytes."""
+
+    session_id: str
+    version: int
+    epoch: int
+    compacted_through: int
+    system: list[dict[str, Any]]
+    messages: list[dict[str, Any]]
+    token_count: int
+    budget_tokens: int
+
+
+class Profile(BaseModel):
+    model: str | None
+    context_window: int | None
+    output_reserve: int | None
+
+
+class Counts(BaseModel):
+    turns: int
+    files: int
+    memory_items: int
+
+
+class SessionInfo(BaseModel):
+    session_id: str
+    version: int
+    epoch: int
+    compacted_through: int
+    activity: Activity
+    tokens: int
+    snapshot_tokens: int | None
+    profile: Profile
+    counts: Counts
+    parent_session_id: str | None
+    parent_tool_use_id: str | None
+    created_at: str
+    last_append_at: str
+
+
+class MemoryItemIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    key: str = Field(min_length=1, max_length=200)
+    value: str = Field(max_length=20_000)
+    pinned: bool = False
+
+
+class MemoryPut(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    items: list[MemoryItemIn] = Field(min_length=1, max_length=500)
+
+
+class MemoryItemOut(BaseModel):
+    key: str
+    value: str
+    pinned: bool
+    tokens: int
+    updated_at: str
+
+
+class MemoryResponse(BaseModel):
+    session_id: str
+    items: list[MemoryItemOut]
+    tokens: int
+    budget_tokens: int
+    hard_cap_tokens: int
+
+
+class Problem(BaseModel):
+    type: str = "about:blank"
+    title: str
+    status: int
+    detail: str | None = None

@@ -1,0 +1,94 @@
+"""The Celery app: configured from Settings by the CLI; Resources built once per worker process."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Celery
+from celery.schedules import crontab
+from celery.signals import setup_logging, worker_process_init, worker_process_shutdown
+
+from worker.logs import configure_logging
+from worker.resources import Resources, broker_url
+from worker.settings import Settings
+
+app = Celery("compactd", include=["worker.tasks"])
+
+_settings: Settings | None = None
+_resources: Resources | None = None
+
+
+def celery_config(settings: Settings) -> dict[str, Any]:
+    limit = settings.task_time_limit_seconds
+    return {
+        "broker_url": broker_url(settings),
+        "broker_connection_retry_on_startup": True,
+        # longer than the longest task plus its countdown, or Redis would redeliver a running task
+        "broker_transport_options": {
+            "visibility_timeout": 2 * limit + int(settings.idle_seconds) + 60,
+            "socket_timeout": 5,
+            "socket_connect_timeout": 2,
+        },
+        "task_ignore_result": True,
+        "task_serializer": "json",
+        "result_serializer": "json",
+        "accept_content": ["json"],
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        "worker_prefetch_multiplier": 1,
+        "task_time_limit": limit,
+        "task_soft_time_limit": max(1, limit - 10),
+        "task_default_queue": settings.queue,
+        "worker_hijack_root_logger": False,
+        "worker_redirect_stdouts": False,
+        "worker_send_task_events": True,
+        "task_send_sent_event": True,
+        "enable_utc": True,
+        "timezone": "UTC",
+        "beat_schedule": {
+            "idle-sweep": {"task": "compactd.sweep", "schedule": settings.sweep_seconds},
+            "prune-memory": {"task": "compactd.prune_memory", "schedule": crontab(hour=3, minute=0)},
+            "expire-sessions": {"task": "compactd.expire", "schedule": crontab(hour=3, minute=30)},
+        },
+    }
+
+
+def configure(settings: Settings, target: Celery | None = None) -> Celery:
+    """Apply settings to the app (the worker's, or a sender's own instance)."""
+    global _settings
+    target = target or app
+    target.conf.update(celery_config(settings))
+    if target is app:
+        _settings = settings
+    return target
+
+
+def sender(settings: Settings) -> Celery:
+    """A Celery instance for processes that only send tasks (the API)."""
+    return configure(settings, Celery("compactd-sender", set_as_current=False))
+
+
+def resources() -> Resources:
+    """This process's resources, built on first use (after the fork, never at import)."""
+    global _resources
+    if _resources is None:
+        _resources = Resources.build(_settings or Settings(), run_migrations=False)
+    return _resources
+
+
+@setup_logging.connect
+def _logging(**_: Any) -> None:
+    configure_logging((_settings or Settings()).log_level)
+
+
+@worker_process_init.connect
+def _init(**_: Any) -> None:
+    global _resources
+    _resources = None  # never reuse a parent's connections in a forked child
+    resources()
+
+
+@worker_process_shutdown.connect
+def _shutdown(**_: Any) -> None:
+    if _resources is not None:
+        _resources.close()

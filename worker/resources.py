@@ -1,0 +1,79 @@
+"""Resources a process builds once (engine, Redis, redactor) from Settings, and what they derive."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from sqlalchemy import Engine
+
+from worker.compaction.model import Policy
+from worker.compaction.redact import Redactor
+from worker.settings import Settings
+from worker.store.cache import PromptCache, make_redis
+from worker.store.db import make_engine, migrate
+
+
+def redaction_key(settings: Settings) -> bytes:
+    """Settings.redaction_key, or a key generated once into var_dir (mode 0600) and reused."""
+    if settings.redaction_key:
+        return settings.redaction_key.encode()
+    path = Path(settings.var_dir) / "redaction.key"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32))
+    return path.read_text().strip().encode()
+
+
+def redis_url(settings: Settings) -> str:
+    if not settings.redis_url:
+        raise RuntimeError("COMPACTD_REDIS_URL is not set (compactd up starts an embedded Redis and sets it)")
+    return settings.redis_url
+
+
+def broker_url(settings: Settings) -> str:
+    url = settings.broker_url or redis_url(settings)
+    # kombu spells a Unix-socket Redis "redis+socket://"; redis-py spells it "unix://"
+    return "redis+socket://" + url[len("unix://") :] if url.startswith("unix://") else url
+
+
+@dataclass
+class Resources:
+    settings: Settings
+    engine: Engine
+    cache: PromptCache
+    redactor: Redactor
+
+    @classmethod
+    def build(cls, settings: Settings, *, run_migrations: bool = True) -> Resources:
+        engine = make_engine(settings.database_url)
+        if run_migrations:
+            migrate(engine)
+        client = make_redis(redis_url(settings), settings.redis_socket_timeout_seconds)
+        return cls(
+            settings, engine, PromptCache(client, settings.redis_prefix), Redactor(redaction_key(settings))
+        )
+
+    def policy_for(self, context_window: int | None, output_reserve: int | None) -> Policy:
+        return policy_for(self.settings, context_window, output_reserve)
+
+    def close(self) -> None:
+        self.engine.dispose()
+        self.cache.client.close()
+
+
+def policy_for(settings: Settings, context_window: int | None, output_reserve: int | None) -> Policy:
+    """The settings' policy with the session's window; the output reserve never exceeds a quarter of it."""
+    return _policy(settings.policy(), context_window, output_reserve)
+
+
+@lru_cache(maxsize=1024)
+def _policy(base: Policy, context_window: int | None, output_reserve: int | None) -> Policy:
+    window = context_window or base.context_window
+    reserve = output_reserve if output_reserve is not None else base.output_reserve
+    return base.with_overrides({"context_window": window, "output_reserve": min(reserve, window // 4)})

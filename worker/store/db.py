@@ -1,0 +1,129 @@
+"""The database: engine set-up per backend, write transactions that serialize, schema upgrades."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Connection, Engine, create_engine, event, text
+from sqlmodel import SQLModel
+
+from worker.store import tables
+
+# (version, statements). Each statement is idempotent on both backends, so running the list
+# again (or after create_all already built the newest shape) changes nothing.
+MIGRATIONS: list[tuple[int, list[str]]] = [
+    (1, []),  # baseline: create_all builds the tables
+    (2, ["CREATE INDEX IF NOT EXISTS ix_turns_session_seq ON turns (session_id, seq)"]),
+    (3, ["CREATE INDEX IF NOT EXISTS ix_sessions_sweep ON sessions (compacted_through, version)"]),
+]
+SCHEMA_VERSION = MIGRATIONS[-1][0]
+
+
+def normalize_url(url: str) -> str:
+    """postgresql:// means psycopg 3 here (psycopg2 is not installed)."""
+    for prefix in ("postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix) :]
+    return url
+
+
+def make_engine(url: str, **kwargs: Any) -> Engine:
+    """An engine whose write transactions serialize: BEGIN IMMEDIATE on SQLite, row locks on PostgreSQL."""
+    url = normalize_url(url)
+    if url.startswith("sqlite"):
+        path = url.split(":///", 1)[-1]
+        if path and ":memory:" not in path:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(
+            url,
+            connect_args={"check_same_thread": False, "timeout": 30, "isolation_level": None},
+            **kwargs,
+        )
+        event.listen(engine, "connect", _sqlite_connect)
+        event.listen(engine, "begin", _sqlite_begin)
+        return engine
+    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20, **kwargs)
+
+
+def _sqlite_connect(dbapi_conn: Any, _record: Any) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.execute("PRAGMA busy_timeout=30000")
+    cur.close()
+
+
+def _sqlite_begin(conn: Connection) -> None:
+    # pysqlite's own BEGIN is deferred; a writer must take the lock up front or two appends
+    # could both read the same version before either writes.
+    write = conn.get_execution_options().get("write", False)
+    conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+
+def is_sqlite(engine: Engine) -> bool:
+    return engine.dialect.name == "sqlite"
+
+
+@contextmanager
+def write_tx(engine: Engine) -> Iterator[Connection]:
+    """A transaction that will write: serialized with other writers on SQLite from its start."""
+    with engine.connect().execution_options(write=True) as conn, conn.begin():
+        yield conn
+
+
+@contextmanager
+def read_tx(engine: Engine) -> Iterator[Connection]:
+    with engine.connect() as conn, conn.begin():
+        yield conn
+
+
+def migrate(engine: Engine) -> int:
+    """Create missing tables and apply pending migrations; safe to run from many processes at once."""
+    with write_tx(engine) as conn:
+        if not is_sqlite(engine):
+            # one migrator at a time across API replicas and workers
+            conn.execute(text("SELECT pg_advisory_xact_lock(7012001)"))
+        SQLModel.metadata.create_all(conn, tables=_tables())
+        row = conn.execute(text("SELECT version FROM schema_version WHERE id = 1")).first()
+        current = row[0] if row else 0
+        for version, statements in MIGRATIONS:
+            if version <= current:
+                continue
+            for statement in statements:
+                conn.execute(text(statement))
+        if row is None:
+            conn.execute(
+                text("INSERT INTO schema_version (id, version) VALUES (1, :v)"), {"v": SCHEMA_VERSION}
+            )
+        elif current < SCHEMA_VERSION:
+            conn.execute(text("UPDATE schema_version SET version = :v WHERE id = 1"), {"v": SCHEMA_VERSION})
+    return SCHEMA_VERSION
+
+
+def _tables() -> list[Any]:
+    return [
+        getattr(tables, name).__table__  # type: ignore[attr-defined]
+        for name in (
+            "Tenant",
+            "Session",
+            "Turn",
+            "Append",
+            "Snapshot",
+            "File",
+            "FileRead",
+            "MemoryItem",
+            "SchemaVersion",
+        )
+    ]
+
+
+def insert_ignore(engine: Engine) -> Callable[..., Any]:
+    """The dialect's INSERT with ON CONFLICT DO NOTHING support."""
+    if is_sqlite(engine):
+        from sqlalchemy.dialects.sqlite import insert
+    else:
+        from sqlalchemy.dialects.postgresql import insert
+    return insert

@@ -1,0 +1,170 @@
+"""Serving a prompt: the cached snapshot's JSON bytes plus the tail from the DB, spliced, never waiting.
+
+The big, stable part (system and all snapshot messages but the last) is stored as final JSON bytes
+and copied into the response unchanged; only the last snapshot message, the tail and the status
+note are parsed and serialized per fetch, so the cost follows the tail, not the session.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import orjson
+from sqlalchemy import Connection, Engine, and_, select
+
+from worker.compaction.assemble import FileInfo, add_status, assemble, merge_roles, status_note
+from worker.compaction.codec import transcript_from_json
+from worker.compaction.model import Policy, Transcript
+from worker.store.cache import Entry, PromptCache
+from worker.store.db import read_tx
+from worker.store.files import file_infos
+from worker.store.memory import load_items, render
+from worker.store.sessions import TT, S, load_turns
+from worker.store.snapshots import latest_snapshot
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    body: bytes  # the response JSON
+    source: str  # "cache" or "db"
+    epoch: int
+    version: int
+
+
+def entry_from_prompt(
+    prompt: dict[str, Any], *, epoch: int, through: int, memver: int, tokens: int, files: Sequence[FileInfo]
+) -> Entry:
+    """Split an assembled {system, messages} into the fragments the fetch path splices."""
+    messages = prompt["messages"]
+    return Entry(
+        epoch=epoch,
+        through=through,
+        memver=memver,
+        system=orjson.dumps(prompt["system"]),
+        head=b",".join(orjson.dumps(m) for m in messages[:-1]),
+        last=orjson.dumps(messages[-1]) if messages else b"",
+        tokens=tokens,
+        files=orjson.dumps([[f.ref, f.kind, f.lines, list(f.read_ranges)] for f in files]),
+    )
+
+
+def render_body(
+    client_id: str, version: int, entry: Entry, tail: Sequence[tuple[str, Any, int]], policy: Policy
+) -> bytes:
+    """The prompt response: snapshot fragments + tail merged onto the last message + status note."""
+    end = [orjson.loads(entry.last)] if entry.last else []
+    end += [{"role": role, "content": content} for role, content, _ in tail]
+    tokens = entry.tokens + sum(t for _, _, t in tail)
+    files = [FileInfo(r, k, n, tuple(reads)) for r, k, n, reads in orjson.loads(entry.files)]
+    end = add_status(merge_roles(end), status_note(tokens, policy.budget_tokens, files))
+    parts = [entry.head] if entry.head else []
+    parts += [orjson.dumps(m) for m in end]
+    return b"".join(
+        (
+            b'{"session_id":',
+            orjson.dumps(client_id),
+            b',"version":%d,"epoch":%d,"compacted_through":%d,"token_count":%d,"budget_tokens":%d'
+            % (version, entry.epoch, entry.through, tokens, policy.budget_tokens),
+            b',"system":',
+            entry.system,
+            b',"messages":[',
+            b",".join(parts),
+            b"]}",
+        )
+    )
+
+
+def fetch(
+    engine: Engine, cache: PromptCache | None, tenant_id: int, client_id: str, policy_for: Any
+) -> Served | None:
+    """The session's prompt: every appended turn, from the cache when it is current, else from the DB."""
+    entry, pk = None, None
+    if cache is not None:
+        pk = _session_pk(engine, tenant_id, client_id, cache)
+        if pk is None:
+            return None
+        entry = cache.get(pk)
+    with read_tx(engine) as conn:
+        after = entry.through if entry else 0
+        rows = conn.execute(
+            select(
+                S.c.id,
+                S.c.version,
+                S.c.epoch,
+                S.c.memory_version,
+                S.c.context_window,
+                S.c.output_reserve,
+                TT.c.role,
+                TT.c.content,
+                TT.c.tokens,
+            )
+            .select_from(S.outerjoin(TT, and_(TT.c.session_id == S.c.id, TT.c.seq > after)))
+            .where(S.c.tenant_id == tenant_id, S.c.client_id == client_id)
+            .order_by(TT.c.seq)
+        ).all()
+        if not rows:
+            return None
+        head = rows[0]
+        policy = policy_for(head.context_window, head.output_reserve)
+        if (
+            entry is not None
+            and head.id == pk
+            and entry.epoch >= head.epoch
+            and entry.memver >= head.memory_version
+        ):
+            tail = [(r.role, orjson.loads(r.content), r.tokens) for r in rows if r.role is not None]
+            body = render_body(client_id, head.version, entry, tail, policy)
+            return Served(body, "cache", entry.epoch, head.version)
+        return _from_db(conn, client_id, head, policy)
+
+
+def _from_db(conn: Connection, client_id: str, session: Any, policy: Policy) -> Served:
+    snap = latest_snapshot(conn, session.id)
+    row = conn.execute(select(S.c.system).where(S.c.id == session.id)).one()
+    items = load_items(conn, session.id)
+    memory = render(items)
+    if snap is None:
+        state, through, epoch, tokens = Transcript(system=row.system, turns=()), 0, 0, 0
+    else:
+        state = transcript_from_json(orjson.loads(snap.state))
+        through, epoch, tokens = snap.through_seq, snap.epoch, snap.tokens
+    if snap is not None and snap.memory_version == session.memory_version:
+        prompt = orjson.loads(snap.prompt)
+    else:
+        prompt = assemble(replace(state, memory=memory))
+    entry = entry_from_prompt(
+        prompt,
+        epoch=epoch,
+        through=through,
+        memver=session.memory_version,
+        tokens=tokens,
+        files=file_infos(conn, session.id),
+    )
+    tail = [(t.role, list(t.content), t.tokens) for t in load_turns(conn, session.id, through)]
+    return Served(render_body(client_id, session.version, entry, tail, policy), "db", epoch, session.version)
+
+
+_pk_cache: dict[tuple[int, str], int] = {}
+
+
+def _session_pk(engine: Engine, tenant_id: int, client_id: str, cache: PromptCache) -> int | None:
+    # A session's pk never changes while it exists; a deleted one is dropped from this map by the API.
+    key = (tenant_id, client_id)
+    pk = _pk_cache.get(key)
+    if pk is None:
+        with read_tx(engine) as conn:
+            pk = conn.execute(
+                select(S.c.id).where(S.c.tenant_id == tenant_id, S.c.client_id == client_id)
+            ).scalar()
+        if pk is None:
+            return None
+        if len(_pk_cache) > 100_000:
+            _pk_cache.clear()
+        _pk_cache[key] = pk
+    return pk
+
+
+def forget(tenant_id: int, client_id: str) -> None:
+    _pk_cache.pop((tenant_id, client_id), None)

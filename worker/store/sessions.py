@@ -1,0 +1,302 @@
+"""Sessions and their turns: appends that serialize per session, activity, metadata, deletion."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+import orjson
+from sqlalchemy import Connection, Engine, delete, func, insert, select, update
+
+from worker.compaction.model import Turn, canonical_json, content_hash
+from worker.store.db import insert_ignore, is_sqlite, read_tx, write_tx
+from worker.store.tables import Append, File, FileRead, MemoryItem, Snapshot, utcnow
+from worker.store.tables import Session as SessionTable
+from worker.store.tables import Turn as TurnTable
+
+S = SessionTable.__table__  # type: ignore[attr-defined]
+TT = TurnTable.__table__  # type: ignore[attr-defined]
+A = Append.__table__  # type: ignore[attr-defined]
+SN = Snapshot.__table__  # type: ignore[attr-defined]
+F = File.__table__  # type: ignore[attr-defined]
+FR = FileRead.__table__  # type: ignore[attr-defined]
+M = MemoryItem.__table__  # type: ignore[attr-defined]
+
+# Stands for everything before the validation window, so the window starts with a user message.
+EARLIER = {"role": "user", "content": [{"type": "text", "text": "(earlier turns)"}]}
+WINDOW_TURNS = 64
+
+
+class StoreError(Exception):
+    """Root of the store's errors."""
+
+
+class IdempotencyMismatch(StoreError):
+    """Raised when an Idempotency-Key is reused with a different request body."""
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    """Per-session model profile and creation-time fields (None: keep what is stored)."""
+
+    model: str | None = None
+    context_window: int | None = None
+    output_reserve: int | None = None
+    system: str | None = None
+    parent_session_id: str | None = None
+    parent_tool_use_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    session_pk: int
+    tenant_id: int
+    first_seq: int
+    last_seq: int
+    version: int
+    replayed: bool = False  # an idempotent retry: nothing was written
+
+
+Validator = Callable[[list[dict[str, Any]], list[dict[str, Any]]], None]
+
+
+def request_hash(payload: Any) -> str:
+    return content_hash(canonical_json(payload))
+
+
+def append_turns(
+    engine: Engine,
+    tenant_id: int,
+    client_id: str,
+    turns: Sequence[Turn],
+    *,
+    files: Sequence[Any] = (),
+    profile: Profile = Profile(),
+    activity: str | None = None,
+    idempotency_key: str | None = None,
+    body_hash: str = "",
+    validate: Validator | None = None,
+    now: datetime | None = None,
+) -> Appended:
+    """Append turns (numbered from the session's version + 1) in one transaction.
+
+    The session row is created on first append and locked for the whole transaction, so
+    concurrent appends get contiguous seqs. `validate(window, new)` may raise to abort it all.
+    """
+    from worker.store.files import save_files_conn
+
+    now = now or utcnow()
+    with write_tx(engine) as conn:
+        row = _lock_session(conn, engine, tenant_id, client_id, profile, now)
+        pk = row.id
+        if idempotency_key is not None:
+            prior = conn.execute(
+                select(A.c.request_hash, A.c.first_seq, A.c.last_seq).where(
+                    A.c.session_id == pk, A.c.idempotency_key == idempotency_key
+                )
+            ).first()
+            if prior is not None:
+                if prior.request_hash != body_hash:
+                    raise IdempotencyMismatch(idempotency_key)
+                return Appended(pk, tenant_id, prior.first_seq, prior.last_seq, prior.last_seq, replayed=True)
+        if validate is not None:
+            validate(window_messages(conn, pk, row.version), [t.as_message() for t in turns])
+        first = row.version + 1
+        numbered = [replace(t, seq=first + i) for i, t in enumerate(turns)]
+        conn.execute(
+            insert(TT),
+            [
+                {
+                    "session_id": pk,
+                    "seq": t.seq,
+                    "role": t.role,
+                    "content": orjson.dumps(list(t.content)).decode(),
+                    "content_hash": content_hash(canonical_json(list(t.content))),
+                    "tokens": t.tokens,
+                    "idempotency_key": idempotency_key,
+                    "created_at": now,
+                }
+                for t in numbered
+            ],
+        )
+        last = numbered[-1].seq
+        values: dict[str, Any] = {
+            "version": last,
+            "last_append_at": now,
+            "tokens": row.tokens + sum(t.tokens for t in numbered),
+        }
+        if activity is not None:
+            values["activity"] = activity
+        conn.execute(update(S).where(S.c.id == pk).values(**values))
+        if idempotency_key is not None:
+            conn.execute(
+                insert(A).values(
+                    session_id=pk,
+                    idempotency_key=idempotency_key,
+                    request_hash=body_hash,
+                    first_seq=first,
+                    last_seq=last,
+                    created_at=now,
+                )
+            )
+        if files:
+            save_files_conn(conn, engine, tenant_id, pk, files)
+    return Appended(pk, tenant_id, first, last, last)
+
+
+def _lock_session(
+    conn: Connection, engine: Engine, tenant_id: int, client_id: str, profile: Profile, now: datetime
+) -> Any:
+    parent_pk = None
+    if profile.parent_session_id is not None:
+        parent_pk = conn.execute(
+            select(S.c.id).where(S.c.tenant_id == tenant_id, S.c.client_id == profile.parent_session_id)
+        ).scalar()
+    ins = insert_ignore(engine)(S).values(
+        tenant_id=tenant_id,
+        client_id=client_id,
+        system=profile.system or "",
+        model=profile.model,
+        context_window=profile.context_window,
+        output_reserve=profile.output_reserve,
+        parent_session_id=parent_pk,
+        parent_tool_use_id=profile.parent_tool_use_id,
+        activity="idle",
+        last_append_at=now,
+        created_at=now,
+        version=0,
+        epoch=0,
+        compacted_through=0,
+        memory_version=0,
+        snapshot_memory_version=0,
+        tokens=0,
+    )
+    conn.execute(ins.on_conflict_do_nothing(index_elements=["tenant_id", "client_id"]))
+    query = select(S).where(S.c.tenant_id == tenant_id, S.c.client_id == client_id)
+    if not is_sqlite(engine):
+        query = query.with_for_update()
+    row = conn.execute(query).one()
+    changes = {
+        k: getattr(profile, k)
+        for k in ("model", "context_window", "output_reserve")
+        if getattr(profile, k) is not None and getattr(profile, k) != getattr(row, k)
+    }
+    if changes:
+        conn.execute(update(S).where(S.c.id == row.id).values(**changes))
+    return row
+
+
+def window_messages(conn: Connection, session_pk: int, version: int) -> list[dict[str, Any]]:
+    """The stored messages a new append must be consistent with: the last assistant group and after.
+
+    Starts with a stand-in user message, so the window is a well-formed conversation by itself.
+    """
+    if version == 0:
+        return []
+    rows = conn.execute(
+        select(TT.c.role, TT.c.content)
+        .where(TT.c.session_id == session_pk, TT.c.seq > version - WINDOW_TURNS)
+        .order_by(TT.c.seq)
+    ).all()
+    i = len(rows)
+    while i and rows[i - 1].role == "user":
+        i -= 1
+    j = i
+    while j and rows[j - 1].role == "assistant":
+        j -= 1
+    if i == j:  # no assistant message in the window: only the stand-in matters
+        return [EARLIER]
+    return [EARLIER, *({"role": r.role, "content": orjson.loads(r.content)} for r in rows[j:])]
+
+
+def find_session(conn: Connection, tenant_id: int, client_id: str) -> Any:
+    return conn.execute(select(S).where(S.c.tenant_id == tenant_id, S.c.client_id == client_id)).first()
+
+
+def get_session(engine: Engine, tenant_id: int, client_id: str) -> Any:
+    with read_tx(engine) as conn:
+        return find_session(conn, tenant_id, client_id)
+
+
+def get_session_by_pk(engine: Engine, session_pk: int) -> Any:
+    with read_tx(engine) as conn:
+        return conn.execute(select(S).where(S.c.id == session_pk)).first()
+
+
+def set_activity(engine: Engine, tenant_id: int, client_id: str, state: str) -> Any:
+    """Record the client's declared activity; returns the session row (None if unknown)."""
+    with write_tx(engine) as conn:
+        done = conn.execute(
+            update(S).where(S.c.tenant_id == tenant_id, S.c.client_id == client_id).values(activity=state)
+        ).rowcount
+        return find_session(conn, tenant_id, client_id) if done else None
+
+
+def session_info(engine: Engine, tenant_id: int, client_id: str) -> dict[str, Any] | None:
+    """Metadata for GET /v1/sessions/{sid}."""
+    with read_tx(engine) as conn:
+        row = find_session(conn, tenant_id, client_id)
+        if row is None:
+            return None
+        snap_tokens = conn.execute(
+            select(SN.c.tokens)
+            .where(SN.c.session_id == row.id)
+            .order_by(SN.c.epoch.desc(), SN.c.through_seq.desc())
+            .limit(1)
+        ).scalar()
+        files = conn.execute(select(func.count()).select_from(F).where(F.c.session_id == row.id)).scalar_one()
+        memory = conn.execute(
+            select(func.count()).select_from(M).where(M.c.session_id == row.id)
+        ).scalar_one()
+        parent = None
+        if row.parent_session_id is not None:
+            parent = conn.execute(select(S.c.client_id).where(S.c.id == row.parent_session_id)).scalar()
+    return {
+        "session_id": row.client_id,
+        "version": row.version,
+        "epoch": row.epoch,
+        "compacted_through": row.compacted_through,
+        "activity": row.activity,
+        "tokens": row.tokens,
+        "snapshot_tokens": snap_tokens,
+        "profile": {
+            "model": row.model,
+            "context_window": row.context_window,
+            "output_reserve": row.output_reserve,
+        },
+        "counts": {"turns": row.version, "files": files, "memory_items": memory},
+        "parent_session_id": parent,
+        "parent_tool_use_id": row.parent_tool_use_id,
+        "created_at": row.created_at.isoformat() + "Z",
+        "last_append_at": row.last_append_at.isoformat() + "Z",
+    }
+
+
+def delete_session(engine: Engine, tenant_id: int, client_id: str) -> int | None:
+    """Remove a session with its turns, snapshots, files and memory; returns its pk (None if unknown)."""
+    with write_tx(engine) as conn:
+        row = find_session(conn, tenant_id, client_id)
+        if row is None:
+            return None
+        delete_session_rows(conn, row.id)
+    return row.id
+
+
+def delete_session_rows(conn: Connection, pk: int) -> None:
+    file_ids = select(F.c.id).where(F.c.session_id == pk).scalar_subquery()
+    conn.execute(delete(FR).where(FR.c.file_id.in_(file_ids)))
+    for table in (F, TT, A, SN, M):
+        conn.execute(delete(table).where(table.c.session_id == pk))
+    conn.execute(update(S).where(S.c.parent_session_id == pk).values(parent_session_id=None))
+    conn.execute(delete(S).where(S.c.id == pk))
+
+
+def load_turns(conn: Connection, session_pk: int, after_seq: int = 0) -> list[Turn]:
+    rows = conn.execute(
+        select(TT.c.seq, TT.c.role, TT.c.content, TT.c.tokens)
+        .where(TT.c.session_id == session_pk, TT.c.seq > after_seq)
+        .order_by(TT.c.seq)
+    ).all()
+    return [Turn(r.seq, r.role, tuple(orjson.loads(r.content)), r.tokens) for r in rows]

@@ -1,0 +1,125 @@
+"""Snapshots: what the worker loads to compact, the version-guarded publish, and the sweep query."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import orjson
+from sqlalchemy import Connection, Engine, and_, delete, insert, or_, select, update
+
+from worker.compaction.model import Turn
+from worker.store.db import read_tx, write_tx
+from worker.store.memory import load_items, render
+from worker.store.sessions import SN, S, delete_session_rows, load_turns
+
+KEEP_SNAPSHOTS = 2  # the published one and its predecessor (for inspection)
+
+
+@dataclass(frozen=True, slots=True)
+class Loaded:
+    """A session as the worker sees it: its row, latest snapshot (or None), the tail, its memory."""
+
+    session: Any
+    snapshot: Any
+    tail: list[Turn]
+    memory: str
+
+
+def latest_snapshot(conn: Connection, session_pk: int) -> Any:
+    return conn.execute(
+        select(SN)
+        .where(SN.c.session_id == session_pk)
+        .order_by(SN.c.epoch.desc(), SN.c.through_seq.desc())
+        .limit(1)
+    ).first()
+
+
+def load(engine: Engine, session_pk: int) -> Loaded | None:
+    with read_tx(engine) as conn:
+        session = conn.execute(select(S).where(S.c.id == session_pk)).first()
+        if session is None:
+            return None
+        snap = latest_snapshot(conn, session_pk)
+        tail = load_turns(conn, session_pk, snap.through_seq if snap else 0)
+        memory = render(load_items(conn, session_pk))
+    return Loaded(session, snap, tail, memory)
+
+
+def publish(
+    engine: Engine,
+    session_pk: int,
+    *,
+    epoch: int,
+    through_seq: int,
+    tokens: int,
+    memory_version: int,
+    state: dict[str, Any],
+    prompt: dict[str, Any],
+    report: Any,
+) -> bool:
+    """Publish a snapshot unless a newer one is already there (compare-and-set on epoch, through, memory)."""
+    newer = or_(
+        S.c.epoch < epoch,
+        and_(S.c.epoch == epoch, S.c.compacted_through < through_seq),
+        and_(
+            S.c.epoch == epoch,
+            S.c.compacted_through == through_seq,
+            S.c.snapshot_memory_version < memory_version,
+        ),
+    )
+    with write_tx(engine) as conn:
+        won = conn.execute(
+            update(S)
+            .where(S.c.id == session_pk, newer)
+            .values(epoch=epoch, compacted_through=through_seq, snapshot_memory_version=memory_version)
+        ).rowcount
+        if not won:
+            return False
+        conn.execute(
+            insert(SN).values(
+                session_id=session_pk,
+                epoch=epoch,
+                through_seq=through_seq,
+                tokens=tokens,
+                memory_version=memory_version,
+                state=orjson.dumps(state).decode(),
+                prompt=orjson.dumps(prompt).decode(),
+                report=orjson.dumps(report).decode(),
+            )
+        )
+        old = (
+            select(SN.c.id)
+            .where(SN.c.session_id == session_pk)
+            .order_by(SN.c.epoch.desc(), SN.c.through_seq.desc(), SN.c.id.desc())
+            .offset(KEEP_SNAPSHOTS)
+        )
+        stale = conn.execute(old).scalars().all()
+        if stale:
+            conn.execute(delete(SN).where(SN.c.id.in_(stale)))
+    return True
+
+
+def behind(engine: Engine, idle_before: datetime, limit: int = 1000) -> list[tuple[int, int, int]]:
+    """(tenant id, session pk, version) of idle sessions whose snapshot misses turns or memory."""
+    with read_tx(engine) as conn:
+        rows = conn.execute(
+            select(S.c.tenant_id, S.c.id, S.c.version)
+            .where(
+                or_(S.c.version > S.c.compacted_through, S.c.memory_version > S.c.snapshot_memory_version),
+                S.c.last_append_at <= idle_before,
+            )
+            .order_by(S.c.last_append_at)
+            .limit(limit)
+        ).all()
+    return [(r.tenant_id, r.id, r.version) for r in rows]
+
+
+def expire(engine: Engine, inactive_before: datetime) -> list[int]:
+    """Delete sessions with no append since `inactive_before`; returns their pks."""
+    with write_tx(engine) as conn:
+        pks = conn.execute(select(S.c.id).where(S.c.last_append_at < inactive_before)).scalars().all()
+        for pk in pks:
+            delete_session_rows(conn, pk)
+    return list(pks)

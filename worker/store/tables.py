@@ -1,0 +1,139 @@
+"""SQLModel tables: tenants, sessions, turns, appends, snapshots, files, file reads, memory items."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy import BigInteger, Column, DateTime, Index, LargeBinary, Text, UniqueConstraint
+from sqlmodel import Field, SQLModel
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+class Tenant(SQLModel, table=True):
+    __tablename__ = "tenants"
+
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(index=True, unique=True)
+    api_key_hash: str = Field(index=True, unique=True)  # sha256 hex of the bearer key
+    created_at: datetime = Field(default_factory=utcnow, sa_type=DateTime)
+
+
+class Session(SQLModel, table=True):
+    __tablename__ = "sessions"
+    __table_args__ = (UniqueConstraint("tenant_id", "client_id"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: int = Field(foreign_key="tenants.id", index=True)
+    client_id: str  # the {sid} in the URL, unique per tenant
+    system: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
+    model: str | None = None
+    context_window: int | None = None
+    output_reserve: int | None = None
+    activity: str = "idle"  # busy | idle, declared by the client
+    last_append_at: datetime = Field(default_factory=utcnow, index=True, sa_type=DateTime)
+    created_at: datetime = Field(default_factory=utcnow, sa_type=DateTime)
+    version: int = 0  # the last seq
+    epoch: int = 0  # the published snapshot's epoch
+    compacted_through: int = 0  # the published snapshot's through_seq
+    memory_version: int = 0  # bumped by every memory change
+    snapshot_memory_version: int = 0  # the memory_version the published snapshot rendered
+    tokens: int = 0  # sum of the stored turns' tokens
+    parent_session_id: int | None = None
+    parent_tool_use_id: str | None = None
+
+
+class Turn(SQLModel, table=True):
+    __tablename__ = "turns"
+    __table_args__ = (UniqueConstraint("session_id", "seq"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    session_id: int = Field(foreign_key="sessions.id")
+    seq: int
+    role: str
+    content: str = Field(sa_column=Column(Text, nullable=False))  # JSON array of content blocks
+    content_hash: str
+    tokens: int
+    idempotency_key: str | None = None
+    created_at: datetime = Field(default_factory=utcnow, sa_type=DateTime)
+
+
+class Append(SQLModel, table=True):
+    """One idempotent append: a retry with the same key returns the same seqs."""
+
+    __tablename__ = "appends"
+    __table_args__ = (UniqueConstraint("session_id", "idempotency_key"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    session_id: int = Field(foreign_key="sessions.id")
+    idempotency_key: str
+    request_hash: str
+    first_seq: int
+    last_seq: int
+    created_at: datetime = Field(default_factory=utcnow, sa_type=DateTime)
+
+
+class Snapshot(SQLModel, table=True):
+    __tablename__ = "snapshots"
+    __table_args__ = (Index("ix_snapshots_session_epoch", "session_id", "epoch", "through_seq"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    session_id: int = Field(foreign_key="sessions.id")
+    epoch: int
+    through_seq: int
+    tokens: int
+    memory_version: int = 0
+    state: str = Field(sa_column=Column(Text, nullable=False))  # codec.transcript_to_json
+    prompt: str = Field(sa_column=Column(Text, nullable=False))  # assemble(): {"system", "messages"}
+    report: str = Field(sa_column=Column(Text, nullable=False))  # stage reports
+    created_at: datetime = Field(default_factory=utcnow, sa_type=DateTime)
+
+
+class File(SQLModel, table=True):
+    """Offloaded payloads, clip originals and archives: content-addressed per tenant and session, zstd."""
+
+    __tablename__ = "files"
+    __table_args__ = (UniqueConstraint("tenant_id", "session_id", "ref"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: int = Field(foreign_key="tenants.id")
+    session_id: int = Field(index=True)
+    ref: str
+    kind: str
+    media_type: str = "text/plain"
+    size_bytes: int = Field(default=0, sa_column=Column(BigInteger, nullable=False, default=0))
+    lines: int = 0
+    data: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
+    created_at: datetime = Field(default_factory=utcnow, sa_type=DateTime)
+
+
+class FileRead(SQLModel, table=True):
+    __tablename__ = "file_reads"
+
+    id: int | None = Field(default=None, primary_key=True)
+    file_id: int = Field(foreign_key="files.id", index=True)
+    session_id: int | None = None
+    range: str  # e.g. "lines 1-200"
+    created_at: datetime = Field(default_factory=utcnow, sa_type=DateTime)
+
+
+class MemoryItem(SQLModel, table=True):
+    __tablename__ = "memory_items"
+    __table_args__ = (UniqueConstraint("session_id", "key"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    session_id: int = Field(foreign_key="sessions.id", index=True)
+    key: str
+    value: str = Field(sa_column=Column(Text, nullable=False))
+    pinned: bool = False
+    tokens: int = 0
+    updated_at: datetime = Field(default_factory=utcnow, sa_type=DateTime)
+
+
+class SchemaVersion(SQLModel, table=True):
+    __tablename__ = "schema_version"
+
+    id: int = Field(default=1, primary_key=True)
+    version: int = 0

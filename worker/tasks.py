@@ -1,0 +1,42 @@
+"""Celery tasks: thin wrappers with explicit names; the work is in worker/jobs.py."""
+
+from __future__ import annotations
+
+from celery import Task
+from structlog.contextvars import bound_contextvars
+
+from worker import jobs
+from worker.celery_app import app, resources
+from worker.errors import TransientError
+
+
+@app.task(
+    name="compactd.compact",
+    bind=True,
+    acks_late=True,
+    autoretry_for=(TransientError,),
+    retry_backoff=2,
+    retry_backoff_max=60,
+    max_retries=8,
+)
+def compact(self: Task, tenant_id: int, session_id: int, seen_version: int) -> str:
+    with bound_contextvars(task_id=self.request.id, tenant_id=tenant_id, session_id=session_id):
+        return jobs.compact(tenant_id, session_id, seen_version, resources())
+
+
+@app.task(name="compactd.sweep", bind=True)
+def sweep(self: Task) -> int:
+    with bound_contextvars(task_id=self.request.id):
+        return jobs.sweep(resources(), lambda t, s, v: compact.apply_async((t, s, v)))
+
+
+@app.task(name="compactd.prune_memory", bind=True)
+def prune_memory(self: Task) -> int:
+    with bound_contextvars(task_id=self.request.id):
+        return jobs.prune_memory(resources())
+
+
+@app.task(name="compactd.expire", bind=True)
+def expire(self: Task) -> int:
+    with bound_contextvars(task_id=self.request.id):
+        return jobs.expire(resources())
