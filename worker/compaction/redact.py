@@ -1,63 +1,145 @@
-"""Redaction (placeholder implementation; the full detector set replaces this module).
+"""Redaction: every secret becomes a typed, keyed placeholder before anything is persisted.
 
-Interface other modules rely on:
-    Redactor(key: bytes)
-    .redact_text(text) -> str            typed keyed placeholders [REDACTED:<kind>:<8 hex>]
-    .redact_block(block) -> Block        walks text, tool_use input, tool_result content
-    .redact_value(value) -> Any          walks any JSON value (strings redacted, keys kept)
+    Redactor(key).redact_text(text)     "[REDACTED:<kind>:<8 hex>]" per secret, hex = HMAC-SHA256
+    Redactor(key).redact_value(value)   any JSON value: strings redacted, keys kept, shape kept
+    Redactor(key).redact_block(block)   an Anthropic content block
+    Redactor(key).findings(text)        [Finding(kind, start, end)], for tests and the bench
+
+The placeholder names the kind and an HMAC of the secret under a per-deployment key: the same
+secret always gets the same placeholder (an agent can still tell two keys apart), the key keeps
+anyone from confirming a guess, and 32 bits reveal nothing of the secret. The HMAC is taken over
+the unescaped secret (`\\/` -> `/`, `%40` -> `@`), so escaped and plain copies match. A
+placeholder matches no detector, so redacting twice changes nothing.
+
+What is not a secret, by policy: tool-use, message and request ids (`toolu_…`, `call_…`,
+`msg_…`, `req_…`), git SHAs, UUIDs, hex content hashes, and base64 image/document payloads
+(`{"type": "image"|"document", "source": {"type": "base64", …}}` are skipped whole).
+
+Thinking blocks are signed by the API: editing one invalidates its signature, and a forged
+`redacted_thinking` block is rejected too. A thinking block without secrets is kept untouched.
+One that contains a secret cannot be kept (the secret would reach storage) nor edited, so it is
+replaced by a text block saying that a thinking block was removed. The API accepts prior turns
+without their thinking; the one case it rejects is an assistant turn that continues a tool loop
+with thinking enabled, where the caller must resend without thinking for that request. Dropping
+the block silently would hide why the reasoning vanished; the note keeps the transcript honest.
+`redacted_thinking` blocks are opaque and encrypted already: kept.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-import re
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote
 
+from worker.compaction.keywords import is_assigned_secret, secret_kind_of_key
 from worker.compaction.model import Block
+from worker.compaction.scanner import Finding, find, find_spans
 
-_PATTERNS = [
-    ("anthropic_api_key", re.compile(r"sk-ant-[A-Za-z0-9_\-]{20,}")),
-    ("aws_access_key", re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b")),
-    ("github_token", re.compile(r"\bgh[pousr]_[A-Za-z0-9]{36,}\b")),
-]
+__all__ = ["THINKING_REMOVED", "Finding", "Redactor"]
+
+THINKING_REMOVED = "[compactd: a thinking block was removed because it contained a secret]"
+_ESCAPES = (("\\/", "/"), ('\\"', '"'), ("\\n", "\n"), ("\\\\", "\\"))
+
+
+def _unescaped(secret: str) -> str:
+    for escaped, plain in _ESCAPES:
+        secret = secret.replace(escaped, plain)
+    return unquote(secret) if "%" in secret else secret
+
+
+def _is_base64_source(value: dict[str, Any]) -> bool:
+    source = value.get("source")
+    return (
+        value.get("type") in ("image", "document")
+        and isinstance(source, dict)
+        and source.get("type") == "base64"
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class Redactor:
+    """Replaces secrets with `[REDACTED:<kind>:<hmac8>]` placeholders keyed by `key`."""
+
     key: bytes
 
     def placeholder(self, kind: str, secret: str) -> str:
-        digest = hmac.new(self.key, secret.encode(), hashlib.sha256).hexdigest()[:8]
-        return f"[REDACTED:{kind}:{digest}]"
+        """The placeholder of one secret: its kind and the first 8 hex of its keyed HMAC."""
+        digest = hmac.new(self.key, _unescaped(secret).encode("utf-8", "surrogatepass"), hashlib.sha256)
+        return f"[REDACTED:{kind}:{digest.hexdigest()[:8]}]"
+
+    def findings(self, text: str) -> list[Finding]:
+        """Every secret in text with its kind and str offsets, left to right."""
+        return find(text)
 
     def redact_text(self, text: str) -> str:
-        for kind, pattern in _PATTERNS:
-            text = pattern.sub(lambda m, k=kind: self.placeholder(k, m.group(0)), text)
-        return text
+        """text with every secret replaced by its placeholder; unchanged text is returned as is."""
+        data = text.encode("utf-8", "surrogatepass")
+        spans = find_spans(data)
+        if not spans:
+            return text
+        out: list[bytes] = []
+        pos = 0
+        for kind, start, end in spans:
+            secret = data[start:end].decode("utf-8", "surrogatepass")
+            out += [data[pos:start], self.placeholder(kind, secret).encode()]
+            pos = end
+        out.append(data[pos:])
+        return b"".join(out).decode("utf-8", "surrogatepass")
 
     def redact_value(self, value: Any) -> Any:
+        """Any JSON value with its strings redacted; a string under a credential key is judged whole."""
         if isinstance(value, str):
             return self.redact_text(value)
         if isinstance(value, list):
             return [self.redact_value(v) for v in value]
         if isinstance(value, dict):
-            return {k: self.redact_value(v) for k, v in value.items()}
+            if _is_base64_source(value):
+                return value
+            return {k: self._redact_field(k, v) for k, v in value.items()}
         return value
 
+    def _redact_field(self, key: Any, value: Any) -> Any:
+        if isinstance(value, str) and isinstance(key, str):
+            named = secret_kind_of_key(key)
+            if named is not None and is_assigned_secret(named[0], named[1], value, quoted=True):
+                return self.placeholder(named[0], value)
+        return self.redact_value(value)
+
     def redact_block(self, block: Block) -> Block:
+        """A content block with secrets replaced; ids, images and clean thinking are untouched."""
         kind = block.get("type")
         if kind == "text":
-            return {**block, "text": self.redact_text(block["text"])}
+            text = block.get("text", "")
+            return {**block, "text": self.redact_text(text)} if isinstance(text, str) else block
         if kind == "tool_use":
             return {**block, "input": self.redact_value(block.get("input", {}))}
         if kind == "tool_result":
             content = block.get("content", "")
             if isinstance(content, str):
                 return {**block, "content": self.redact_text(content)}
-            return {**block, "content": [self.redact_block(p) for p in content]}
-        if kind == "thinking":
-            # thinking blocks are signed: editing them invalidates the signature; see module notes
+            if isinstance(content, list):
+                return {**block, "content": [self._redact_part(p) for p in content]}
             return block
+        if kind == "thinking":
+            if find_spans(str(block.get("thinking", "")).encode("utf-8", "surrogatepass")):
+                return {"type": "text", "text": THINKING_REMOVED}
+            return block
+        if kind == "document":
+            return self._redact_part(block)
         return block
+
+    def _redact_part(self, part: Any) -> Any:
+        if not isinstance(part, dict):
+            return part
+        if part.get("type") == "text":
+            return self.redact_block(part)
+        if _is_base64_source(part) or part.get("type") == "image":
+            return part
+        if part.get("type") == "document":
+            source = part.get("source")
+            if isinstance(source, dict) and isinstance(source.get("data"), str):
+                return {**part, "source": {**source, "data": self.redact_text(source["data"])}}
+            return part
+        return self.redact_value(part)

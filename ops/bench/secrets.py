@@ -1,0 +1,244 @@
+"""Secret redaction benchmark: recall and false positives per corpus, and throughput.
+
+Run: python -m ops.bench.secrets  (reads ../shared/data or COMPACTD_DATA_DIR)
+
+Corpora: ../shared/data/secrets/*.jsonl (FORMATS.md §5). Definitions:
+
+- A **positive is caught** when its secret occurs fewer times in the redacted text than in the
+  original. The secret is `expected_secret`; for noseyparker rules with several capture groups
+  (user, password, host), a positive is caught when any group is gone (the redactor never removes
+  user names or hosts, so in practice the credential group). Without `expected_secret`, the
+  secret is the longest token of the text (split on whitespace, quotes and `=:,;()<>`).
+- Positives **out of policy** are counted apart, not in recall: noseyparker samples whose
+  categories include `identifier` but not `secret` (ARNs, bucket names, account ids), and
+  placeholder positives whose secret holds a run of eight or more `x`/`X` (`AP6xxxxxxxxxx`).
+  noseyparker `hashed` samples (password hashes) are in policy: they are crackable offline.
+- A **negative is a false positive** when redaction changes it, unless the corpus says it is a
+  secret of another kind and we did not call it this one: its `gitleaks_regex_matches` names a
+  rule other than its own, and none of our finding kinds equals the rule's kind (kinds and rule
+  names compared as word sets without generic words like key/token/api/secret; generic kinds
+  such as `password` equal only generic rules).
+- detect_secrets_test_files: each line that detect-secrets 1.5.0 flags or that carries
+  `# pragma: allowlist secret` is a positive, except lines whose only findings are
+  "Hex High Entropy String" (bare hex digests are not secrets by policy); its secret is the
+  longest quoted string, else the value after `=`/`:`. Caught when a finding covers it.
+- Throughput: MB of the Claude Code transcript file per CPU second through `redact_block` on
+  every content block, and through `redact_text` on the raw file.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ops.bench.common import data_dir, table
+from worker.compaction.redact import Redactor
+
+TRANSCRIPT = "transcripts/claude-code/spotter/fa812bfe-b295-4cca-9c2f-fdf01028cb46.jsonl"
+CORPORA = (
+    "gitleaks_rule_cases",
+    "noseyparker_rule_examples",
+    "detect_secrets_plugin_cases",
+    "detect_secrets_test_files",
+)
+_GENERIC = frozenset(
+    ["key", "keys", "token", "tokens", "api", "secret", "secrets", "access", "generic", "keyword", "password", "passwd", "pwd", "auth", "credential", "credentials", "string", "high", "entropy", "value", "np"]
+)
+_SPLIT = re.compile(r"[\s'\"`=:,;()<>]+")
+_PLACEHOLDER = re.compile(r"[xX]{8,}")
+
+
+def _words(name: str) -> frozenset[str]:
+    return frozenset(w for w in re.split(r"[^a-z0-9]+", name.lower()) if w and not w.isdigit()) - _GENERIC
+
+
+def same_kind(kind: str, rule: str) -> bool:
+    """Whether one of our finding kinds is the kind a rule detects (generic equals generic)."""
+    return _words(kind) == _words(rule)
+
+
+def _rule_name(row: dict[str, Any]) -> str:
+    return str(row.get("rule_name") or row["rule_id"])
+
+
+def _secrets_of(row: dict[str, Any]) -> list[str]:
+    expected = row.get("expected_secret")
+    if isinstance(expected, str) and expected:
+        return [expected]
+    if isinstance(expected, list) and expected:
+        return [e for e in expected if isinstance(e, str) and e]
+    tokens = [t for t in _SPLIT.split(row["text"]) if t]
+    return [max(tokens, key=len)] if tokens else []
+
+
+def _in_policy(row: dict[str, Any], secrets: list[str]) -> bool:
+    categories = row.get("categories") or []
+    if "identifier" in categories and "secret" not in categories:
+        return False
+    return not any(_PLACEHOLDER.search(s) for s in secrets)
+
+
+def _caught(original: str, redacted: str, secrets: list[str]) -> bool:
+    return any(redacted.count(s) < original.count(s) for s in secrets)
+
+
+def _false_positive(row: dict[str, Any], redactor: Redactor) -> bool:
+    text = row["text"]
+    if redactor.redact_text(text) == text:
+        return False
+    own = row["rule_id"]
+    other = [r for r in row.get("gitleaks_regex_matches") or [] if r != own]
+    kinds = {f.kind for f in redactor.findings(text)}
+    return not other or any(same_kind(k, _rule_name(row)) for k in kinds)
+
+
+def score_rows(rows: Iterable[dict[str, Any]], redactor: Redactor) -> dict[str, Any]:
+    """Positives, recall, out-of-policy count, negatives and false-positive rate of labelled rows."""
+    positives = caught = out_of_policy = negatives = false_positives = 0
+    misses: list[str] = []
+    fps: list[str] = []
+    for row in rows:
+        if row.get("label") == "positive":
+            secrets = _secrets_of(row)
+            if not _in_policy(row, secrets):
+                out_of_policy += 1
+                continue
+            positives += 1
+            if _caught(row["text"], redactor.redact_text(row["text"]), secrets):
+                caught += 1
+            else:
+                misses.append(row["id"])
+        elif row.get("label") == "negative":
+            negatives += 1
+            if _false_positive(row, redactor):
+                false_positives += 1
+                fps.append(row["id"])
+    return {
+        "positives": positives,
+        "recall": round(caught / max(1, positives), 3),
+        "out_of_policy": out_of_policy,
+        "negatives": negatives,
+        "fp_rate": round(false_positives / max(1, negatives), 3),
+        "misses": misses,
+        "false_positives": fps,
+    }
+
+
+def _line_secret(line: str) -> str:
+    quoted = re.findall(r"'([^']+)'|\"([^\"]+)\"", line)
+    values = [a or b for a, b in quoted]
+    if values:
+        return max(values, key=len)
+    value = re.split(r"[=:]", line, maxsplit=1)[-1]
+    return value.split("#")[0].strip()
+
+
+def score_test_files(files: Iterable[dict[str, Any]], redactor: Redactor) -> dict[str, Any]:
+    """Recall over the flagged and allowlisted lines of detect-secrets' own test files."""
+    positives = caught = 0
+    misses: list[str] = []
+    for f in files:
+        text: str = f["text"]
+        lines = text.split("\n")
+        flagged: dict[int, set[str]] = {}
+        for finding in f["detect_secrets_1_5_0_findings"]:
+            flagged.setdefault(finding["line_number"], set()).add(finding["type"])
+        for number, line in enumerate(lines, 1):
+            if "pragma: allowlist secret" in line:
+                flagged.setdefault(number, set()).add("pragma")
+        spans = redactor.findings(text)
+        offsets = [0]
+        for line in lines:
+            offsets.append(offsets[-1] + len(line) + 1)
+        for number, types in sorted(flagged.items()):
+            if types == {"Hex High Entropy String"}:
+                continue
+            line = lines[number - 1]
+            secret = _line_secret(line)
+            at = offsets[number - 1] + line.find(secret)
+            positives += 1
+            if any(s.start <= at and at + len(secret) <= s.end for s in spans):
+                caught += 1
+            else:
+                misses.append(f"{f['path']}:{number}")
+    return {
+        "positives": positives,
+        "recall": round(caught / max(1, positives), 3),
+        "out_of_policy": 0,
+        "negatives": 0,
+        "fp_rate": 0.0,
+        "misses": misses,
+        "false_positives": [],
+    }
+
+
+def load_rows(path: Path) -> list[dict[str, Any]]:
+    return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+
+
+def score_corpus(root: Path, name: str, redactor: Redactor) -> dict[str, Any]:
+    """The figures of one corpus under ../shared/data/secrets."""
+    rows = load_rows(root / "secrets" / f"{name}.jsonl")
+    if name == "detect_secrets_test_files":
+        return score_test_files(rows, redactor)
+    return score_rows(rows, redactor)
+
+
+def _blocks(path: Path) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for line in path.read_bytes().splitlines():
+        record = orjson.loads(line)
+        message = record.get("message") if isinstance(record, dict) else None
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, str):
+            out.append({"type": "text", "text": content})
+        elif isinstance(content, list):
+            out += [b for b in content if isinstance(b, dict)]
+    return out
+
+
+def throughput(path: Path, redactor: Redactor) -> dict[str, float]:
+    """MB/s of the transcript file through redact_block on each block and redact_text on the file."""
+    size_mb = path.stat().st_size / 1e6
+    blocks = _blocks(path)
+    started = time.process_time()
+    for block in blocks:
+        redactor.redact_block(block)
+    per_block = time.process_time() - started
+    text = path.read_text()
+    started = time.process_time()
+    redactor.redact_text(text)
+    raw = time.process_time() - started
+    return {
+        "blocks_mb_s": round(size_mb / max(per_block, 1e-9), 1),
+        "raw_mb_s": round(size_mb / max(raw, 1e-9), 1),
+    }
+
+
+def main() -> dict[str, Any]:
+    root = data_dir()
+    redactor = Redactor(b"bench")
+    rows = []
+    for name in CORPORA:
+        figures = score_corpus(root, name, redactor)
+        rows.append({"corpus": name, **figures})
+    speed = throughput(root / TRANSCRIPT, redactor)
+    print(table(rows, ["corpus", "positives", "recall", "out_of_policy", "negatives", "fp_rate"]))
+    print(
+        f"\nthroughput on {Path(TRANSCRIPT).name}: {speed['blocks_mb_s']} MB/s per block, "
+        f"{speed['raw_mb_s']} MB/s raw file"
+    )
+    for row in rows:
+        for label in ("misses", "false_positives"):
+            if row[label]:
+                print(f"{row['corpus']} {label}: {', '.join(row[label])}")
+    return {"corpora": rows, "throughput": speed}
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,92 @@
+"""Secret-bearing names: which keys (`password`, `api_key`, `AUTH_TOKEN`) hold credentials.
+
+A key is split into words (snake, kebab, dotted and camelCase alike); its last word says whether
+it names the secret itself (`client_secret`) or something about it (`secret_name`, `token_url`,
+`credentialsId`), and its letters say which kind of credential it is.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+from worker.compaction.shapes import is_code, is_placeholder, is_uuid, is_wordy, looks_random
+
+_WORDS = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
+
+# A key ending in one of these words describes a secret without holding it.
+_ABOUT = frozenset(
+    ["id", "ids", "uuid", "guid", "name", "names", "file", "files", "filename", "path", "paths", "dir", "url", "urls", "uri", "endpoint", "host", "type", "types", "kind", "size", "length", "len", "count", "hash", "sha", "digest", "checksum", "version", "format", "mode", "prefix", "suffix", "header", "headers", "field", "fields", "param", "params", "var", "variable", "variables", "env", "policy", "ref", "refs", "algorithm", "alg", "provider", "timeout", "ttl", "expiry", "expires", "expiration", "usage", "limit", "class", "method", "label", "description", "desc", "hint", "help", "message", "msg", "title", "text", "pattern", "regex", "index", "idx", "column", "table", "schema", "store", "storage", "manager", "service", "helper", "factory", "handler", "validator", "error", "errors", "required", "enabled", "disabled", "visible", "flag", "flags", "source", "location", "mask", "input", "form", "strength", "rotation", "reset", "changed", "generator", "min", "max", "fingerprint", "thumbprint", "signature", "spec", "config", "cfg", "template", "placeholder", "prompt", "field", "type", "parameter", "arg", "args", "option", "options", "list", "set", "map", "dict", "bits", "bytes", "length", "chars", "charset", "hint", "event", "events", "button", "link", "route", "page", "view", "mapping", "salt", "rounds", "iterations", "cost", "sec", "seconds", "ms", "lifetime", "age", "days", "expire", "expired", "valid", "validity"]
+)
+_PUBLIC = ("public", "publishable", "pubkey", "verify", "verification")
+_PASSWORD = ("password", "passwd", "passphrase", "pwd", "passw")
+_TOKEN = ("token", "bearer", "session_key", "sessionkey", "cookie")
+_API_KEY = ("apikey", "accesskey", "authkey", "licensekey", "secretkey", "masterkey", "signingkey")
+_PRIVATE = ("privatekey", "private_key", "encryptionkey", "clientkey", "accountkey", "sharedaccesskey")
+
+
+def key_words(key: str) -> list[str]:
+    """The lower-case words of a key name: `AUTH0_CLIENT_SECRET` -> [auth, 0, client, secret]."""
+    return [w.lower() for w in _WORDS.findall(key)]
+
+
+# Keys whose random-looking values are data, not credentials (hashes, ids, encoded content).
+_DATA = _ABOUT | frozenset(
+    ["integrity", "nonce", "etag", "commit", "sha1", "sha256", "sha512", "md5", "data", "content", "image", "body", "payload", "blob", "b64", "base64", "encoded", "icon", "logo", "font", "cursor", "state", "checksum", "serial", "revision", "rev", "build", "tag", "hmac", "certificate", "cert", "crt", "csr", "ca", "pem"]
+)
+
+
+@lru_cache(maxsize=4096)
+def names_other_value(key: str) -> bool:
+    """True when a key says its value is an id, hash, name or encoded data (not a credential)."""
+    words = key_words(key)
+    return bool(words) and (words[-1] in _DATA or any(p in w for w in words for p in _PUBLIC))
+
+
+@lru_cache(maxsize=4096)
+def secret_kind_of_key(key: str) -> tuple[str, bool] | None:
+    """(kind, strong) when key names a credential; None for other keys.
+
+    strong: the name alone makes a literal value a secret (`password`, `token`, `api_key`);
+    weak (a bare `key`): the value must also look random.
+    """
+    words = key_words(key)
+    if not words or words[-1] in _ABOUT or any(p in w for w in words for p in _PUBLIC):
+        return None
+    flat = "".join(words)
+    if any(p in flat for p in _PASSWORD) or words[-1] in ("pass", "pw") or "pass" in words:
+        return "password", True
+    if any(p in flat for p in _PRIVATE):
+        return "private_key", True
+    if any(p in flat for p in _API_KEY) or ("api" in words and "key" in flat):
+        return "api_key", True
+    if "secret" in flat:
+        return "secret", True
+    if any(p in flat for p in _TOKEN):
+        return "token", True
+    if "credential" in flat or "credentials" in words or words[-1] in ("auth", "creds", "cred"):
+        return "credential", True
+    if "key" in flat:
+        return "key", False
+    return None
+
+
+def is_assigned_secret(kind: str, strong: bool, value: str, quoted: bool) -> bool:
+    """Whether `value`, assigned to a key of this kind, is a credential rather than a stand-in."""
+    v = value.strip()
+    if is_placeholder(v) or (is_uuid(v) and kind in ("key", "secret")):
+        return False
+    if not strong:
+        return looks_random(v, min_len=16, min_bits=3.0)
+    if not quoted and (is_code(v) and not (v.isdigit() and len(v) >= 8)):
+        return False
+    if len(v) < 6 or (v.isdigit() and len(v) < 8):
+        return False
+    if _ENV_NAME.match(v):
+        return False
+    if kind == "password" or quoted:
+        return True
+    return " " not in v and not is_wordy(v)
+
+
+_ENV_NAME = re.compile(r"^[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+$")

@@ -1,0 +1,198 @@
+"""Finding secrets fast: one RE2 pass over UTF-8 bytes, judges only where a pattern matched.
+
+Every detector's pattern is one alternative of a single RE2 regex, so a clean text costs one
+DFA scan (well over 100 MB/s) whatever the number of detectors; Python runs only at candidate
+positions. Encoded forms get a second look through decoded views: percent-encoded runs
+(`%2F`, `%40`) and base64 runs that decode to text (a blob hiding `AKIA…` or a PEM key).
+JSON-escaped forms (`\\"`, `\\/`, `\\n`) need no view: the patterns accept the escapes.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from urllib.parse import unquote_to_bytes
+
+import re2
+
+from worker.compaction.detectors import DETECTORS, Detector
+from worker.compaction.manifests import kubernetes_secret_spans
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """A secret of `kind` at text[start:end]."""
+
+    kind: str
+    start: int
+    end: int
+
+
+Span = tuple[str, int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class _Lane:
+    """One RE2 pass: the alternation of a lane's detectors, and which group starts each one."""
+
+    regex: re2._Regexp
+    owners: dict[int, tuple[Detector, int]]
+
+
+def _compile(detectors: list[Detector]) -> _Lane:
+    parts: list[str] = []
+    owners: dict[int, tuple[Detector, int]] = {}
+    group = 1
+    for detector in detectors:
+        owners[group] = (detector, group)
+        parts.append(f"({detector.pattern})")
+        group += 1 + re2.compile(detector.pattern).groups
+    options = re2.Options()
+    options.max_mem = 64 << 20
+    return _Lane(re2.compile("|".join(parts).encode(), options), owners)
+
+
+_LANES = tuple(
+    _compile([d for d in DETECTORS if d.lane == lane]) for lane in sorted({d.lane for d in DETECTORS})
+)
+_PERCENT_RUN = re2.compile(rb"[^\s\"'<>`]*%[0-9A-Fa-f]{2}[^\s\"'<>`]*")
+_BASE64_RUN = re2.compile(rb"[A-Za-z0-9+/]{24,}={0,2}|[A-Za-z0-9_-]{24,}={0,2}")
+_PRINTABLE = re.compile(rb"[\x20-\x7e\t\r\n]*")
+_VIEW_MAX_BYTES = 1 << 20
+
+
+def _decode(data: bytes) -> str:
+    try:
+        return data.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError:
+        return data.decode("latin-1")
+
+
+def _byte_offset(region: str, raw: bytes, index: int) -> int:
+    if len(region) == len(raw):
+        return index
+    return len(region[:index].encode("utf-8", "surrogatepass"))
+
+
+def _owner(lane: _Lane, m: re2._Match) -> tuple[Detector, int]:
+    owner = lane.owners.get(m.lastindex or 0)
+    if owner is not None and m.start(owner[1]) >= 0:
+        return owner
+    return next(o for g, o in lane.owners.items() if m.start(g) >= 0)
+
+
+def scan_bytes(data: bytes) -> list[Span]:
+    """(kind, start, end) byte spans of every pattern-detected secret, left to right, disjoint."""
+    found = [span for lane in _LANES for span in _scan_lane(lane, data)]
+    if len(_LANES) == 1 or not found:
+        return found
+    out: list[Span] = []
+    # earliest first; at one position the longer span, then the lower lane (stable sort)
+    for span in sorted(found, key=lambda s: (s[1], s[1] - s[2])):
+        if not out or span[1] >= out[-1][2]:
+            out.append(span)
+    return out
+
+
+def _scan_lane(lane: _Lane, data: bytes) -> list[Span]:
+    out: list[Span] = []
+    pos, size = 0, len(data)
+    search = lane.regex.search
+    while pos < size:
+        m = search(data, pos)
+        if m is None:
+            break
+        detector, base = _owner(lane, m)
+        s_start, s_end = m.span(base + detector.secret_group)
+        key = None if detector.key_group is None else _decode(m.group(base + detector.key_group))
+        raw = data[s_start:s_end]
+        region = _decode(raw)
+        judged = detector.judge(region, key)
+        if judged is None or judged[2] <= judged[1]:
+            # skip past a rejected key but still look inside its value for other secrets
+            pos = s_start if detector.key_group is not None and s_start > m.start() else m.start() + 1
+            continue
+        kind, lo, hi = judged
+        start, end = s_start + _byte_offset(region, raw, lo), s_start + _byte_offset(region, raw, hi)
+        out.append((kind, start, end))
+        pos = max(end, m.start() + 1)
+    return out
+
+
+def _percent_views(data: bytes) -> Iterator[tuple[int, int, bytes, list[int]]]:
+    """(run start, run end, decoded bytes, offset of each decoded byte in the run)."""
+    for m in _PERCENT_RUN.finditer(data):
+        run = m.group(0)
+        if len(run) > _VIEW_MAX_BYTES:
+            continue
+        decoded, where, i = bytearray(), [], 0
+        while i < len(run):
+            if run[i] == 0x25 and i + 2 < len(run) + 0 and _is_hex(run[i + 1 : i + 3]):
+                decoded += unquote_to_bytes(run[i : i + 3])
+                where.append(i)
+                i += 3
+            else:
+                decoded.append(run[i])
+                where.append(i)
+                i += 1
+        where.append(len(run))
+        yield m.start(), m.end(), bytes(decoded), where
+
+
+def _is_hex(pair: bytes) -> bool:
+    return len(pair) == 2 and all(c in b"0123456789abcdefABCDEF" for c in pair)
+
+
+def _base64_text(run: bytes) -> bytes | None:
+    if run.lower() == run or run.upper() == run or len(run) > _VIEW_MAX_BYTES:
+        return None
+    body = run.rstrip(b"=")
+    padded = body + b"=" * (-len(body) % 4)
+    try:
+        decoded = (base64.urlsafe_b64decode if b"-" in run or b"_" in run else base64.b64decode)(padded)
+    except (binascii.Error, ValueError):
+        return None
+    if len(decoded) < 12 or not decoded.isascii() or _PRINTABLE.fullmatch(decoded) is None:
+        return None
+    return decoded
+
+
+def _overlaps(spans: list[Span], start: int, end: int) -> bool:
+    return any(s < end and start < e for _, s, e in spans)
+
+
+def find_spans(data: bytes, depth: int = 1) -> list[Span]:
+    """Byte spans of all secrets: patterns, then percent-decoded and base64-decoded views."""
+    spans = scan_bytes(data)
+    extra: list[Span] = []
+    for kind, start, end in kubernetes_secret_spans(data):
+        if not _overlaps(spans, start, end):
+            extra.append((kind, start, end))
+    if b"%" in data:
+        for run_start, _, decoded, where in _percent_views(data):
+            for kind, a, b in scan_bytes(decoded):
+                start, end = run_start + where[a], run_start + where[b]
+                if not _overlaps(spans, start, end) and not _overlaps(extra, start, end):
+                    extra.append((kind, start, end))
+    if depth > 0:
+        for m in _BASE64_RUN.finditer(data):
+            start, end = m.span()
+            if _overlaps(spans, start, end) or _overlaps(extra, start, end):
+                continue
+            decoded = _base64_text(m.group(0))
+            inner = find_spans(decoded, depth - 1) if decoded is not None else []
+            if inner:
+                extra.append((inner[0][0], start, end))
+    return sorted(spans + extra, key=lambda s: s[1]) if extra else spans
+
+
+def find(text: str) -> list[Finding]:
+    """Every secret in text as (kind, start, end) in str offsets, left to right, disjoint."""
+    data = text.encode("utf-8", "surrogatepass")
+    spans = find_spans(data)
+    if not spans or len(data) == len(text):
+        return [Finding(k, s, e) for k, s, e in spans]
+    return [Finding(k, len(_decode(data[:s])), len(_decode(data[:e]))) for k, s, e in spans]

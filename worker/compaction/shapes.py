@@ -1,0 +1,149 @@
+"""Value shapes: is a candidate string random enough, a placeholder, or code, to be a secret?
+
+Detectors find candidates by position (a prefix, a keyword, a URL); these pure checks decide
+whether the candidate value looks like a credential or like an ordinary value that happens to sit
+in the same place (`password = get_password()`, `token: null`, `key = "${KEY}"`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+
+PLACEHOLDER_MARK = "[REDACTED:"
+
+# Words that stand in for a value rather than being one.
+_FILLER = frozenset(
+    {
+        "null",
+        "none",
+        "nil",
+        "true",
+        "false",
+        "undefined",
+        "empty",
+        "required",
+        "optional",
+        "string",
+        "str",
+        "bytes",
+        "secret",
+        "password",
+        "passwd",
+        "pass",
+        "token",
+        "apikey",
+        "api_key",
+        "changeme",
+        "redacted",
+        "hidden",
+        "masked",
+        "xxx",
+        "yyy",
+        "test",
+        "example",
+        "placeholder",
+        "your_password",
+        "yourpassword",
+        "your_token",
+        "your_api_key",
+    }
+)
+_TEMPLATE = re.compile(
+    r"""^(?:
+        \$\{[^}]*\}?            # ${VAR}
+      | \$\(.*\)?               # $(command)
+      | \$[A-Za-z_][\w.]*       # $VAR
+      | \{\{.*\}\}              # {{ template }}
+      | \{[A-Za-z_][\w.]*\}     # {name}
+      | <[^<>]*>                # <your token>
+      | \[[A-Z _-]+\]           # [PASSWORD]
+      | %\(?\w*\)?s             # %s, %(name)s
+      | %[A-Za-z_]+%            # %VAR%
+      | [*xX.#?_-]+             # ****, xxxx, ....
+      | [xX]{4,}.*|.*[xX]{6,}   # runs of x: placeholders
+      | (?i:process\.env|os\.environ|env|getenv|secrets)\b.*
+    )$""",
+    re.VERBOSE | re.DOTALL,
+)
+_CALL_OR_ATTR = re.compile(
+    r"""^(?:
+        [A-Za-z_$][\w$]*(?:(?:\.|::|->)[A-Za-z_$][\w$]*)*\s*\(.*   # call: get_password(...)
+      | [A-Za-z_$][\w$]*(?:(?:\.|::|->)[A-Za-z_$][\w$]*)+          # attribute: settings.SECRET_KEY
+      | [A-Za-z_$][\w$]*\s*\[.*                                    # index: os.environ["X"]
+      | [A-Za-z_]+                                                 # a bare identifier (no digits)
+      | -?\d{1,7}(?:\.\d+)?                                        # a small number
+    )$""",
+    re.VERBOSE | re.DOTALL,
+)
+_SEQUENTIAL = ("abcdefgh", "ABCDEFGH", "01234567", "12345678", "qwertyui")
+
+
+def entropy_bits(value: str) -> float:
+    """Shannon entropy per character."""
+    if not value:
+        return 0.0
+    n = len(value)
+    return -sum(c / n * math.log2(c / n) for c in Counter(value).values())
+
+
+def char_classes(value: str) -> int:
+    """How many of lower, upper, digit, other appear in value."""
+    return (
+        any(c.islower() for c in value)
+        + any(c.isupper() for c in value)
+        + any(c.isdigit() for c in value)
+        + any(not c.isalnum() for c in value)
+    )
+
+
+def is_placeholder(value: str) -> bool:
+    """True for template variables, fillers, masks and already-redacted placeholders."""
+    v = value.strip()
+    if not v or PLACEHOLDER_MARK in v:
+        return True
+    if v.lower().strip("_-'\"") in _FILLER or _TEMPLATE.match(v):
+        return True
+    return len(set(v)) <= 2 or (any(s in v for s in _SEQUENTIAL) and entropy_bits(v) < 4.6)
+
+
+def is_code(value: str) -> bool:
+    """True when an unquoted value reads as code: a call, attribute, index, identifier or number."""
+    return bool(_CALL_OR_ATTR.match(value.strip()))
+
+
+def is_wordy(value: str) -> bool:
+    """True for names made of words (`jjwt-jackson-0.11.2`, `my.module.path`), not random tokens."""
+    parts = [p for p in re.split(r"[-_.:/ ]+", value) if p]
+    if len(parts) < 2:
+        return value.isalpha() and (value.islower() or value.isupper() or value.istitle())
+    return all(p.isalpha() or (p.isdigit() and len(p) <= 4) or _word_with_digits(p) for p in parts)
+
+
+def _word_with_digits(part: str) -> bool:
+    letters = sum(c.isalpha() for c in part)
+    return letters >= len(part) - 2 and part[:1].isalpha()
+
+
+def looks_random(value: str, min_len: int = 16, min_bits: float = 3.2) -> bool:
+    """A token-like value: long, mixed character classes with digits, high entropy, not words."""
+    v = value.strip()
+    if len(v) < min_len or " " in v or is_placeholder(v):
+        return False
+    if not any(c.isdigit() for c in v) or char_classes(v) < 2:
+        return False
+    return entropy_bits(v) >= min_bits and not is_wordy(v)
+
+
+def is_hex_digest(value: str) -> bool:
+    """A bare md5/sha1/sha256/sha512 hex digest (content hashes and git SHAs are not secrets)."""
+    return len(value) in (32, 40, 64, 128) and all(c in "0123456789abcdefABCDEF" for c in value)
+
+
+def is_uuid(value: str) -> bool:
+    """A canonical 8-4-4-4-12 UUID."""
+    return bool(_UUID.match(value))
+
+
+_UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
