@@ -51,7 +51,8 @@ def save_files_conn(
     if not rows:
         return 0
     stmt = insert_ignore(engine)(F).on_conflict_do_nothing(index_elements=["tenant_id", "session_id", "ref"])
-    return conn.execute(stmt, rows).rowcount
+    # count what RETURNING gives back: drivers disagree on rowcount for ON CONFLICT DO NOTHING
+    return sum(len(conn.execute(stmt.values(**row).returning(F.c.id)).all()) for row in rows)
 
 
 def read_file(engine: Engine, session_pk: int, ref: str) -> tuple[int, str, str] | None:

@@ -1,0 +1,171 @@
+"""Real services for integration tests: Redis and PostgreSQL on loopback, SQLite files, Celery worker processes."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from sqlalchemy import Engine, create_engine, text
+
+from tests.conftest import REPO, require
+from worker.settings import Settings
+from worker.store.db import make_engine, migrate, normalize_url
+from worker.store.tenants import create_tenant
+
+REDIS_URL = os.environ.get("COMPACTD_TEST_REDIS_URL", "redis://127.0.0.1:6379/11")
+PG_URL = os.environ.get("COMPACTD_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+def answers(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    require(answers("127.0.0.1", 6379), "Redis not answering on 127.0.0.1:6379 (run `make services`)")
+    return REDIS_URL
+
+
+@pytest.fixture(scope="session")
+def pg_schema_url() -> Iterator[str]:
+    """A fresh PostgreSQL schema for this test run (dropped at the end), as a URL selecting it."""
+    require(answers("127.0.0.1", 5432), "PostgreSQL not answering on 127.0.0.1:5432 (run `make services`)")
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(normalize_url(PG_URL))
+    with admin.begin() as conn:
+        conn.execute(text(f"CREATE SCHEMA {schema}"))
+    yield f"{PG_URL}?options=-csearch_path%3D{schema}"
+    with admin.begin() as conn:
+        conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
+    admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """Each store test runs against SQLite and PostgreSQL (a fresh schema per test)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'compactd.db'}"
+        return
+    base = request.getfixturevalue("pg_schema_url")
+    schema = f"s_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(normalize_url(PG_URL))
+    with admin.begin() as conn:
+        conn.execute(text(f"CREATE SCHEMA {schema}"))
+    yield base.rsplit("?", 1)[0] + f"?options=-csearch_path%3D{schema}"
+    with admin.begin() as conn:
+        conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
+    admin.dispose()
+
+
+@pytest.fixture
+def engine(database_url: str) -> Iterator[Engine]:
+    e = make_engine(database_url)
+    migrate(e)
+    yield e
+    e.dispose()
+
+
+@pytest.fixture
+def tenant(engine: Engine) -> int:
+    return create_tenant(engine, f"t-{uuid.uuid4().hex[:8]}")[0]
+
+
+def make_settings(tmp_path: Path, database_url: str, redis_url: str, **overrides: Any) -> Settings:
+    """Settings isolated per test: own DB, Redis key prefix, Celery queue and var dir."""
+    tag = uuid.uuid4().hex[:10]
+    values: dict[str, Any] = {
+        "database_url": database_url,
+        "redis_url": redis_url,
+        "var_dir": tmp_path / "var",
+        "redis_prefix": f"test-{tag}:",
+        "queue": f"test-{tag}",
+        "redaction_key": "test-redaction-key",
+        "idle_seconds": 0.3,
+        "log_level": "INFO",
+        **overrides,
+    }
+    return Settings(**values)
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    """The environment a subprocess needs to build the same Settings."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COMPACTD_")}
+    for name, value in settings.model_dump().items():
+        if value is not None:
+            env[f"COMPACTD_{name.upper()}"] = str(value)
+    env["PYTHONPATH"] = str(REPO)
+    return env
+
+
+class Worker:
+    """A real `compactd worker` (or beat) subprocess."""
+
+    def __init__(self, settings: Settings, *args: str, log: Path) -> None:
+        self.log = log
+        self.out = log.open("wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "api.cli", *args],
+            env=settings_env(settings),
+            cwd=REPO,
+            stdout=self.out,
+            stderr=subprocess.STDOUT,
+        )
+
+    def wait_ready(self, marker: str = "ready", timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if marker in self.log.read_text(errors="replace"):
+                return
+            if self.proc.poll() is not None:
+                self.stop()
+                raise AssertionError(f"process exited: {self.log.read_text(errors='replace')[-2000:]}")
+            time.sleep(0.1)
+        self.stop()
+        raise AssertionError(f"not ready in {timeout}s: {self.log.read_text(errors='replace')[-2000:]}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.out.close()
+
+
+def flush_prefix(url: str, prefix: str) -> None:
+    client = redis.Redis.from_url(url)
+    keys = list(client.scan_iter(f"{prefix}*"))
+    if keys:
+        client.delete(*keys)
+    client.close()
+
+
+def wait_for(predicate: Any, timeout: float = 30.0, interval: float = 0.1) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout}s")

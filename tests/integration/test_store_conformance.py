@@ -1,0 +1,222 @@
+"""The store contract, run against SQLite and PostgreSQL alike (langgraph-style conformance suite)."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+
+import pytest
+from sqlalchemy import Engine, inspect, select, text
+
+from worker.compaction.model import FileWrite, Turn
+from worker.store import files, memory, sessions, snapshots
+from worker.store.db import SCHEMA_VERSION, migrate, read_tx
+from worker.store.tenants import create_tenant, ensure_tenant, reset_key, tenant_for_key
+
+pytestmark = pytest.mark.services
+
+
+def turn(role: str, text: str) -> Turn:
+    return Turn(seq=0, role=role, content=({"type": "text", "text": text},), tokens=3)  # type: ignore[arg-type]
+
+
+def seqs(engine: Engine, pk: int) -> list[int]:
+    with read_tx(engine) as conn:
+        return [t.seq for t in sessions.load_turns(conn, pk)]
+
+
+def test_append_numbers_turns_contiguously_from_one(engine: Engine, tenant: int) -> None:
+    """Appends get seqs 1..n in order, and version is the last seq."""
+    a = sessions.append_turns(engine, tenant, "s", [turn("user", "a"), turn("assistant", "b")])
+    b = sessions.append_turns(engine, tenant, "s", [turn("user", "c")])
+    assert (a.first_seq, a.last_seq, b.first_seq, b.version) == (1, 2, 3, 3)
+    assert seqs(engine, a.session_pk) == [1, 2, 3]
+
+
+def test_concurrent_appends_from_threads_stay_contiguous(engine: Engine, tenant: int) -> None:
+    """Eight threads appending to one session at once produce seqs 1..n with no gap or duplicate."""
+    errors: list[BaseException] = []
+
+    def work(i: int) -> None:
+        try:
+            for j in range(5):
+                sessions.append_turns(
+                    engine, tenant, "busy", [turn("user", f"{i}-{j}"), turn("assistant", "ok")]
+                )
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    row = sessions.get_session(engine, tenant, "busy")
+    assert seqs(engine, row.id) == list(range(1, 81))
+    assert row.version == 80
+
+
+def test_idempotent_retry_returns_the_original_and_writes_nothing(engine: Engine, tenant: int) -> None:
+    """The same key and body replays the first result; the same key with another body is refused."""
+    first = sessions.append_turns(
+        engine, tenant, "s", [turn("user", "a")], idempotency_key="k1", body_hash="h1"
+    )
+    again = sessions.append_turns(
+        engine, tenant, "s", [turn("user", "a")], idempotency_key="k1", body_hash="h1"
+    )
+    assert (again.first_seq, again.last_seq, again.replayed) == (first.first_seq, first.last_seq, True)
+    with pytest.raises(sessions.IdempotencyMismatch):
+        sessions.append_turns(engine, tenant, "s", [turn("user", "b")], idempotency_key="k1", body_hash="h2")
+    assert seqs(engine, first.session_pk) == [1]
+
+
+def test_a_failing_validator_leaves_no_trace(engine: Engine, tenant: int) -> None:
+    """When validation raises, neither the session nor any turn is written."""
+
+    def refuse(window: list, new: list) -> None:
+        raise ValueError("no")
+
+    with pytest.raises(ValueError):
+        sessions.append_turns(engine, tenant, "new", [turn("user", "a")], validate=refuse)
+    assert sessions.get_session(engine, tenant, "new") is None
+
+
+def test_validation_window_starts_at_the_last_assistant_group(engine: Engine, tenant: int) -> None:
+    """The window is a stand-in user message, the last assistant turns and the user turns after them."""
+    a = sessions.append_turns(
+        engine,
+        tenant,
+        "s",
+        [
+            turn("user", "1"),
+            turn("assistant", "2"),
+            turn("user", "3"),
+            turn("assistant", "4"),
+            turn("user", "5"),
+        ],
+    )
+    with read_tx(engine) as conn:
+        window = sessions.window_messages(conn, a.session_pk, a.version)
+    assert window[0] == sessions.EARLIER
+    assert [m["content"][0]["text"] for m in window[1:]] == ["4", "5"]
+
+
+def test_sessions_are_per_tenant(engine: Engine, tenant: int) -> None:
+    """Another tenant's session id is a different session."""
+    other = create_tenant(engine, f"o-{uuid.uuid4().hex[:6]}")[0]
+    sessions.append_turns(engine, tenant, "same", [turn("user", "mine")])
+    assert sessions.get_session(engine, other, "same") is None
+
+
+def test_publish_is_version_guarded(engine: Engine, tenant: int) -> None:
+    """A late or stale publish (older epoch, or same epoch with older through) loses."""
+    a = sessions.append_turns(
+        engine, tenant, "s", [turn("user", "a"), turn("assistant", "b"), turn("user", "c")]
+    )
+    kw = {
+        "tokens": 1,
+        "memory_version": 0,
+        "state": {"turns": []},
+        "prompt": {"system": [], "messages": []},
+        "report": {},
+    }
+    assert snapshots.publish(engine, a.session_pk, epoch=1, through_seq=3, **kw)
+    assert not snapshots.publish(engine, a.session_pk, epoch=1, through_seq=2, **kw)
+    assert not snapshots.publish(engine, a.session_pk, epoch=0, through_seq=3, **kw)
+    assert not snapshots.publish(engine, a.session_pk, epoch=1, through_seq=3, **kw)
+    assert snapshots.publish(engine, a.session_pk, epoch=2, through_seq=3, **kw)
+    row = sessions.get_session(engine, tenant, "s")
+    assert (row.epoch, row.compacted_through) == (2, 3)
+    loaded = snapshots.load(engine, a.session_pk)
+    assert (loaded.snapshot.epoch, loaded.snapshot.through_seq, loaded.tail) == (2, 3, [])
+
+
+def test_files_round_trip_through_zstd_and_are_idempotent(engine: Engine, tenant: int) -> None:
+    """A file comes back byte for byte, is stored compressed, and saving it twice keeps one row."""
+    a = sessions.append_turns(engine, tenant, "s", [turn("user", "a")])
+    text_ = "line\n" * 10_000
+    f = FileWrite(ref="f_abc.txt", kind="offload", content=text_)
+    assert files.save_files(engine, tenant, a.session_pk, [f]) == 1
+    assert files.save_files(engine, tenant, a.session_pk, [f]) == 0
+    fid, kind, back = files.read_file(engine, a.session_pk, "f_abc.txt")
+    assert (kind, back) == ("offload", text_)
+    with read_tx(engine) as conn:
+        stored = conn.execute(select(files.F.c.data)).scalar_one()
+        files.log_read(engine, fid, a.session_pk, "lines 1-10")
+        infos = files.file_infos(conn, a.session_pk)
+    assert len(stored) < len(text_) // 20
+    assert infos[0].ref == "f_abc.txt" and infos[0].lines == 10_001
+
+
+def test_delete_removes_everything_of_the_session(engine: Engine, tenant: int) -> None:
+    """Deleting a session removes its turns, snapshots, files and memory, and nothing of other sessions."""
+    a = sessions.append_turns(engine, tenant, "gone", [turn("user", "a")])
+    b = sessions.append_turns(engine, tenant, "kept", [turn("user", "b")])
+    files.save_files(engine, tenant, a.session_pk, [FileWrite("f_1.txt", "clip", "x")])
+    memory.put_items(engine, a.session_pk, [("k", "v", False)], hard_cap_tokens=100)
+    kw = {"tokens": 1, "memory_version": 0, "state": {}, "prompt": {}, "report": {}}
+    snapshots.publish(engine, a.session_pk, epoch=1, through_seq=1, **kw)
+    assert sessions.delete_session(engine, tenant, "gone") == a.session_pk
+    with read_tx(engine) as conn:
+        for table in (sessions.TT, sessions.SN, sessions.F, sessions.M):
+            assert conn.execute(select(table.c.id).where(table.c.session_id == a.session_pk)).first() is None
+    assert seqs(engine, b.session_pk) == [1]
+    assert sessions.delete_session(engine, tenant, "gone") is None
+
+
+def test_memory_upsert_cap_render_and_prune(engine: Engine, tenant: int) -> None:
+    """Memory upserts, refuses past the hard cap, renders pinned first, and pruning keeps pinned items."""
+    a = sessions.append_turns(engine, tenant, "s", [turn("user", "a")])
+    memory.put_items(engine, a.session_pk, [("b", "two", False), ("a", "one", True)], hard_cap_tokens=100)
+    memory.put_items(engine, a.session_pk, [("b", "deux", False)], hard_cap_tokens=100)
+    items = memory.items(engine, a.session_pk)
+    assert memory.render(items) == "- a: one\n- b: deux"
+    with pytest.raises(memory.MemoryOverCap):
+        memory.put_items(engine, a.session_pk, [("c", "word " * 500, False)], hard_cap_tokens=100)
+    assert memory.prune(engine, budget_tokens=1) == 1
+    assert [i.key for i in memory.items(engine, a.session_pk)] == ["a"]
+    assert sessions.get_session(engine, tenant, "s").memory_version == 3
+
+
+def test_sweep_finds_idle_sessions_behind_their_snapshot(engine: Engine, tenant: int) -> None:
+    """Sessions with turns newer than their snapshot are listed once idle; current ones are not."""
+    a = sessions.append_turns(engine, tenant, "behind", [turn("user", "a")])
+    b = sessions.append_turns(engine, tenant, "current", [turn("user", "a")])
+    kw = {"tokens": 1, "memory_version": 0, "state": {}, "prompt": {}, "report": {}}
+    snapshots.publish(engine, b.session_pk, epoch=0, through_seq=1, **kw)
+    from worker.store.tables import utcnow
+
+    listed = {pk for _, pk, _ in snapshots.behind(engine, utcnow())}
+    assert a.session_pk in listed and b.session_pk not in listed
+
+
+def test_tenant_keys_are_stored_hashed_and_can_be_reset(engine: Engine) -> None:
+    """A key resolves to its tenant, is not stored in clear, and a reset revokes it."""
+    name = f"n-{uuid.uuid4().hex[:6]}"
+    key = ensure_tenant(engine, name)
+    assert key is not None and ensure_tenant(engine, name) is None
+    tid = tenant_for_key(engine, key)
+    with read_tx(engine) as conn:
+        assert key not in str(conn.execute(text("SELECT api_key_hash FROM tenants")).all())
+    new = reset_key(engine, name)
+    assert tenant_for_key(engine, key) is None and tenant_for_key(engine, new) == tid
+
+
+def test_migrations_are_idempotent(engine: Engine) -> None:
+    """Running the migrations again changes nothing and records the newest schema version."""
+    assert migrate(engine) == SCHEMA_VERSION
+    assert migrate(engine) == SCHEMA_VERSION
+    with read_tx(engine) as conn:
+        assert conn.execute(text("SELECT version FROM schema_version")).scalar_one() == SCHEMA_VERSION
+    indexes = {i["name"] for i in inspect(engine).get_indexes("turns")}
+    assert "ix_turns_session_seq" in indexes
+
+
+def test_migration_upgrades_an_older_schema(engine: Engine) -> None:
+    """A database recorded at version 1 gets the later migrations applied and its version bumped."""
+    with engine.begin() as conn:
+        conn.execute(text("DROP INDEX ix_turns_session_seq"))
+        conn.execute(text("UPDATE schema_version SET version = 1"))
+    migrate(engine)
+    assert "ix_turns_session_seq" in {i["name"] for i in inspect(engine).get_indexes("turns")}

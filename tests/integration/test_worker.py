@@ -1,0 +1,122 @@
+"""The Celery edge with real processes: a worker publishes epochs, late results lose, beat's sweep catches lost messages."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+from fastapi.testclient import TestClient
+
+from api.app import create_app
+from tests.conftest import require
+from tests.integration.conftest import Worker, flush_prefix, make_settings, wait_for
+from tests.integration.realdata import claude_code_files, load_messages
+from worker import jobs
+from worker.compaction.model import Turn
+from worker.compaction.validate import request_problems
+from worker.resources import Resources
+from worker.settings import Settings
+from worker.store import sessions
+from worker.store.prompts import fetch
+from worker.store.tenants import create_tenant
+
+pytestmark = [pytest.mark.services, pytest.mark.slow]
+
+
+@pytest.fixture
+def settings(tmp_path: Path, redis_url: str) -> Iterator[Settings]:
+    s = make_settings(tmp_path, f"sqlite:///{tmp_path / 'compactd.db'}", redis_url)
+    yield s
+    flush_prefix(redis_url, s.redis_prefix)
+
+
+@pytest.fixture
+def res(settings: Settings) -> Iterator[Resources]:
+    r = Resources.build(settings)
+    yield r
+    r.close()
+
+
+@pytest.fixture
+def worker(settings: Settings, tmp_path: Path, res: Resources) -> Iterator[Worker]:
+    w = Worker(settings, "worker", "--concurrency=1", log=tmp_path / "worker.log")
+    w.wait_ready()
+    yield w
+    w.stop()
+
+
+def real_messages() -> list[dict]:
+    files = [p for p in claude_code_files() if 60_000 < p.stat().st_size < 400_000]
+    require(bool(files), "no Claude Code transcript of 60-400 KB in the shared data")
+    return load_messages(files[0])
+
+
+def text_turn(role: str, text: str) -> Turn:
+    return Turn(seq=0, role=role, content=({"type": "text", "text": text},), tokens=len(text) // 4 + 1)  # type: ignore[arg-type]
+
+
+def test_worker_publishes_a_new_epoch_for_a_real_transcript(
+    settings: Settings, res: Resources, worker: Worker
+) -> None:
+    """Appending a real session past its structural trigger makes the worker publish epoch 1, and the served prompt is valid."""
+    messages = real_messages()
+    key = create_tenant(res.engine, "agent")[1]
+    auth = {"Authorization": f"Bearer {key}"}
+    with TestClient(create_app(settings)) as client:
+        for m in messages:
+            r = client.post(
+                "/v1/sessions/real/turns", json={"messages": [m], "context_window": 20_000}, headers=auth
+            )
+            assert r.status_code == 200, r.text
+        info = wait_for(
+            lambda: (i := client.get("/v1/sessions/real", headers=auth).json())["epoch"] >= 1 and i, 60
+        )
+        assert info["compacted_through"] == len(messages)
+        prompt = client.get("/v1/sessions/real/prompt", headers=auth).json()
+    assert prompt["epoch"] >= 1 and prompt["version"] == len(messages)
+    assert request_problems({"system": prompt["system"], "messages": prompt["messages"]}) == []
+    assert prompt["token_count"] < info["tokens"]
+    assert "session.compacted" in worker.log.read_text()
+
+
+def test_a_late_result_never_overwrites_a_newer_snapshot(settings: Settings, res: Resources) -> None:
+    """A publish computed from an older state loses in the DB and in the Redis cache; the served prompt keeps the newer one."""
+    tid = create_tenant(res.engine, "late")[0]
+    a = sessions.append_turns(res.engine, tid, "s", [text_turn("user", "first")])
+    assert jobs.compact(tid, a.session_pk, a.version, res) == "published"
+    old = res.cache.get(a.session_pk)
+    b = sessions.append_turns(
+        res.engine, tid, "s", [text_turn("assistant", "second"), text_turn("user", "third")]
+    )
+    assert jobs.compact(tid, b.session_pk, b.version, res) == "published"
+    new = res.cache.get(b.session_pk)
+    assert (old.through, new.through) == (1, 3)
+    assert not res.cache.put(a.session_pk, old)  # the late cache write is refused
+    assert jobs.compact(tid, a.session_pk, a.version, res) == "superseded"
+    assert jobs.compact(tid, b.session_pk, b.version, res) == "current"  # duplicate delivery: idempotent
+    served = fetch(res.engine, res.cache, tid, "s", res.policy_for)
+    body = orjson.loads(served.body)
+    assert (served.source, body["compacted_through"], body["version"]) == ("cache", 3, 3)
+
+
+def test_beat_sweep_compacts_a_session_whose_message_was_lost(
+    settings: Settings, tmp_path: Path, res: Resources
+) -> None:
+    """With no compaction message sent, beat's idle sweep enqueues the session and a worker publishes it."""
+    fast = settings.model_copy(update={"sweep_seconds": 1.0})
+    tid = create_tenant(res.engine, "lost")[0]
+    a = sessions.append_turns(res.engine, tid, "s", [text_turn("user", "nobody enqueued me")])
+    worker = Worker(fast, "worker", "--concurrency=1", log=tmp_path / "worker.log")
+    beat = Worker(fast, "beat", log=tmp_path / "beat.log")
+    try:
+        worker.wait_ready()
+        row = wait_for(
+            lambda: (r := sessions.get_session(res.engine, tid, "s")).compacted_through == a.version and r, 30
+        )
+        assert row.compacted_through == 1
+        assert "sweep.enqueued" in worker.log.read_text()
+    finally:
+        beat.stop()
+        worker.stop()
