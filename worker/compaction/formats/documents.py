@@ -1,0 +1,50 @@
+"""Documents: raw bytes to JSON values, with errors that say where (line numbers for JSON Lines)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+
+from worker.compaction.errors import InvalidTranscript
+
+BOM = b"\xef\xbb\xbf"
+
+
+def parse_document(data: bytes, what: str) -> Any:
+    """The one JSON value in data; raises InvalidTranscript naming the format when it is not JSON."""
+    try:
+        return orjson.loads(data.removeprefix(BOM))
+    except orjson.JSONDecodeError as exc:
+        raise InvalidTranscript(f"{what}: the file is not valid JSON ({exc})") from None
+
+
+def parse_lines(data: bytes) -> Iterator[tuple[int, Any, str | None]]:
+    """(line number, value, error) for every non-blank line; value is None when error says why."""
+    for number, line in enumerate(data.removeprefix(BOM).splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            yield number, orjson.loads(line), None
+        except orjson.JSONDecodeError as exc:
+            yield number, None, f"not valid JSON ({exc})"
+
+
+def messages_of(doc: Any, what: str) -> tuple[Any, list[Any]]:
+    """(top-level system value, message list) of a bare list or a {system?, messages} object."""
+    if isinstance(doc, list):
+        return None, doc
+    if isinstance(doc, dict) and isinstance(doc.get("messages"), list):
+        return doc.get("system"), doc["messages"]
+    raise InvalidTranscript(f"{what}: expected a list of messages or an object with a 'messages' list")
+
+
+def system_text(value: Any) -> str:
+    """A system prompt as text: a string, or the text of a list of text blocks (joined by blank lines)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        parts = [p if isinstance(p, str) else p.get("text") for p in value if isinstance(p, str | dict)]
+        return "\n\n".join(p for p in parts if isinstance(p, str) and p)
+    return ""
