@@ -1,0 +1,230 @@
+"""The HTTP API over real SQLite/PostgreSQL and Redis: auth, tenancy, problem+json for every bad input, the resources."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from api.app import create_app
+from tests.integration.conftest import flush_prefix, make_settings
+from worker.compaction.validate import request_problems
+from worker.resources import Resources
+from worker.store.tenants import create_tenant
+
+pytestmark = pytest.mark.services
+MARKER = "zebra-quokka-4711"  # appears in request content; must never come back in an error body
+
+
+class Api:
+    def __init__(self, client: TestClient, key: str, other_key: str, enqueued: list, res: Resources) -> None:
+        self.client, self.key, self.other_key, self.enqueued, self.res = client, key, other_key, enqueued, res
+        self.auth = {"Authorization": f"Bearer {key}"}
+
+    def append(self, sid: str, *messages: dict, headers: dict | None = None, **body: Any) -> Any:
+        return self.client.post(
+            f"/v1/sessions/{sid}/turns",
+            json={"messages": list(messages), **body},
+            headers={**self.auth, **(headers or {})},
+        )
+
+    def get(self, path: str, key: str | None = None) -> Any:
+        return self.client.get(path, headers={"Authorization": f"Bearer {key or self.key}"})
+
+
+@pytest.fixture
+def api(tmp_path: Path, database_url: str, redis_url: str) -> Iterator[Api]:
+    settings = make_settings(tmp_path, database_url, redis_url, max_request_bytes=64_000)
+    enqueued: list = []
+    app = create_app(settings, enqueue=lambda *a: enqueued.append(a))
+
+    @app.get("/boom")
+    def boom() -> None:
+        raise RuntimeError(f"internal detail {MARKER}")
+
+    with TestClient(app, raise_server_exceptions=False) as client:
+        res = app.state.resources
+        key = create_tenant(res.engine, "a")[1]
+        other = create_tenant(res.engine, "b")[1]
+        yield Api(client, key, other, enqueued, res)
+    flush_prefix(redis_url, settings.redis_prefix)
+
+
+def user(text: str) -> dict:
+    return {"role": "user", "content": text}
+
+
+def assistant_tool(tid: str) -> dict:
+    return {
+        "role": "assistant",
+        "content": [{"type": "tool_use", "id": tid, "name": "bash", "input": {"command": "ls"}}],
+    }
+
+
+def result(tid: str, text: str = "out") -> dict:
+    return {"role": "user", "content": [{"type": "tool_result", "tool_use_id": tid, "content": text}]}
+
+
+def assert_problem(r: Any, status: int) -> dict:
+    assert r.status_code == status, r.text
+    assert r.headers["content-type"] == "application/problem+json"
+    assert MARKER not in r.text and "Traceback" not in r.text
+    body = r.json()
+    assert body["status"] == status and body["title"]
+    return body
+
+
+def test_append_then_fetch_returns_every_turn_as_a_valid_request(api: Api) -> None:
+    """Appended turns come back in order, with the system prompt, the status note last, and a compaction enqueued."""
+    r = api.append(
+        "s1", user("task"), assistant_tool("toolu_01"), system="You are helpful.", context_window=50_000
+    )
+    assert r.json() == {"session_id": "s1", "first_seq": 1, "last_seq": 2, "version": 2}
+    api.append("s1", result("toolu_01"))
+    p = api.get("/v1/sessions/s1/prompt").json()
+    assert (p["version"], p["epoch"], p["compacted_through"]) == (3, 0, 0)
+    assert p["system"][0]["text"] == "You are helpful."
+    assert [m["role"] for m in p["messages"]] == ["user", "assistant", "user"]
+    assert p["messages"][-1]["content"][-1]["text"].startswith("[compactd status]")
+    assert p["budget_tokens"] == 50_000 - 8_192 and p["token_count"] > 0
+    assert request_problems({"system": p["system"], "messages": p["messages"]}) == []
+    assert [e[2] for e in api.enqueued] == [2, 3]
+
+
+def test_missing_or_bad_key_is_401_problem(api: Api) -> None:
+    """No Authorization header, a wrong scheme or an unknown key is a 401 problem."""
+    assert_problem(api.client.get("/v1/sessions/x/prompt"), 401)
+    assert_problem(
+        api.client.get("/v1/sessions/x/prompt", headers={"Authorization": f"Basic {api.key}"}), 401
+    )
+    assert_problem(api.get("/v1/sessions/x/prompt", key="cpd_nope"), 401)
+
+
+def test_another_tenants_session_is_404(api: Api) -> None:
+    """A session is invisible to other tenants: prompt, metadata, memory and delete are all 404."""
+    api.append("mine", user("secret plans"))
+    other = {"Authorization": f"Bearer {api.other_key}"}
+    for method, path in [("GET", "/prompt"), ("GET", ""), ("GET", "/memory"), ("DELETE", "")]:
+        assert_problem(api.client.request(method, f"/v1/sessions/mine{path}", headers=other), 404)
+    assert api.get("/v1/sessions/mine").json()["version"] == 1
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "bad_json",
+        "wrong_types",
+        "empty_messages",
+        "unknown_block",
+        "orphan_result",
+        "text_while_tool_pending",
+        "starts_with_assistant",
+        "oversized",
+        "idempotency_reuse",
+    ],
+)
+def test_bad_input_is_a_problem_and_leaves_the_session_unchanged(api: Api, kind: str) -> None:
+    """Every kind of bad append gets problem+json without echoing content, and the session stays as it was."""
+    api.append("s", user("task"), assistant_tool("toolu_9"), headers={"Idempotency-Key": "k1"})
+    before = api.get("/v1/sessions/s/prompt").json()
+    url, auth = "/v1/sessions/s/turns", api.auth
+    if kind == "bad_json":
+        r = api.client.post(
+            url,
+            content=b'{"messages": [' + MARKER.encode(),
+            headers={**auth, "content-type": "application/json"},
+        )
+    elif kind == "wrong_types":
+        r = api.client.post(url, json={"messages": MARKER, "context_window": "big"}, headers=auth)
+    elif kind == "empty_messages":
+        r = api.client.post(url, json={"messages": []}, headers=auth)
+    elif kind == "unknown_block":
+        r = api.append("s", {"role": "user", "content": [{"type": "hologram", "data": MARKER}]})
+    elif kind == "orphan_result":
+        r = api.append("s", result("toolu_unknown", MARKER))
+    elif kind == "text_while_tool_pending":
+        r = api.append("s", user(MARKER))
+    elif kind == "starts_with_assistant":
+        r = api.append("fresh", {"role": "assistant", "content": MARKER})
+    elif kind == "oversized":
+        r = api.append("s", result("toolu_9", MARKER * 10_000))
+    else:
+        r = api.append("s", user(MARKER), headers={"Idempotency-Key": "k1"})
+    body = assert_problem(r, 413 if kind == "oversized" else 422)
+    if kind == "wrong_types":
+        assert {tuple(e["loc"]) for e in body["errors"]} == {("body", "messages"), ("body", "context_window")}
+    assert api.get("/v1/sessions/s/prompt").json() == before
+    assert_problem(api.get("/v1/sessions/fresh"), 404)
+
+
+def test_idempotent_retry_returns_the_original_response(api: Api) -> None:
+    """A retried append with the same key and body returns the first response and appends nothing."""
+    first = api.append("s", user("once"), headers={"Idempotency-Key": "abc"}).json()
+    again = api.append("s", user("once"), headers={"Idempotency-Key": "abc"}).json()
+    assert first == again == {"session_id": "s", "first_seq": 1, "last_seq": 1, "version": 1}
+    assert api.get("/v1/sessions/s").json()["version"] == 1
+
+
+def test_secrets_are_redacted_before_storage(api: Api) -> None:
+    """An AWS key in a message is served as a typed placeholder, never verbatim."""
+    api.append("s", user("my key is AKIAIOSFODNN7EXAMPLF ok"))
+    text = api.get("/v1/sessions/s/prompt").text
+    assert "AKIAIOSFODNN7EXAMPLF" not in text and "[REDACTED:aws_access_key:" in text
+
+
+def test_activity_header_and_resource(api: Api) -> None:
+    """X-Compactd-Activity on append and PUT /activity set the session's declared state."""
+    api.append("s", user("go"), headers={"X-Compactd-Activity": "busy"})
+    assert api.get("/v1/sessions/s").json()["activity"] == "busy"
+    r = api.client.put("/v1/sessions/s/activity", json={"state": "idle"}, headers=api.auth)
+    assert r.json() == {"session_id": "s", "activity": "idle"}
+    assert api.get("/v1/sessions/s").json()["activity"] == "idle"
+    assert_problem(api.client.put("/v1/sessions/s/activity", json={"state": "asleep"}, headers=api.auth), 422)
+
+
+def test_memory_is_rendered_into_the_prompt_and_capped(api: Api) -> None:
+    """Memory items show in the prompt's system blocks; past the hard cap the PUT is a 422 problem."""
+    api.append("s", user("go"))
+    r = api.client.put(
+        "/v1/sessions/s/memory",
+        json={"items": [{"key": "goal", "value": "ship it", "pinned": True}]},
+        headers=api.auth,
+    )
+    assert r.status_code == 200 and r.json()["items"][0]["key"] == "goal"
+    system = api.get("/v1/sessions/s/prompt").json()["system"]
+    assert "- goal: ship it" in system[-1]["text"]
+    too_big = {"items": [{"key": "k", "value": f"{MARKER} " * 2_000}]}
+    assert_problem(api.client.put("/v1/sessions/s/memory", json=too_big, headers=api.auth), 422)
+    api.client.delete("/v1/sessions/s/memory?key=goal", headers=api.auth)
+    assert api.get("/v1/sessions/s/memory").json()["items"] == []
+
+
+def test_delete_removes_the_session(api: Api) -> None:
+    """DELETE makes the session 404 and a new append starts again from seq 1."""
+    api.append("s", user("a"))
+    assert api.client.delete("/v1/sessions/s", headers=api.auth).status_code == 204
+    assert_problem(api.get("/v1/sessions/s/prompt"), 404)
+    assert api.append("s", user("b")).json()["first_seq"] == 1
+
+
+def test_health_readiness_metrics_openapi(api: Api) -> None:
+    """healthz, readyz, metrics (with routes and fetch sources) and the OpenAPI document answer."""
+    api.append("s", user("a"))
+    api.get("/v1/sessions/s/prompt")
+    assert api.client.get("/healthz").json() == {"status": "ok"}
+    assert api.client.get("/readyz").json() == {"status": "ok"}
+    metrics = api.client.get("/metrics").text
+    assert 'compactd_prompt_fetches_total{source="db"} 1.0' in metrics
+    assert 'route="/v1/sessions/{sid}/turns"' in metrics and "compactd_appends_total 1.0" in metrics
+    paths = api.client.get("/openapi.json").json()["paths"]
+    assert {"/v1/sessions/{sid}/turns", "/v1/sessions/{sid}/prompt", "/v1/sessions/{sid}/memory"} <= set(
+        paths
+    )
+
+
+def test_unexpected_errors_are_a_500_problem_without_details(api: Api) -> None:
+    """An exception inside a route becomes a bare 500 problem: no message, no stack trace."""
+    assert_problem(api.client.get("/boom"), 500)

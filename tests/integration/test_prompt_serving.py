@@ -1,0 +1,162 @@
+"""The prompt always has every appended turn: from the cache, from the DB when Redis dies, and when the cache is stale."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from api.app import create_app
+from tests.conftest import require
+from tests.integration.conftest import answers, free_port, make_settings
+from worker import jobs
+from worker.store import snapshots
+from worker.store.sessions import get_session
+from worker.store.tenants import create_tenant
+
+pytestmark = pytest.mark.services
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A private redis-server on a free port, so the test may kill it."""
+    import shutil
+
+    binary = shutil.which("redis-server")
+    require(binary is not None, "redis-server is not installed")
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(tmp_path),
+        ],
+        stdout=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 10
+    while not answers("127.0.0.1", port):
+        assert time.monotonic() < deadline, "redis-server did not start"
+        time.sleep(0.05)
+    yield f"redis://127.0.0.1:{port}/0", proc
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+
+
+def texts(prompt: dict) -> list[str]:
+    return [b.get("text", "") for m in prompt["messages"] for b in m["content"]]
+
+
+def test_prompt_survives_redis_dying_mid_session(tmp_path: Path, own_redis: tuple) -> None:
+    """Served from the cache while Redis lives; after it is killed, fetches come from the DB, quickly and complete."""
+    url, proc = own_redis
+    settings = make_settings(tmp_path, f"sqlite:///{tmp_path / 'c.db'}", url)
+    app = create_app(settings, enqueue=lambda *a: None)
+    with TestClient(app) as client:
+        res = app.state.resources
+        tid, key = create_tenant(res.engine, "t")
+        auth = {"Authorization": f"Bearer {key}"}
+        for i in range(3):
+            client.post(
+                "/v1/sessions/s/turns",
+                json={
+                    "messages": [
+                        {"role": "user", "content": f"turn {i}"},
+                        {"role": "assistant", "content": f"reply {i}"},
+                    ]
+                },
+                headers=auth,
+            )
+        pk = get_session(res.engine, tid, "s").id
+        assert jobs.compact(tid, pk, 6, res) == "published"
+        client.post(
+            "/v1/sessions/s/turns",
+            json={"messages": [{"role": "user", "content": "after snapshot"}]},
+            headers=auth,
+        )
+        cached = client.get("/v1/sessions/s/prompt", headers=auth).json()
+        proc.kill()
+        proc.wait()
+        client.post(
+            "/v1/sessions/s/turns",
+            json={
+                "messages": [
+                    {"role": "assistant", "content": "while redis is dead"},
+                    {"role": "user", "content": "last"},
+                ]
+            },
+            headers=auth,
+        )
+        started = time.perf_counter()
+        dead = client.get("/v1/sessions/s/prompt", headers=auth).json()
+        seconds = time.perf_counter() - started
+        metrics = client.get("/metrics").text
+    assert (cached["compacted_through"], cached["version"]) == (6, 7)
+    assert "after snapshot" in texts(cached)[-2]
+    assert dead["version"] == 9
+    for expected in ["turn 0", "reply 2", "after snapshot", "while redis is dead", "last"]:
+        assert any(t == expected for t in texts(dead)), expected
+    assert seconds < 1.0
+    assert 'source="cache"} 1.0' in metrics and 'source="db"} 1.0' in metrics
+
+
+def test_prompt_ignores_a_cache_behind_the_db_epoch(tmp_path: Path, redis_url: str) -> None:
+    """When the DB has a newer epoch than the cache, the prompt is assembled from the DB snapshot plus the tail."""
+    settings = make_settings(tmp_path, f"sqlite:///{tmp_path / 'c.db'}", redis_url)
+    app = create_app(settings, enqueue=lambda *a: None)
+    with TestClient(app) as client:
+        res = app.state.resources
+        tid, key = create_tenant(res.engine, "t")
+        auth = {"Authorization": f"Bearer {key}"}
+        client.post(
+            "/v1/sessions/s/turns", json={"messages": [{"role": "user", "content": "one"}]}, headers=auth
+        )
+        pk = get_session(res.engine, tid, "s").id
+        jobs.compact(tid, pk, 1, res)
+        client.post(
+            "/v1/sessions/s/turns", json={"messages": [{"role": "assistant", "content": "two"}]}, headers=auth
+        )
+        newer = {"role": "user", "content": [{"type": "text", "text": "from the newer epoch"}]}
+        state = {
+            "system": "",
+            "memory": "",
+            "handoff": None,
+            "turns": [
+                {"seq": 1, "role": "user", "content": newer["content"], "tokens": 5},
+                {"seq": 2, "role": "assistant", "content": [{"type": "text", "text": "two"}], "tokens": 1},
+            ],
+        }
+        assert snapshots.publish(
+            res.engine,
+            pk,
+            epoch=5,
+            through_seq=2,
+            tokens=6,
+            memory_version=0,
+            state=state,
+            prompt={
+                "system": [],
+                "messages": [newer, {"role": "assistant", "content": [{"type": "text", "text": "two"}]}],
+            },
+            report={},
+        )
+        client.post(
+            "/v1/sessions/s/turns", json={"messages": [{"role": "user", "content": "three"}]}, headers=auth
+        )
+        prompt = client.get("/v1/sessions/s/prompt", headers=auth).json()
+        metrics = client.get("/metrics").text
+    assert (prompt["epoch"], prompt["compacted_through"], prompt["version"]) == (5, 2, 3)
+    assert texts(prompt)[:3] == ["from the newer epoch", "two", "three"]
+    assert 'source="db"} 1.0' in metrics
