@@ -15,9 +15,9 @@ from __future__ import annotations
 from typing import Any
 
 from worker.compaction.formats.blocks import content_blocks, result, tool_use_block
-from worker.compaction.formats.documents import messages_of, parse_document, system_text
+from worker.compaction.formats.chat import Dialect, load_chat
+from worker.compaction.formats.documents import messages_of, parse_document
 from worker.compaction.formats.imported import Imported
-from worker.compaction.formats.shaping import Entry, shape
 from worker.compaction.model import Block
 
 ROLES = {
@@ -40,33 +40,13 @@ ROLES = {
 def load(data: bytes) -> Imported:
     """Import a list of LangChain messages."""
     system, items = messages_of(parse_document(data, "LangChain messages"), "LangChain messages")
-    warnings: list[str] = []
-    systems = [system_text(system)]
-    entries = []
-    for i, item in enumerate(items):
-        where = f"messages[{i}]"
-        kind, fields = unwrap(item)
-        role = ROLES.get(kind or "")
-        if role == "system":
-            systems.append(system_text(fields.get("content")))
-        elif role == "user":
-            entries.append(
-                Entry("user", tuple(content_blocks(fields.get("content"), where, warnings)), where)
-            )
-        elif role == "assistant":
-            entries.append(Entry("assistant", tuple(_ai_blocks(fields, where, warnings)), where))
-        elif role == "tool":
-            entries.append(Entry("user", _tool_blocks(fields, where, warnings), where))
-        else:
-            warnings.append(f"{where}: not a LangChain message of a known type ({kind!r}); skipped")
-    messages, _ = shape(entries, warnings)
-    return Imported(
-        "\n\n".join(s for s in systems if s),
-        messages,
-        "langchain",
-        tuple(warnings),
-        {"source_messages": len(items)},
-    )
+    return load_chat(items, system, LANGCHAIN)
+
+
+def role_of(item: Any) -> tuple[str | None, dict[str, Any]]:
+    """The canonical role and fields of a LangChain message in any accepted shape."""
+    kind, fields = unwrap(item)
+    return ROLES.get(kind or ""), fields
 
 
 def unwrap(item: Any) -> tuple[str | None, dict[str, Any]]:
@@ -84,7 +64,7 @@ def unwrap(item: Any) -> tuple[str | None, dict[str, Any]]:
     return (kind if isinstance(kind, str) else None), item
 
 
-def _ai_blocks(fields: dict[str, Any], where: str, warnings: list[str]) -> list[Block]:
+def _ai_blocks(fields: dict[str, Any], where: str, warnings: list[str]) -> tuple[Block, ...]:
     blocks = content_blocks(fields.get("content"), where, warnings)
     have = {b.get("id") for b in blocks if b.get("type") == "tool_use"}
     extra = fields.get("additional_kwargs") if isinstance(fields.get("additional_kwargs"), dict) else {}
@@ -107,7 +87,7 @@ def _ai_blocks(fields: dict[str, Any], where: str, warnings: list[str]) -> list[
             )
             if (block := tool_use_block(bad, f"{where}.invalid_tool_calls[{j}]", warnings)) is not None:
                 blocks.append(block)
-    return blocks
+    return tuple(blocks)
 
 
 def _tool_blocks(fields: dict[str, Any], where: str, warnings: list[str]) -> tuple[Block, ...]:
@@ -117,3 +97,6 @@ def _tool_blocks(fields: dict[str, Any], where: str, warnings: list[str]) -> tup
         return tuple(content_blocks(fields.get("content"), where, warnings))
     is_error = True if fields.get("status") == "error" else None
     return (result(call_id, fields.get("content"), where, warnings, is_error=is_error),)
+
+
+LANGCHAIN = Dialect("langchain", role=role_of, assistant=_ai_blocks, tool=_tool_blocks)

@@ -15,10 +15,10 @@ from typing import Any
 
 from worker.compaction.errors import InvalidTranscript
 from worker.compaction.formats.blocks import content_blocks, result
-from worker.compaction.formats.documents import parse_document, system_text
+from worker.compaction.formats.chat import Dialect, load_chat
+from worker.compaction.formats.documents import parse_document
 from worker.compaction.formats.imported import Imported
 from worker.compaction.formats.openai import assistant_blocks
-from worker.compaction.formats.shaping import Entry, shape
 from worker.compaction.model import Block
 
 
@@ -28,30 +28,11 @@ def load(data: bytes) -> Imported:
     history = doc.get("history") if isinstance(doc, dict) else None
     if not isinstance(history, list):
         raise InvalidTranscript("SWE-agent trajectory: expected an object with a 'history' list")
-    warnings: list[str] = []
-    systems = []
-    entries = []
-    for i, message in enumerate(history):
-        where = f"history[{i}]"
-        role = message.get("role") if isinstance(message, dict) else None
-        if role == "system":
-            systems.append(system_text(message.get("content")))
-        elif role == "user":
-            entries.append(
-                Entry("user", tuple(content_blocks(message.get("content"), where, warnings)), where)
-            )
-        elif role == "assistant":
-            entries.append(Entry("assistant", tuple(assistant_blocks(message, where, warnings)), where))
-        elif role == "tool":
-            entries.append(Entry("user", _results(message, where, warnings), where))
-        else:
-            warnings.append(f"{where}: not a history message with a known role; skipped")
-    messages, _ = shape(entries, warnings)
-    meta = {"source_messages": len(history), "steps": len(doc.get("trajectory") or [])}
-    return Imported("\n\n".join(s for s in systems if s), messages, "swe_agent", tuple(warnings), meta)
+    steps = doc.get("trajectory")
+    return load_chat(history, None, SWE_AGENT, {"steps": len(steps) if isinstance(steps, list) else 0})
 
 
-def _results(message: dict[str, Any], where: str, warnings: list[str]) -> tuple[Block, ...]:
+def observation_results(message: dict[str, Any], where: str, warnings: list[str]) -> tuple[Block, ...]:
     """One tool_result per id the observation answers; without ids, its text."""
     ids = message.get("tool_call_ids")
     if not isinstance(ids, list):
@@ -62,3 +43,6 @@ def _results(message: dict[str, Any], where: str, warnings: list[str]) -> tuple[
         warnings.append(f"{where}: tool observation without tool_call_ids; kept as text")
         return tuple(content_blocks(content, where, warnings))
     return tuple(result(i, content, where, warnings) for i in ids)
+
+
+SWE_AGENT = Dialect("swe_agent", label="history", assistant=assistant_blocks, tool=observation_results)
