@@ -8,10 +8,13 @@ Corpora: ../shared/data/secrets/*.jsonl (FORMATS.md §5). Definitions:
   original. The secret is `expected_secret`; for noseyparker rules with several capture groups
   (user, password, host), a positive is caught when any group is gone (the redactor never removes
   user names or hosts, so in practice the credential group). Without `expected_secret`, the
-  secret is the longest token of the text (split on whitespace, quotes and `=:,;()<>`).
+  secret is the last token of eight or more characters (split on whitespace, quotes and
+  `=:,;()<>`), else the longest.
 - Positives **out of policy** are counted apart, not in recall: noseyparker samples whose
   categories include `identifier` but not `secret` (ARNs, bucket names, account ids), and
-  placeholder positives whose secret holds a run of eight or more `x`/`X` (`AP6xxxxxxxxxx`).
+  detect-secrets `ip_public` (IP addresses are not credentials), and placeholder positives whose
+  secret holds a run of eight or more `x`/`X` or of one repeated character (`AP6xxxxxxxxxx`,
+  `AKIAZZZZZZZZZZZZZZZZ`): the redactor treats such values as placeholders.
   noseyparker `hashed` samples (password hashes) are in policy: they are crackable offline.
 - A **negative is a false positive** when redaction changes it, unless the corpus says it is a
   secret of another kind and we did not call it this one: its `gitleaks_regex_matches` names a
@@ -47,10 +50,32 @@ CORPORA = (
     "detect_secrets_test_files",
 )
 _GENERIC = frozenset(
-    ["key", "keys", "token", "tokens", "api", "secret", "secrets", "access", "generic", "keyword", "password", "passwd", "pwd", "auth", "credential", "credentials", "string", "high", "entropy", "value", "np"]
+    [
+        "key",
+        "keys",
+        "token",
+        "tokens",
+        "api",
+        "secret",
+        "secrets",
+        "access",
+        "generic",
+        "keyword",
+        "password",
+        "passwd",
+        "pwd",
+        "auth",
+        "credential",
+        "credentials",
+        "string",
+        "high",
+        "entropy",
+        "value",
+        "np",
+    ]
 )
 _SPLIT = re.compile(r"[\s'\"`=:,;()<>]+")
-_PLACEHOLDER = re.compile(r"[xX]{8,}")
+_PLACEHOLDER = re.compile(r"[xX]{8,}|(.)\1{7,}")
 
 
 def _words(name: str) -> frozenset[str]:
@@ -73,12 +98,13 @@ def _secrets_of(row: dict[str, Any]) -> list[str]:
     if isinstance(expected, list) and expected:
         return [e for e in expected if isinstance(e, str) and e]
     tokens = [t for t in _SPLIT.split(row["text"]) if t]
-    return [max(tokens, key=len)] if tokens else []
+    long = [t for t in tokens if len(t) >= 8]
+    return [long[-1]] if long else [max(tokens, key=len)] if tokens else []
 
 
 def _in_policy(row: dict[str, Any], secrets: list[str]) -> bool:
     categories = row.get("categories") or []
-    if "identifier" in categories and "secret" not in categories:
+    if ("identifier" in categories and "secret" not in categories) or row["rule_id"] == "ip_public":
         return False
     return not any(_PLACEHOLDER.search(s) for s in secrets)
 

@@ -8,6 +8,7 @@ between patterns that can start at the same position: the first listed wins.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -57,7 +58,7 @@ def _strip_quotes(region: str) -> tuple[int, int, bool]:
     while lo < len(region) and region[lo] == "\\":
         lo += 1
     quoted = lo < len(region) and region[lo] in "\"'`"
-    if quoted:
+    while lo < len(region) and region[lo] in "\\\"'`":
         lo += 1
     hi = len(region)
     while hi > lo and region[hi - 1] in "\\\"'`,;)":
@@ -77,9 +78,38 @@ def assignment(secret: str, key: str | None) -> Judged:
         # a YAML tag (`!!binary MjNj…`): the value follows it
         skip = value.index(" ") + 1
         lo, value = lo + skip, value[skip:]
-    if not is_assigned_secret(kind, strong, value, quoted):
+    env_style = key is not None and kind == "password" and _ENV_KEY.match(key.strip("\"' -")) is not None
+    if not is_assigned_secret(kind, strong, value, quoted, env_style, key or ""):
         return None
     return kind, lo, lo + len(value)
+
+
+_ENV_KEY = re.compile(r"^(?:[A-Z][A-Z0-9_]*|[A-Z][a-z]+)$")
+
+
+def flag_assignment(secret: str, key: str | None) -> Judged:
+    """Judge for `--password x` and bare `password x`: a bare one needs a value with a digit."""
+    judged = assignment(secret, key)
+    if judged is None or (key or "").lstrip().startswith("-"):
+        return judged
+    value = secret[judged[1] : judged[2]]
+    return judged if any(c.isdigit() for c in value) and not value.endswith(".") else None
+
+
+def argument(secret: str, key: str | None) -> Judged:
+    """Judge for `f("api_token", "value")`: the value must also look like a token."""
+    judged = assignment(secret, key)
+    if judged is None or not looks_random(secret[judged[1] : judged[2]], min_len=8, min_bits=2.5):
+        return None
+    return judged
+
+
+def private_key(secret: str, key: str | None) -> Judged:
+    """Judge for key blocks: a body of real content, not `anything` or nothing."""
+    body = secret.split("-----", 2)[-1].split("-----END")[0]
+    if sum(c.isalnum() for c in body) < 20:
+        return None
+    return "private_key", 0, len(secret)
 
 
 def high_entropy(secret: str, key: str | None) -> Judged:
@@ -135,11 +165,12 @@ def random_token(kind: str, min_len: int = 16) -> Judge:
 _T = r"[A-Za-z0-9_-]"
 _END = r"(?:[^A-Za-z0-9_-]|$)"
 _B64 = r"[A-Za-z0-9+/]"
-_KEYWORD = r"(?i:pass|pwd|secret|token|key|credential|auth|bearer|cred\b)"
+_KEYWORD = r"(?i:pass|pwd|pw\b|secret|token|key|credential|auth|bearer|cred\b|pat\b)"
 _KEY = r"([A-Za-z0-9_.$@-]*" + _KEYWORD + r"[A-Za-z0-9_.-]*(?:\[\d*\])?)"
-_SEP = r"\\*[\"']?[ \t]*(?:=>|:=|===?|!==?|[:=])[ \t]*"
+_SEP = r"\\*[\"']?[ \t]*(?:=>|:{1,3}=|\?=|===?|!==?|[:=])[ \t]*"
 # `--password x`, `-Password x`, netrc/gradle `password x`: a space separates key and value
 _FLAG = r"((?:\s|^)--?[A-Za-z0-9_.-]*" + _KEYWORD + r"[A-Za-z0-9_.-]*|\b(?i:password|passwd))[ \t]+"
+_QUOTED = r"(\\*\"[^\"\\\r\n]{4,}|\\*'[^'\\\r\n]{4,})"
 _UNQUOTED = r"[^\s\"'`,;&]"
 # unquoted values: not a short number (`"input_tokens": 1234`), which no judge would accept
 _VALUE = (
@@ -153,6 +184,16 @@ def _sized(kind: str, low: int, high: int) -> Judge:
 
     def judge(secret: str, key: str | None) -> Judged:
         return (kind, 0, len(secret)) if low <= len(secret) <= high and not is_placeholder(secret) else None
+
+    return judge
+
+
+def _digits_then(kind: str, mark: str, low: int, high: int) -> Judge:
+    """Judge for `<digits><mark><token>` shapes whose digit count the pattern leaves open."""
+
+    def judge(secret: str, key: str | None) -> Judged:
+        digits = secret.index(mark)
+        return (kind, 0, len(secret)) if low <= digits <= high and looks_random(secret, 20) else None
 
     return judge
 
@@ -190,7 +231,7 @@ DETECTORS: tuple[Detector, ...] = (
         "private_key",
         r"-----BEGIN[A-Z0-9 _-]{0,40} PRIVATE KEY(?: BLOCK)?-----"
         r"(?:(?s:.)*?-----END[A-Z0-9 _-]{0,40} PRIVATE KEY(?: BLOCK)?-----|(?:[A-Za-z0-9+/=:, \t\r\n-]|\\[nr])+)",
-        token("private_key"),
+        private_key,
     ),
     Detector(
         "private_key",
@@ -213,7 +254,7 @@ DETECTORS: tuple[Detector, ...] = (
     Detector("groq_api_key", r"\bgsk_[A-Za-z0-9]{48,56}\b", token("groq_api_key")),
     Detector("perplexity_api_key", r"\bpplx-[A-Za-z0-9]{40,56}\b", token("perplexity_api_key")),
     Detector("tavily_api_key", r"\btvly-(?:dev-|prod-)?[A-Za-z0-9]{28,40}\b", token("tavily_api_key")),
-    Detector("jina_api_key", r"\bjina_[a-f0-9]{32}[A-Za-z0-9_-]{30,}", token("jina_api_key")),
+    Detector("jina_api_key", r"\bjina_[a-f0-9]{32}[A-Za-z0-9_-]{20,}", token("jina_api_key")),
     Detector("firecrawl_api_key", r"\bfc-[a-f0-9]{32}\b", token("firecrawl_api_key")),
     Detector("replicate_api_token", r"\br8_[A-Za-z0-9]{37}\b", token("replicate_api_token")),
     # Cloud providers
@@ -256,7 +297,9 @@ DETECTORS: tuple[Detector, ...] = (
     Detector("terraform_token", r"\b[a-zA-Z0-9]+\.atlasv1\.[A-Za-z0-9_=-]{60,70}", token("terraform_token")),
     Detector("pulumi_token", r"\bpul-[a-f0-9]{40}\b", token("pulumi_token")),
     Detector(
-        "doppler_token", r"\bdp\.(?:pt|st|sa|ct|scim|audit)\.[A-Za-z0-9]{40,44}\b", token("doppler_token")
+        "doppler_token",
+        r"\bdp\.(?:pt|st|sa|ct|scim|audit)\.(?:[a-z0-9_-]+\.)?[A-Za-z0-9]{40,44}\b",
+        token("doppler_token"),
     ),
     Detector("openshift_token", r"\bsha256~[A-Za-z0-9_-]{43}\b", token("openshift_token")),
     Detector("cloudflare_ca_key", r"\bv1\.0-[a-f0-9]{24}-[a-f0-9]{146}\b", token("cloudflare_ca_key")),
@@ -267,10 +310,13 @@ DETECTORS: tuple[Detector, ...] = (
     Detector("github_token", r"\bgithub_pat_[A-Za-z0-9_]{60,255}\b", token("github_token")),
     Detector(
         "gitlab_token",
-        r"\bgl(?:pat|oas|dt|rt|cbt|ptt|ft|imt|agent|soat|ffct|wt)-[A-Za-z0-9_-]{20,300}(?:\.[A-Za-z0-9]{2,}){0,2}",
+        r"\b(glpat-[A-Za-z0-9_-]{27,}\.[0-9a-z]{2}[0-9a-z]{7}|glpat-[A-Za-z0-9_-]{20}|glptt-[A-Za-z0-9_-]{40}"
+        r"|glimt-[A-Za-z0-9_-]{25}|gloas-[A-Za-z0-9_-]{64}|glagent-[A-Za-z0-9_-]{50,}"
+        r"|glcbt-(?:[0-9a-fA-F]{1,5}_)?[A-Za-z0-9_-]{20}|glrt-(?:t\d_)?[A-Za-z0-9_-]{20,}(?:\.[0-9a-z]{2}[0-9a-z]{7})?"
+        r"|gl(?:dt|soat|ffct|ft|wt)-[A-Za-z0-9_-]{20}|GR1348941[A-Za-z0-9_-]{20})" + _END,
         token("gitlab_token", 2.5),
+        1,
     ),
-    Detector("gitlab_token", r"\bGR1348941[A-Za-z0-9_-]{20,}\b", token("gitlab_token", 2.5)),
     Detector("atlassian_token", r"\bATATT3[A-Za-z0-9_=-]{100,}", token("atlassian_token")),
     Detector("bitbucket_token", r"\bATBB[A-Za-z0-9_=.-]{28,}", token("bitbucket_token", 3.0)),
     Detector(
@@ -291,7 +337,7 @@ DETECTORS: tuple[Detector, ...] = (
         token("artifactory_token", 3.0),
     ),
     Detector("prefect_token", r"\bpnu_[A-Za-z0-9]{36}\b", token("prefect_token")),
-    Detector("infracost_token", r"\bico-[A-Za-z0-9]{32}\b", token("infracost_token")),
+    Detector("infracost_token", r"(?:^|[^.\w-])(ico-[A-Za-z0-9]{32})\b", token("infracost_token"), 1),
     Detector("readme_token", r"\brdme_[a-z0-9]{70}\b", token("readme_token", 3.0)),
     Detector(
         "sentry_token", r"\b(?:sntrys_eyJ[A-Za-z0-9+/=_]{60,}|sntryu_[a-f0-9]{64})", token("sentry_token")
@@ -386,6 +432,54 @@ DETECTORS: tuple[Detector, ...] = (
         token("kubernetes_bootstrap_token"),
         1,
     ),
+    Detector(
+        "bundler_credentials",
+        r"\bBUNDLE_[A-Z0-9_]+__[A-Z]+[\"']?[ \t]*[:=][ \t]*[\"']?[^\s\"':;]+:([^\s\"';&]+)",
+        auth_value("bundler_credentials", 4),
+        1,
+    ),
+    Detector(
+        "sonar_token",
+        r"(?i:sonar[_.]?(?:login|token))[\"']?[ \t]*:*[?]?=?[ \t]*[\"']?((?:sq[pua]_)?[A-Za-z0-9]{40})\b",
+        token("sonar_token"),
+        1,
+    ),
+    Detector(
+        "sourcegraph_token",
+        r"(?i:sourcegraph)[A-Za-z0-9_.-]*[\"']?[ \t]*[:=][ \t]*[\"']?([a-fA-F0-9]{40})\b",
+        token("sourcegraph_token"),
+        1,
+    ),
+    Detector(
+        "codeclimate_reporter_id",
+        r"\bCC_TEST_REPORTER_ID[\"']?[ \t]*[:=][ \t]*[\"']?([a-f0-9]{64})\b",
+        token("codeclimate_reporter_id"),
+        1,
+    ),
+    Detector(
+        "facebook_app_token", r"\b\d+\|[A-Za-z0-9_-]{27}\b", _digits_then("facebook_app_token", "|", 15, 16)
+    ),
+    Detector("azure_devops_pat", r"\b[A-Za-z0-9]+AZDO[A-Za-z0-9]{4}\b", _sized("azure_devops_pat", 84, 84)),
+    Detector("vault_unseal_key", r"\bunseal[ \t]+([A-Za-z0-9+/]{40,}={0,2})", token("vault_unseal_key"), 1),
+    Detector(
+        "teams_webhook",
+        r"https?:\\?/\\?/outlook\.office(?:365)?\.com\\?/webhook(?:b2)?\\?/[A-Za-z0-9@/._\\-]{40,}",
+        token("teams_webhook"),
+    ),
+    Detector("truenas_api_key", r"\b\d+-[A-Za-z0-9]{64}\b", _digits_then("truenas_api_key", "-", 1, 4)),
+    Detector("twitch_stream_key", r"\blive_\d+_[A-Za-z0-9]{30}\b", token("twitch_stream_key")),
+    Detector(
+        "softlayer_api_key",
+        r"softlayer\.com\\?/soap\\?/v3(?:\.1)?\\?/([a-z0-9]{64})\b",
+        token("softlayer_api_key"),
+        1,
+    ),
+    Detector(
+        "basic_auth",
+        r"(?:\s|^)-u[ \t]+[^\s]+[ \t]+-p[ \t]*([^\s\"'-][^\s\"']*)",
+        auth_value("basic_auth", 4),
+        1,
+    ),
     # Tokens without a provider prefix
     Detector(
         "jwt",
@@ -394,7 +488,7 @@ DETECTORS: tuple[Detector, ...] = (
     ),
     Detector(
         "password_hash",
-        r"(?:\$2[abxy]?\$\d\d\$[./A-Za-z0-9]{53}|\$(?:1|5|6|md5|apr1|y|gy|7)\$[./A-Za-z0-9$=+-]{8,}|\$argon2(?:id|i|d)\$[A-Za-z0-9=$,+/.-]{20,}|\$krb5(?:asrep|tgs)\$[^\s\"'`]{20,}|\$(?:pbkdf2|scrypt)[A-Za-z0-9-]*\$[A-Za-z0-9$./+=-]{20,})",
+        r"(?:\$2[abxy]?\$\d\d\$[./A-Za-z0-9]{53}|\$(?:1|5|6|8|9|md5|apr1|y|gy|7)\$[./A-Za-z0-9$=+-]{8,}|\$argon2(?:id|i|d)\$[A-Za-z0-9=$,+/.-]{20,}|\$krb5(?:asrep|tgs)\$[^\s\"'`]{20,}|\$(?:pbkdf2|scrypt)[A-Za-z0-9-]*\$[A-Za-z0-9$./+=-]{20,})",
         token("password_hash"),
     ),
     # Credentials in URLs, connection strings, headers and command lines
@@ -427,13 +521,23 @@ DETECTORS: tuple[Detector, ...] = (
     ),
     Detector(
         "connection_string_password",
-        r"(?i:;[ \t]*(?:password|pwd|secret|sharedaccesskey|accountkey)[ \t]*=[ \t]*)([^;\"'<>\r\n]+)",
+        r"(?i:;[ \t]*(?:password|pwd|secret|sharedaccesskey|accountkey)[ \t]*=[ \t]*)([^;\"'<>\s]+)",
         auth_value("connection_string_password", 4),
         1,
     ),
     # `key = value` in any language or config format, and the reverse comparison
     Detector("assignment", _KEY + _SEP + _VALUE, assignment, 2, 1, lane=1),
-    Detector("assignment", _FLAG + _VALUE, assignment, 2, 1, lane=1),
+    Detector("assignment", _FLAG + _VALUE, flag_assignment, 2, 1, lane=1),
+    # ("api_token", "value") arguments and <add key="Password" value="..."/> entries
+    Detector("assignment", r"\\*[\"']" + _KEY + r"\\*[\"'][ \t]*,[ \t]*" + _QUOTED, argument, 2, 1, lane=1),
+    Detector(
+        "assignment",
+        r"(?i:key)=\\*[\"']" + _KEY + r"\\*[\"'][ \t]+(?i:value)=" + _QUOTED,
+        assignment,
+        2,
+        1,
+        lane=1,
+    ),
     Detector(
         "assignment",
         r"(\\*[\"'`][^\"'`\r\n\\]+)\\*[\"'`][ \t]*[!=]==?[ \t]*([A-Za-z0-9_.]*"

@@ -16,7 +16,162 @@ _WORDS = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
 
 # A key ending in one of these words describes a secret without holding it.
 _ABOUT = frozenset(
-    ["id", "ids", "uuid", "guid", "name", "names", "file", "files", "filename", "path", "paths", "dir", "url", "urls", "uri", "endpoint", "host", "type", "types", "kind", "size", "length", "len", "count", "hash", "sha", "digest", "checksum", "version", "format", "mode", "prefix", "suffix", "header", "headers", "field", "fields", "param", "params", "var", "variable", "variables", "env", "policy", "ref", "refs", "algorithm", "alg", "provider", "timeout", "ttl", "expiry", "expires", "expiration", "usage", "limit", "class", "method", "label", "description", "desc", "hint", "help", "message", "msg", "title", "text", "pattern", "regex", "index", "idx", "column", "table", "schema", "store", "storage", "manager", "service", "helper", "factory", "handler", "validator", "error", "errors", "required", "enabled", "disabled", "visible", "flag", "flags", "source", "location", "mask", "input", "form", "strength", "rotation", "reset", "changed", "generator", "min", "max", "fingerprint", "thumbprint", "signature", "spec", "config", "cfg", "template", "placeholder", "prompt", "field", "type", "parameter", "arg", "args", "option", "options", "list", "set", "map", "dict", "bits", "bytes", "length", "chars", "charset", "hint", "event", "events", "button", "link", "route", "page", "view", "mapping", "salt", "rounds", "iterations", "cost", "sec", "seconds", "ms", "lifetime", "age", "days", "expire", "expired", "valid", "validity"]
+    [
+        "id",
+        "ids",
+        "uuid",
+        "guid",
+        "name",
+        "names",
+        "file",
+        "files",
+        "filename",
+        "path",
+        "paths",
+        "dir",
+        "url",
+        "urls",
+        "uri",
+        "endpoint",
+        "host",
+        "type",
+        "types",
+        "kind",
+        "size",
+        "length",
+        "len",
+        "count",
+        "hash",
+        "sha",
+        "digest",
+        "checksum",
+        "version",
+        "format",
+        "mode",
+        "prefix",
+        "suffix",
+        "header",
+        "headers",
+        "field",
+        "fields",
+        "param",
+        "params",
+        "var",
+        "variable",
+        "variables",
+        "env",
+        "policy",
+        "ref",
+        "refs",
+        "algorithm",
+        "alg",
+        "provider",
+        "timeout",
+        "ttl",
+        "expiry",
+        "expires",
+        "expiration",
+        "usage",
+        "limit",
+        "class",
+        "method",
+        "label",
+        "description",
+        "desc",
+        "hint",
+        "help",
+        "message",
+        "msg",
+        "title",
+        "text",
+        "pattern",
+        "regex",
+        "index",
+        "idx",
+        "column",
+        "table",
+        "schema",
+        "store",
+        "storage",
+        "manager",
+        "service",
+        "helper",
+        "factory",
+        "handler",
+        "validator",
+        "error",
+        "errors",
+        "required",
+        "enabled",
+        "disabled",
+        "visible",
+        "flag",
+        "flags",
+        "source",
+        "location",
+        "mask",
+        "input",
+        "form",
+        "strength",
+        "rotation",
+        "reset",
+        "changed",
+        "generator",
+        "min",
+        "max",
+        "fingerprint",
+        "thumbprint",
+        "signature",
+        "spec",
+        "config",
+        "cfg",
+        "template",
+        "placeholder",
+        "prompt",
+        "field",
+        "type",
+        "parameter",
+        "arg",
+        "args",
+        "option",
+        "options",
+        "list",
+        "set",
+        "map",
+        "dict",
+        "bits",
+        "bytes",
+        "length",
+        "chars",
+        "charset",
+        "hint",
+        "event",
+        "events",
+        "button",
+        "link",
+        "route",
+        "page",
+        "view",
+        "mapping",
+        "salt",
+        "rounds",
+        "iterations",
+        "cost",
+        "sec",
+        "seconds",
+        "ms",
+        "lifetime",
+        "age",
+        "days",
+        "expire",
+        "expired",
+        "valid",
+        "validity",
+    ]
+)
+# `cache_key`, `sort_key`, `primary_key`: keys of a map or table, not credentials
+_NOT_CREDENTIAL_KEY = frozenset(
+    ["cache", "sort", "partition", "primary", "foreign", "idempotency", "lookup", "dedup", "object", "row", "map", "hot", "shortcut", "dict", "group", "unique", "composite", "routing", "join", "index", "hash", "range", "s3", "storage", "keyboard"]
 )
 _PUBLIC = ("public", "publishable", "pubkey", "verify", "verification")
 _PASSWORD = ("password", "passwd", "passphrase", "pwd", "passw")
@@ -32,7 +187,43 @@ def key_words(key: str) -> list[str]:
 
 # Keys whose random-looking values are data, not credentials (hashes, ids, encoded content).
 _DATA = _ABOUT | frozenset(
-    ["integrity", "nonce", "etag", "commit", "sha1", "sha256", "sha512", "md5", "data", "content", "image", "body", "payload", "blob", "b64", "base64", "encoded", "icon", "logo", "font", "cursor", "state", "checksum", "serial", "revision", "rev", "build", "tag", "hmac", "certificate", "cert", "crt", "csr", "ca", "pem"]
+    [
+        "integrity",
+        "nonce",
+        "etag",
+        "commit",
+        "sha1",
+        "sha256",
+        "sha512",
+        "md5",
+        "data",
+        "content",
+        "image",
+        "body",
+        "payload",
+        "blob",
+        "b64",
+        "base64",
+        "encoded",
+        "icon",
+        "logo",
+        "font",
+        "cursor",
+        "state",
+        "checksum",
+        "serial",
+        "revision",
+        "rev",
+        "build",
+        "tag",
+        "hmac",
+        "certificate",
+        "cert",
+        "crt",
+        "csr",
+        "ca",
+        "pem",
+    ]
 )
 
 
@@ -62,17 +253,23 @@ def secret_kind_of_key(key: str) -> tuple[str, bool] | None:
         return "api_key", True
     if "secret" in flat:
         return "secret", True
-    if any(p in flat for p in _TOKEN):
+    if any(p in flat for p in _TOKEN) or "pat" in words:
         return "token", True
     if "credential" in flat or "credentials" in words or words[-1] in ("auth", "creds", "cred"):
         return "credential", True
-    if "key" in flat:
+    if "key" in flat and not (len(words) > 1 and words[-2] in _NOT_CREDENTIAL_KEY):
         return "key", False
     return None
 
 
-def is_assigned_secret(kind: str, strong: bool, value: str, quoted: bool) -> bool:
-    """Whether `value`, assigned to a key of this kind, is a credential rather than a stand-in."""
+def is_assigned_secret(
+    kind: str, strong: bool, value: str, quoted: bool, env_style: bool = False, key_hint: str = ""
+) -> bool:
+    """Whether `value`, assigned to a key of this kind, is a credential rather than a stand-in.
+
+    env_style: the key is written like an environment variable or INI entry (`DB_PASSWORD=`,
+    `Password=`), where an unquoted word is a literal value, not a variable of some program.
+    """
     v = value.strip()
     if is_placeholder(v) or (is_uuid(v) and kind in ("key", "secret")):
         return False
@@ -87,6 +284,16 @@ def is_assigned_secret(kind: str, strong: bool, value: str, quoted: bool) -> boo
     if kind == "password" or quoted:
         return True
     return " " not in v and not is_wordy(v)
+
+
+_WORD = re.compile(r"^[A-Za-z_]+$")
+_ALNUM = re.compile(r"[^a-z0-9]")
+
+
+def _echoes(key: str, value: str) -> bool:
+    """A value that repeats its own key name (`API_KEY = "API_KEY"`, `addPassword = "#add-password"`)."""
+    k, v = _ALNUM.sub("", key.lower()), _ALNUM.sub("", value.lower())
+    return len(v) >= 6 and len(k) >= 6 and (v in k or k in v)
 
 
 _ENV_NAME = re.compile(r"^[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+$")

@@ -11,7 +11,7 @@ import re
 _KIND_SECRET = re.compile(rb"(?im)^[ \t]*kind:[ \t]*[\"']?secret[\"']?[ \t]*$")
 _DATA = re.compile(rb"(?m)^([ \t]*)data:[ \t]*$")
 _ENTRY = re.compile(rb"([ \t]+)[\"']?[\w.-]+[\"']?:[ \t]*(.*)")
-_BASE64 = re.compile(rb"[\"']?([A-Za-z0-9+/]{4,}={0,2})[\"']?[ \t]*")
+_BASE64 = re.compile(rb"[\"']?([A-Za-z0-9+/]{12,}={0,2})[\"']?[ \t]*")
 _BLOCK = re.compile(rb"[|>][+-]?[ \t]*")
 
 

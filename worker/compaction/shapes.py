@@ -28,7 +28,6 @@ _FILLER = frozenset(
         "string",
         "str",
         "bytes",
-        "secret",
         "password",
         "passwd",
         "pass",
@@ -56,13 +55,13 @@ _TEMPLATE = re.compile(
       | \$\(.*\)?               # $(command)
       | \$[A-Za-z_][\w.]*       # $VAR
       | \{\{.*\}\}              # {{ template }}
-      | \{[A-Za-z_][\w.]*\}     # {name}
+      | \{(?:[a-z_][a-z0-9_.]*|[A-Z_][A-Z0-9_.]*)\}  # {name}, {NAME}
       | <[^<>]*>                # <your token>
       | \[[A-Z _-]+\]           # [PASSWORD]
       | %\(?\w*\)?s             # %s, %(name)s
       | %[A-Za-z_]+%            # %VAR%
       | [*xX.#?_-]+             # ****, xxxx, ....
-      | [xX]{4,}.*|.*[xX]{6,}   # runs of x: placeholders
+      | [xX]{4,}.*|.*(?:[xX]{6,}|\#{4,}|\*{4,}).*   # runs of x, #, *: masks
       | (?i:process\.env|os\.environ|env|getenv|secrets)\b.*
     )$""",
     re.VERBOSE | re.DOTALL,
@@ -74,10 +73,13 @@ _CALL_OR_ATTR = re.compile(
       | [A-Za-z_$][\w$]*\s*\[.*                                    # index: os.environ["X"]
       | [A-Za-z_]+                                                 # a bare identifier (no digits)
       | -?\d{1,7}(?:\.\d+)?                                        # a small number
+      | [+.]\s*[A-Za-z_].*                                         # a concatenation: "+ x.y(...)
+      | \.?/[\w.@-]+(?:/[\w.@-]*)+                                 # a path
     )$""",
     re.VERBOSE | re.DOTALL,
 )
-_SEQUENTIAL = ("abcdefgh", "ABCDEFGH", "01234567", "12345678", "qwertyui")
+# a whole alphabet run marks a character table or a made-up example, not a key
+_SEQUENTIAL = ("abcdefghijk", "ABCDEFGHIJK", "qwertyuiop")
 
 
 def entropy_bits(value: str) -> float:
@@ -105,7 +107,7 @@ def is_placeholder(value: str) -> bool:
         return True
     if v.lower().strip("_-'\"") in _FILLER or _TEMPLATE.match(v):
         return True
-    return len(set(v)) <= 2 or (any(s in v for s in _SEQUENTIAL) and entropy_bits(v) < 4.6)
+    return len(set(v)) <= 2 or any(s in v for s in _SEQUENTIAL) or not any(c.isalnum() for c in v)
 
 
 def is_code(value: str) -> bool:
