@@ -64,7 +64,7 @@ class Clip:
         total_lines = text.count("\n") + 1
         first = head.count("\n") + 1
         last = max(first, total_lines - tail.count("\n") - 1)
-        cut = len(ids) - len(encoding().encode_ordinary(head)) - len(encoding().encode_ordinary(tail))
+        cut = len(ids) - head_n - tail_n
         return head + pointers.clipped(cut, ref, first, last) + tail
 
     def _argument(self, value: str, files: list[FileWrite]) -> str:

@@ -32,6 +32,12 @@ def count_text(text: str) -> int:
         return 0
     if text.isascii() and len(text) < 8:
         return max(1, len(text) // 4)
+    return _count_cached(text) if len(text) >= 256 else len(encoding().encode_ordinary(text))
+
+
+@lru_cache(maxsize=4096)
+def _count_cached(text: str) -> int:
+    # Stages look at the same big outputs again (offload, dedup, clip, replays): count each once.
     return len(encoding().encode_ordinary(text))
 
 
