@@ -258,7 +258,8 @@ def test_facts_classify_files_and_commands() -> None:
 @pytest.mark.parametrize(
     ("tokens", "keep", "expected"),
     [
-        ([10, 10, 10, 10, 10], 15, 3),  # plain texts: the newest two
+        ([10, 10, 10, 10, 10], 15, 4),  # the newest turn only: a second would overflow the window
+        ([10, 10, 10, 10, 10], 20, 3),  # the newest two
         ([10, 10, 10, 10, 10], 1000, 1),  # everything but the task
     ],
 )
