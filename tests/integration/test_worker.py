@@ -50,7 +50,7 @@ def worker(settings: Settings, tmp_path: Path, res: Resources) -> Iterator[Worke
 def real_messages() -> list[dict]:
     files = [p for p in claude_code_files() if 60_000 < p.stat().st_size < 400_000]
     require(bool(files), "no Claude Code transcript of 60-400 KB in the shared data")
-    return load_messages(files[0])
+    return load_messages(files[-1])
 
 
 def text_turn(role: str, text: str) -> Turn:
@@ -67,7 +67,7 @@ def test_worker_publishes_a_new_epoch_for_a_real_transcript(
     with TestClient(create_app(settings)) as client:
         for m in messages:
             r = client.post(
-                "/v1/sessions/real/turns", json={"messages": [m], "context_window": 20_000}, headers=auth
+                "/v1/sessions/real/turns", json={"messages": [m], "context_window": 10_000}, headers=auth
             )
             assert r.status_code == 200, r.text
         info = wait_for(
