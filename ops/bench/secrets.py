@@ -20,7 +20,10 @@ Corpora: ../shared/data/secrets/*.jsonl (FORMATS.md §5). Definitions:
   secret of another kind and we did not call it this one: its `gitleaks_regex_matches` names a
   rule other than its own, and none of our finding kinds equals the rule's kind (kinds and rule
   names compared as word sets without generic words like key/token/api/secret; generic kinds
-  such as `password` equal only generic rules).
+  such as `password` equal only generic rules). `fp_rate_unlisted` leaves out negatives that
+  the rule's own raw regex matches (`rule_id` in `gitleaks_regex_matches`): upstream rejects those
+  through allowlists of specific known strings (e.g. public Google API keys), which no pattern
+  can reproduce without hardcoding the list.
 - detect_secrets_test_files: each line that detect-secrets 1.5.0 flags or that carries
   `# pragma: allowlist secret` is a positive, except lines whose only findings are
   "Hex High Entropy String" (bare hex digests are not secrets by policy); its secret is the
@@ -125,7 +128,7 @@ def _false_positive(row: dict[str, Any], redactor: Redactor) -> bool:
 
 def score_rows(rows: Iterable[dict[str, Any]], redactor: Redactor) -> dict[str, Any]:
     """Positives, recall, out-of-policy count, negatives and false-positive rate of labelled rows."""
-    positives = caught = out_of_policy = negatives = false_positives = 0
+    positives = caught = out_of_policy = negatives = false_positives = allowlisted = 0
     misses: list[str] = []
     fps: list[str] = []
     for row in rows:
@@ -144,12 +147,16 @@ def score_rows(rows: Iterable[dict[str, Any]], redactor: Redactor) -> dict[str, 
             if _false_positive(row, redactor):
                 false_positives += 1
                 fps.append(row["id"])
+                allowlisted += row["rule_id"] in (row.get("gitleaks_regex_matches") or [])
     return {
         "positives": positives,
         "recall": round(caught / max(1, positives), 3),
         "out_of_policy": out_of_policy,
         "negatives": negatives,
         "fp_rate": round(false_positives / max(1, negatives), 3),
+        "fp_rate_unlisted": round((false_positives - allowlisted) / max(1, negatives), 3),
+        "caught": caught,
+        "fps": false_positives,
         "misses": misses,
         "false_positives": fps,
     }
@@ -198,7 +205,30 @@ def score_test_files(files: Iterable[dict[str, Any]], redactor: Redactor) -> dic
         "out_of_policy": 0,
         "negatives": 0,
         "fp_rate": 0.0,
+        "fp_rate_unlisted": 0.0,
+        "caught": caught,
+        "fps": 0,
         "misses": misses,
+        "false_positives": [],
+    }
+
+
+def overall(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Recall and false-positive rate pooled over corpora."""
+    positives = sum(r["positives"] for r in rows)
+    negatives = sum(r["negatives"] for r in rows)
+    fps = sum(r["fps"] for r in rows)
+    unlisted = sum(r["fp_rate_unlisted"] * r["negatives"] for r in rows)
+    return {
+        "positives": positives,
+        "recall": round(sum(r["caught"] for r in rows) / max(1, positives), 3),
+        "out_of_policy": sum(r["out_of_policy"] for r in rows),
+        "negatives": negatives,
+        "fp_rate": round(fps / max(1, negatives), 3),
+        "fp_rate_unlisted": round(unlisted / max(1, negatives), 3),
+        "caught": sum(r["caught"] for r in rows),
+        "fps": fps,
+        "misses": [],
         "false_positives": [],
     }
 
@@ -254,7 +284,10 @@ def main() -> dict[str, Any]:
         figures = score_corpus(root, name, redactor)
         rows.append({"corpus": name, **figures})
     speed = throughput(root / TRANSCRIPT, redactor)
-    print(table(rows, ["corpus", "positives", "recall", "out_of_policy", "negatives", "fp_rate"]))
+    total = overall(rows)
+    rows.append({"corpus": "overall", **total})
+    columns = ["corpus", "positives", "recall", "out_of_policy", "negatives", "fp_rate", "fp_rate_unlisted"]
+    print(table(rows, columns))
     print(
         f"\nthroughput on {Path(TRANSCRIPT).name}: {speed['blocks_mb_s']} MB/s per block, "
         f"{speed['raw_mb_s']} MB/s raw file"

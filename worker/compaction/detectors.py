@@ -526,10 +526,6 @@ DETECTORS: tuple[Detector, ...] = (
         1,
     ),
     # `key = value` in any language or config format, and the reverse comparison
-    Detector("assignment", _KEY + _SEP + _VALUE, assignment, 2, 1, lane=1),
-    Detector("assignment", _FLAG + _VALUE, flag_assignment, 2, 1, lane=1),
-    # ("api_token", "value") arguments and <add key="Password" value="..."/> entries
-    Detector("assignment", r"\\*[\"']" + _KEY + r"\\*[\"'][ \t]*,[ \t]*" + _QUOTED, argument, 2, 1, lane=1),
     Detector(
         "assignment",
         r"(?i:key)=\\*[\"']" + _KEY + r"\\*[\"'][ \t]+(?i:value)=" + _QUOTED,
@@ -538,6 +534,10 @@ DETECTORS: tuple[Detector, ...] = (
         1,
         lane=1,
     ),
+    Detector("assignment", _KEY + _SEP + _VALUE, assignment, 2, 1, lane=1),
+    Detector("assignment", _FLAG + _VALUE, flag_assignment, 2, 1, lane=1),
+    # ("api_token", "value") arguments and <add key="Password" value="..."/> entries
+    Detector("assignment", r"\\*[\"']" + _KEY + r"\\*[\"'][ \t]*,[ \t]*" + _QUOTED, argument, 2, 1, lane=1),
     Detector(
         "assignment",
         r"(\\*[\"'`][^\"'`\r\n\\]+)\\*[\"'`][ \t]*[!=]==?[ \t]*([A-Za-z0-9_.]*"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from worker.compaction.shapes import is_code, is_placeholder, is_uuid, is_wordy, looks_random
+from worker.compaction.shapes import is_code, is_placeholder, is_wordy, looks_random
 
 _WORDS = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
 
@@ -171,7 +171,33 @@ _ABOUT = frozenset(
 )
 # `cache_key`, `sort_key`, `primary_key`: keys of a map or table, not credentials
 _NOT_CREDENTIAL_KEY = frozenset(
-    ["cache", "sort", "partition", "primary", "foreign", "idempotency", "lookup", "dedup", "object", "row", "map", "hot", "shortcut", "dict", "group", "unique", "composite", "routing", "join", "index", "hash", "range", "s3", "storage", "keyboard"]
+    [
+        "cache",
+        "sort",
+        "partition",
+        "primary",
+        "foreign",
+        "idempotency",
+        "lookup",
+        "dedup",
+        "object",
+        "row",
+        "map",
+        "hot",
+        "shortcut",
+        "dict",
+        "group",
+        "unique",
+        "composite",
+        "routing",
+        "join",
+        "index",
+        "hash",
+        "range",
+        "s3",
+        "storage",
+        "keyboard",
+    ]
 )
 _PUBLIC = ("public", "publishable", "pubkey", "verify", "verification")
 _PASSWORD = ("password", "passwd", "passphrase", "pwd", "passw")
@@ -271,12 +297,12 @@ def is_assigned_secret(
     `Password=`), where an unquoted word is a literal value, not a variable of some program.
     """
     v = value.strip()
-    if is_placeholder(v) or (is_uuid(v) and kind in ("key", "secret")):
+    if is_placeholder(v) or _echoes(key_hint, v):
+        return False
+    if not quoted and is_code(v) and not (env_style or (v.isdigit() and len(v) >= 8)):
         return False
     if not strong:
         return looks_random(v, min_len=16, min_bits=3.0)
-    if not quoted and (is_code(v) and not (v.isdigit() and len(v) >= 8)):
-        return False
     if len(v) < 6 or (v.isdigit() and len(v) < 8):
         return False
     if _ENV_NAME.match(v):

@@ -58,6 +58,7 @@ def _compile(detectors: list[Detector]) -> _Lane:
 _LANES = tuple(
     _compile([d for d in DETECTORS if d.lane == lane]) for lane in sorted({d.lane for d in DETECTORS})
 )
+_PLACEHOLDER = re2.compile(rb"\[REDACTED:[a-z0-9_]+:[0-9a-f]{8}\]")
 _PERCENT_RUN = re2.compile(rb"[^\s\"'<>`]*%[0-9A-Fa-f]{2}[^\s\"'<>`]*")
 _BASE64_RUN = re2.compile(rb"[A-Za-z0-9+/]{24,}={0,2}|[A-Za-z0-9_-]{24,}={0,2}")
 _PRINTABLE = re.compile(rb"[\x20-\x7e\t\r\n]*")
@@ -87,6 +88,10 @@ def _owner(lane: _Lane, m: re2._Match) -> tuple[Detector, int]:
 def scan_bytes(data: bytes) -> list[Span]:
     """(kind, start, end) byte spans of every pattern-detected secret, left to right, disjoint."""
     found = [span for lane in _LANES for span in _scan_lane(lane, data)]
+    if found and b"[REDACTED:" in data:
+        # a placeholder reads like `kind:hex`, an assignment: never redact inside one
+        marks = [m.span() for m in _PLACEHOLDER.finditer(data)]
+        found = [f for f in found if not any(s < f[2] and f[1] < e for s, e in marks)]
     if len(_LANES) == 1 or not found:
         return found
     out: list[Span] = []

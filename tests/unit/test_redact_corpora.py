@@ -1,0 +1,43 @@
+"""Redaction on the shared data: the labelled secret corpora and real Claude Code transcripts."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from ops.bench.secrets import CORPORA, overall, score_corpus
+from tests.conftest import transcript_files
+from worker.compaction.redact import Redactor
+
+R = Redactor(b"corpus-key")
+IDS = re.compile(
+    r"\btoolu_[A-Za-z0-9]{10,}|\b[0-9a-f]{40}\b|\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"
+)
+CLAUDE_CODE = [p for p in transcript_files() if "claude-code" in p.parts]
+
+
+def test_secret_corpora_recall_and_false_positives(shared_data: Path) -> None:
+    """Pooled over the four corpora, recall and false positives stay at the measured level.
+
+    The issue's target is recall >= 0.95 and false positives <= 5%; the floors below are what the
+    detectors reach today (see `python -m ops.bench.secrets`), so a regression fails here.
+    """
+    rows = [score_corpus(shared_data, name, R) for name in CORPORA]
+    total = overall(rows)
+    assert total["recall"] >= 0.93, total
+    assert total["fp_rate"] <= 0.10, total
+    assert total["fp_rate_unlisted"] <= 0.06, total
+
+
+@pytest.mark.parametrize("path", CLAUDE_CODE, ids=[p.name[:40] for p in CLAUDE_CODE])
+def test_ids_shas_and_uuids_in_real_transcripts_survive(path: Path) -> None:
+    """No toolu_ id, 40-hex git SHA or UUID in a real Claude Code transcript is redacted."""
+    for line in path.read_text(errors="replace").splitlines():
+        ids = [m.span() for m in IDS.finditer(line)]
+        if not ids:
+            continue
+        spans = [(f.start, f.end) for f in R.findings(line)]
+        hit = [line[s:e] for s, e in ids if any(a < e and s < b for a, b in spans)]
+        assert not hit, hit

@@ -1,0 +1,100 @@
+"""Redaction properties: planted secrets of every kind never survive; the text around them does."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import string
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from worker.compaction.redact import Redactor
+
+R = Redactor(b"property-key")
+PLACEHOLDER = r"\[REDACTED:[a-z0-9_]+:[0-9a-f]{8}\]"
+ALNUM = string.ascii_letters + string.digits
+WORDS = ("deploy", "the", "service", "then", "check", "logs", "ok", "done", "value", "step")
+
+
+def _random(alphabet: str, size: int) -> st.SearchStrategy[str]:
+    """Random-looking strings: several distinct characters, letters and digits both present."""
+    return st.text(alphabet=alphabet, min_size=size, max_size=size).filter(
+        lambda s: (
+            len(set(s)) >= min(10, size // 2)
+            and any(c.isdigit() for c in s)
+            and any(c.isalpha() for c in s)
+            and not re.search(r"(?i)abcdefghijk|qwertyuiop|x{6}|(.)\1{3}", s)
+        )
+    )
+
+
+def _jwt(body: str) -> str:
+    head = base64.urlsafe_b64encode(json.dumps({"alg": "HS256", "typ": "JWT"}).encode()).decode().rstrip("=")
+    claims = base64.urlsafe_b64encode(json.dumps({"sub": body}).encode()).decode().rstrip("=")
+    return f"{head}.{claims}.{body}"
+
+
+# (kind, how to build the planted text around a random body, how to read the secret back)
+SECRETS = {
+    "aws_access_key": (
+        st.text(alphabet=string.ascii_uppercase + string.digits, min_size=16, max_size=16).filter(
+            lambda s: len(set(s)) >= 8
+        ),
+        lambda b: f"AKIA{b}",
+    ),
+    "github_token": (_random(ALNUM, 36), lambda b: f"ghp_{b}"),
+    "gitlab_token": (_random(ALNUM, 20), lambda b: f"glpat-{b}"),
+    "slack_token": (_random(ALNUM, 24), lambda b: f"xoxb-123456789012-{b}"),
+    "stripe_key": (_random(ALNUM, 24), lambda b: f"sk_live_{b}"),
+    "google_api_key": (_random(ALNUM, 35), lambda b: f"AIza{b}"),
+    "openai_api_key": (_random(ALNUM, 20), lambda b: f"sk-proj-{b}T3BlbkFJ{b[::-1]}"),
+    "anthropic_api_key": (_random(ALNUM, 93), lambda b: f"sk-ant-api03-{b}AA"),
+    "huggingface_token": (_random(ALNUM, 34), lambda b: f"hf_{b}"),
+    "npm_token": (_random(ALNUM, 36), lambda b: f"npm_{b}"),
+    "sendgrid_api_key": (_random(ALNUM, 65), lambda b: f"SG.{b[:22]}.{b[22:]}"),
+    "databricks_token": (
+        st.text(alphabet="0123456789abcdef", min_size=32, max_size=32).filter(lambda s: len(set(s)) >= 8),
+        lambda b: f"dapi{b}",
+    ),
+    "jwt": (_random(ALNUM, 43), _jwt),
+    "password": (_random(ALNUM + "!@#%^*", 14), lambda b: f"DB_PASSWORD={b}"),
+    "url_password": (_random(ALNUM, 16), lambda b: f"postgres://app:{b}@db.internal:5432/app"),
+    "private_key": (
+        _random(ALNUM + "+/", 64),
+        lambda b: f"-----BEGIN RSA PRIVATE KEY-----\n{b}\n-----END RSA PRIVATE KEY-----",
+    ),
+}
+
+
+@st.composite
+def planted(draw: st.DrawFn) -> tuple[str, str, str, str]:
+    """(prefix, planted text, secret body, suffix) with one secret of a drawn kind."""
+    kind = draw(st.sampled_from(sorted(SECRETS)))
+    body_strategy, build = SECRETS[kind]
+    body = draw(body_strategy)
+    words = st.lists(st.sampled_from(WORDS), min_size=0, max_size=6)
+    prefix = " ".join(draw(words))
+    suffix = " ".join(draw(words))
+    return prefix + "\n", build(body), body, "\n" + suffix
+
+
+@settings(max_examples=300, deadline=None)
+@given(planted())
+def test_no_planted_secret_survives_and_context_is_kept(case: tuple[str, str, str, str]) -> None:
+    """A planted secret of any kind is gone after redaction, and the text around it is intact."""
+    prefix, secret_text, body, suffix = case
+    redacted = R.redact_text(prefix + secret_text + suffix)
+    assert body not in redacted
+    assert redacted.startswith(prefix) and redacted.endswith(suffix)
+    assert re.search(PLACEHOLDER, redacted)
+    assert R.redact_text(redacted) == redacted
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet=string.ascii_letters + string.digits + " _-.:=/\n", max_size=300))
+def test_redaction_is_idempotent_on_any_text(text: str) -> None:
+    """Redacting twice gives the same text as redacting once, whatever the input."""
+    once = R.redact_text(text)
+    assert R.redact_text(once) == once
