@@ -2,7 +2,9 @@
 
 Items of a span: file paths in tool calls, shell commands, user instructions, and error lines
 (the first line of an is_error result, and lines that start like an error in any result). An
-item counts as kept when its first 200 characters (whitespace folded) appear in the text.
+item counts as kept when its key appears in the text (whitespace folded): a path relative to the
+span's common root (summaries write project-relative paths), the first 80 characters of a
+command's first line, of an instruction and of an error line. Both summaries are scored alike.
 
 1. served prompt: items of every turn the compactor changed or evicted, looked up in the served
    prompt (the DESIGN target is >= 95%);
@@ -14,6 +16,7 @@ Run: python -m ops.bench.fidelity
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable
 from pathlib import Path
@@ -63,7 +66,10 @@ def span_items(turns: Iterable[Turn]) -> dict[str, list[str]]:
                 if b.get("is_error") and lines:
                     found["errors"].append(lines[0])
                 found["errors"].extend(ln for ln in lines if ERROR_START.match(ln))
-    return {k: list(dict.fromkeys(fold(x)[:200] for x in v if x.strip())) for k, v in found.items()}
+    root = os.path.commonpath(found["files"]) if len(found["files"]) > 1 else ""
+    found["files"] = [f[len(root) :].lstrip("/") or f if root.count("/") > 1 else f for f in found["files"]]
+    found["commands"] = [c.strip().splitlines()[0] for c in found["commands"] if c.strip()]
+    return {k: list(dict.fromkeys(fold(x)[:80] for x in v if x.strip())) for k, v in found.items()}
 
 
 def kept_share(items: dict[str, list[str]], haystack: str) -> dict[str, Any]:

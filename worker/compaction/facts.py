@@ -34,6 +34,7 @@ DECISION = re.compile(
 SYSTEM_INJECTED = ("<system-reminder>", "<command-", "<local-command-", "Caveat:")
 
 MAX_ITEM_CHARS = 400
+MAX_COMMAND_CHARS = 200  # the first line; a heredoc or script body is in the archive
 MAX_INSTRUCTION_CHARS = 2_000
 ERROR_LINES_PER_RESULT = 3
 
@@ -114,7 +115,9 @@ def _call(facts: Facts, call: Block, result: Block | None) -> str:
         facts[f"files_{_file_action(name, editor_cmd)}"].append(path)
     command = next((args[k] for k in COMMAND_KEYS if isinstance(args.get(k), str)), None)
     if command and not (path and editor_cmd in EDITOR_COMMANDS) and SHELL_TOOL.search(name):
-        facts["commands"].append(f"{_cut(command, MAX_ITEM_CHARS)} -> {_outcome(result)}")
+        first_line = command.strip().splitlines()[0] if command.strip() else command
+        more = " …" if command.strip().count("\n") else ""
+        facts["commands"].append(f"{_cut(first_line, MAX_COMMAND_CHARS)}{more} -> {_outcome(result)}")
         return f"{name}: {_cut(command.splitlines()[0] if command.strip() else command, 120)}"
     return f"{name} {path}".strip()
 

@@ -160,7 +160,7 @@ class Policy:
     preview_tokens: int = 1_000
     dedup_min_tokens: int = 200
     summary_target_share: float = 0.5  # after summarizing, aim for this share of the budget
-    handoff_max_share: float = 0.08  # the handoff note's own ceiling, as a share of the budget
+    handoff_max_share: float = 0.15  # the handoff note's own ceiling, as a share of the budget
     worth_it_tokens: int = 2_000
     worth_it_share: float = 0.05
     turn_trigger: int = 0  # summarize past this many turns (0: off)
