@@ -5,7 +5,7 @@ UV := $(shell command -v uv 2>/dev/null || echo .tools/bin/uv)
 VENV := .venv
 RUN := $(UV) run --frozen
 
-.PHONY: up test test-fast lint fmt bench sync services clean
+.PHONY: up test test-fast lint fmt bench bench-service sync services clean
 
 $(UV):
 	$(PY) -m venv .tools
@@ -23,6 +23,7 @@ up: sync
 
 ## Install what the tests need and run them all (real Redis, PostgreSQL, Celery workers).
 test: sync
+	@bash ops/services.sh start || echo "make: Redis/PostgreSQL unavailable; service tests will skip (CI=true makes them fail)"
 	$(RUN) pytest
 
 ## Pure unit tests only: no services.
@@ -41,6 +42,10 @@ fmt: sync
 ## Benchmarks: figures go to BENCHMARKS.md by hand, with this command.
 bench: sync
 	$(RUN) python -m ops.bench
+
+## Service benchmark only: fetch/append latency and fetch throughput against a real uvicorn.
+bench-service: sync
+	$(RUN) python -m ops.bench.service
 
 ## Start Redis and PostgreSQL on loopback if they are not running (no Docker needed).
 services:
