@@ -14,10 +14,11 @@ import orjson
 
 from worker.compaction.model import Block
 
+# Tuples, not sets: membership tests on untrusted JSON values must not hash them (a list would raise).
 # Blocks the Messages API accepts in a conversation and that need no conversion.
-PASSTHROUGH = {"image", "document", "search_result", "server_tool_use", "web_search_tool_result"}
-THINKING = {"thinking", "redacted_thinking"}
-RESULT_PARTS = {"text", "image", "document", "search_result"}
+PASSTHROUGH = ("image", "document", "search_result", "server_tool_use", "web_search_tool_result")
+THINKING = ("thinking", "redacted_thinking")
+RESULT_PARTS = ("text", "image", "document", "search_result")
 TEXT_KEYS = ("type", "text", "citations", "cache_control")
 
 

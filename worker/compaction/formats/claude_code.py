@@ -31,8 +31,8 @@ from worker.compaction.formats.documents import parse_lines
 from worker.compaction.formats.imported import Imported
 from worker.compaction.formats.shaping import Entry, shape
 
-BOOKKEEPING = {"progress", "file-history-snapshot", "queue-operation", "summary", "system"}
-CONVERSATION = {"user", "assistant"}
+BOOKKEEPING = ("progress", "file-history-snapshot", "queue-operation", "summary", "system")
+CONVERSATION = ("user", "assistant")
 SIDECHAIN_LINES_NAMED = 5
 
 

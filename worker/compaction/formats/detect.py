@@ -10,7 +10,7 @@ from worker.compaction.errors import UnknownFormat
 from worker.compaction.formats.documents import BOM, parse_lines
 
 FORMATS = ("anthropic", "openai", "claude_code", "swe_agent", "openhands", "langchain")
-CLAUDE_CODE_TYPES = {
+CLAUDE_CODE_TYPES = (
     "user",
     "assistant",
     "progress",
@@ -18,12 +18,11 @@ CLAUDE_CODE_TYPES = {
     "queue-operation",
     "summary",
     "system",
-}
+)
 CLAUDE_CODE_KEYS = {"message", "uuid", "parentUuid", "sessionId", "leafUuid", "isSidechain"}
-LANGCHAIN_TYPES = {"human", "ai", "tool", "system", "chat", "function", "AIMessageChunk"}
-OPENAI_ROLES = {"system", "developer", "tool", "function"}
-ANTHROPIC_BLOCKS = {"tool_use", "tool_result", "thinking", "redacted_thinking", "image", "document"}
-OPENAI_PARTS = {"image_url", "input_audio", "refusal", "file"}
+LANGCHAIN_TYPES = ("human", "ai", "tool", "system", "chat", "function", "AIMessageChunk")
+OPENAI_ROLES = ("system", "developer", "tool", "function")
+OPENAI_PARTS = ("image_url", "input_audio", "refusal", "file")
 SUPPORTED = (
     "supported: Anthropic messages ({system, messages} or a list), OpenAI chat messages, LangChain "
     "message dicts, Claude Code session JSONL, SWE-agent .traj, OpenHands event lists"

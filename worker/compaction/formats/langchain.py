@@ -72,14 +72,14 @@ def _ai_blocks(fields: dict[str, Any], where: str, warnings: list[str]) -> tuple
     for j, call in enumerate(calls if isinstance(calls, list) else []):
         if not isinstance(call, dict):
             warnings.append(f"{where}.tool_calls[{j}]: not an object; skipped")
-        elif call.get("id") in have:
+        elif isinstance(call.get("id"), str) and call["id"] in have:
             continue  # ChatAnthropic: the same call is already a tool_use block in the content
         elif (block := tool_use_block(call, f"{where}.tool_calls[{j}]", warnings)) is not None:
             blocks.append(block)
             have.add(call.get("id"))
     invalid = fields.get("invalid_tool_calls")
     for j, call in enumerate(invalid if isinstance(invalid, list) else []):
-        if isinstance(call, dict) and call.get("id") not in have:
+        if isinstance(call, dict) and not (isinstance(call.get("id"), str) and call["id"] in have):
             raw = call.get("args")
             bad = {**call, "args": {"raw": raw} if isinstance(raw, str) else raw}
             warnings.append(

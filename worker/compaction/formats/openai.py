@@ -37,7 +37,10 @@ def load(data: bytes) -> Imported:
 
 def role_of(item: Any) -> tuple[str | None, dict[str, Any]]:
     """The canonical role of an OpenAI message (tool and function messages are "tool")."""
-    return (ROLES.get(item.get("role")), item) if isinstance(item, dict) else (None, {})
+    role = item.get("role") if isinstance(item, dict) else None
+    return (
+        (ROLES.get(role), item) if isinstance(role, str) else (None, item if isinstance(item, dict) else {})
+    )
 
 
 def assistant_blocks(message: dict[str, Any], where: str, warnings: list[str]) -> tuple[Block, ...]:

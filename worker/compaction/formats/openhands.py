@@ -81,7 +81,7 @@ def _entry(event: dict[str, Any], where: str, calls: dict[Any, str], warnings: l
             return None
         return _call_entry(event, args, metadata, where, calls, warnings)
     cause = event.get("cause")
-    if cause not in calls:
+    if not isinstance(cause, int | str) or cause not in calls:
         return None
     output = _output(event)
     is_error = True if event.get("observation") == "error" else None
@@ -113,7 +113,7 @@ def _call_entry(
     call = tool_use_block({"id": call_id, "name": name, "input": arguments}, where, warnings)
     if call is not None:
         blocks.append(call)
-        if call["type"] == "tool_use":
+        if call["type"] == "tool_use" and isinstance(event.get("id"), int | str):
             calls[event.get("id")] = call_id
     group = response.get("id") if isinstance(response.get("id"), str) else None
     return Entry("assistant", tuple(blocks), where, group=group)
