@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 
+from worker.compaction.formats.documents import object_at
 from worker.compaction.model import Block
 
 # Tuples, not sets: membership tests on untrusted JSON values must not hash them (a list would raise).
@@ -102,7 +103,7 @@ def tool_use_block(item: dict[str, Any], where: str, warnings: list[str]) -> Blo
     Only the API's own fields are kept (Claude Code adds e.g. `caller`); the call's id, name and
     input are kept as they are.
     """
-    function = item.get("function") if isinstance(item.get("function"), dict) else {}
+    function = object_at(item, "function")
     name = function.get("name", item.get("name"))
     call_id = item.get("id")
     if not isinstance(name, str) or not name:

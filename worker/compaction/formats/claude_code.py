@@ -30,6 +30,7 @@ from worker.compaction.formats.blocks import content_blocks
 from worker.compaction.formats.documents import parse_lines
 from worker.compaction.formats.imported import Imported
 from worker.compaction.formats.shaping import Entry, shape
+from worker.compaction.model import Role
 
 BOOKKEEPING = ("progress", "file-history-snapshot", "queue-operation", "summary", "system")
 CONVERSATION = ("user", "assistant")
@@ -110,7 +111,7 @@ def _entries(lines: list[tuple[int, dict[str, Any]]], warnings: list[str]) -> li
         if "content" not in message:
             warnings.append(f"{where}: the message has no content; skipped")
             continue
-        role = "assistant" if value["type"] == "assistant" else "user"
+        role: Role = "assistant" if value["type"] == "assistant" else "user"
         group = message.get("id") if role == "assistant" and isinstance(message.get("id"), str) else None
         blocks = tuple(content_blocks(message["content"], where, warnings))
         entries.append(Entry(role, blocks, where, group=group, boundary=boundary))

@@ -48,3 +48,15 @@ def system_text(value: Any) -> str:
         parts = [p if isinstance(p, str) else p.get("text") for p in value if isinstance(p, str | dict)]
         return "\n\n".join(p for p in parts if isinstance(p, str) and p)
     return ""
+
+
+def object_at(value: dict[str, Any], key: str) -> dict[str, Any]:
+    """value[key] when it is an object, else {} (for reading optional nested fields safely)."""
+    found = value.get(key)
+    return found if isinstance(found, dict) else {}
+
+
+def text_at(value: dict[str, Any], key: str) -> str:
+    """value[key] when it is a string, else ""."""
+    found = value.get(key)
+    return found if isinstance(found, str) else ""

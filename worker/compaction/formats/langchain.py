@@ -16,7 +16,7 @@ from typing import Any
 
 from worker.compaction.formats.blocks import content_blocks, result, tool_use_block
 from worker.compaction.formats.chat import Dialect, load_chat
-from worker.compaction.formats.documents import messages_of, parse_document
+from worker.compaction.formats.documents import messages_of, object_at, parse_document
 from worker.compaction.formats.imported import Imported
 from worker.compaction.model import Block
 
@@ -67,7 +67,7 @@ def unwrap(item: Any) -> tuple[str | None, dict[str, Any]]:
 def _ai_blocks(fields: dict[str, Any], where: str, warnings: list[str]) -> tuple[Block, ...]:
     blocks = content_blocks(fields.get("content"), where, warnings)
     have = {b.get("id") for b in blocks if b.get("type") == "tool_use"}
-    extra = fields.get("additional_kwargs") if isinstance(fields.get("additional_kwargs"), dict) else {}
+    extra = object_at(fields, "additional_kwargs")
     calls = fields.get("tool_calls") or extra.get("tool_calls") or []
     for j, call in enumerate(calls if isinstance(calls, list) else []):
         if not isinstance(call, dict):

@@ -20,7 +20,7 @@ from typing import Any
 
 from worker.compaction.errors import InvalidTranscript
 from worker.compaction.formats.blocks import result, text_block, tool_use_block
-from worker.compaction.formats.documents import parse_document
+from worker.compaction.formats.documents import object_at, parse_document, text_at
 from worker.compaction.formats.imported import Imported
 from worker.compaction.formats.shaping import Entry, shape
 from worker.compaction.model import Block
@@ -63,8 +63,8 @@ def load(data: bytes) -> Imported:
 
 
 def _entry(event: dict[str, Any], where: str, calls: dict[Any, str], warnings: list[str]) -> Entry | None:
-    source, args = event.get("source"), event.get("args") if isinstance(event.get("args"), dict) else {}
-    metadata = event.get("tool_call_metadata") if isinstance(event.get("tool_call_metadata"), dict) else None
+    source, args = event.get("source"), object_at(event, "args")
+    metadata = object_at(event, "tool_call_metadata")
     action = event.get("action")
     if action is not None:
         if source == "user" and action == "message":
@@ -74,10 +74,10 @@ def _entry(event: dict[str, Any], where: str, calls: dict[Any, str], warnings: l
         if action == "message":
             return _text_entry("assistant", args.get("content", event.get("message")), where)
         if action == "finish":
-            outputs = args.get("outputs") if isinstance(args.get("outputs"), dict) else {}
+            outputs = object_at(args, "outputs")
             answer = [args.get("thought"), args.get("final_thought"), outputs.get("content")]
             return _text_entry("assistant", "\n\n".join(a for a in answer if isinstance(a, str) and a), where)
-        if metadata is None:
+        if not metadata:
             return None
         return _call_entry(event, args, metadata, where, calls, warnings)
     cause = event.get("cause")
@@ -103,19 +103,19 @@ def _call_entry(
 ) -> Entry:
     """The thought and tool call of an agent action, grouped by the model response it came from."""
     call_id, name = metadata.get("tool_call_id"), metadata.get("function_name")
-    response = metadata.get("model_response") if isinstance(metadata.get("model_response"), dict) else {}
+    response = object_at(metadata, "model_response")
     sent = _sent_arguments(response, call_id)
     arguments = sent if sent is not None else {k: v for k, v in args.items() if k not in OWN_ARGS}
     blocks: list[Block] = []
-    thought = text_block(args["thought"]) if isinstance(args.get("thought"), str) else None
+    thought = text_block(text_at(args, "thought"))
     if thought:
         blocks.append(thought)
     call = tool_use_block({"id": call_id, "name": name, "input": arguments}, where, warnings)
     if call is not None:
         blocks.append(call)
         if call["type"] == "tool_use" and isinstance(event.get("id"), int | str):
-            calls[event.get("id")] = call_id
-    group = response.get("id") if isinstance(response.get("id"), str) else None
+            calls[event["id"]] = call["id"]
+    group = text_at(response, "id") or None
     return Entry("assistant", tuple(blocks), where, group=group)
 
 
@@ -135,10 +135,8 @@ def _sent_arguments(response: dict[str, Any], call_id: Any) -> Any:
 
 def _output(event: dict[str, Any]) -> str:
     """What the model was shown for an observation: its content with OpenHands' prefix/suffix."""
-    content = event.get("content") if isinstance(event.get("content"), str) else ""
-    extras = event.get("extras") if isinstance(event.get("extras"), dict) else {}
-    metadata = extras.get("metadata") if isinstance(extras.get("metadata"), dict) else {}
-    prefix, suffix = metadata.get("prefix"), metadata.get("suffix")
-    text = (prefix if isinstance(prefix, str) else "") + content + (suffix if isinstance(suffix, str) else "")
-    message = event.get("message")
-    return text if text.strip() else (message if isinstance(message, str) else "")
+    content = text_at(event, "content")
+    extras = object_at(event, "extras")
+    metadata = object_at(extras, "metadata")
+    text = text_at(metadata, "prefix") + content + text_at(metadata, "suffix")
+    return text if text.strip() else text_at(event, "message")
