@@ -15,11 +15,11 @@ from worker.store.tenants import hash_key, tenant_for_key
 KEY_TTL_SECONDS = 30.0  # a reset key stops working everywhere within this
 
 
-def get_resources(request: Request) -> Resources:
+async def get_resources(request: Request) -> Resources:
     return request.app.state.resources
 
 
-def get_sender(request: Request) -> Any:
+async def get_sender(request: Request) -> Any:
     return request.app.state.enqueue
 
 

