@@ -6,6 +6,7 @@ Children also get SIGTERM if this process dies without cleaning up (Linux parent
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -27,10 +28,8 @@ STOP_SECONDS = 15.0
 
 
 def _die_with_parent() -> None:
-    try:
+    with contextlib.suppress(OSError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
 
 
 def _spawn(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
