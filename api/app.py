@@ -11,10 +11,11 @@ from typing import Any
 import structlog
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from structlog.contextvars import clear_contextvars
 
 from api import errors
 from api.metrics import Metrics
-from api.routes import health, memory, prompt, sessions, turns
+from api.routes import files, health, memory, prompt, sessions, turns
 from worker.celery_app import sender
 from worker.logs import configure_logging
 from worker.resources import Resources
@@ -54,7 +55,7 @@ def create_app(settings: Settings, *, enqueue: Enqueue | None = None, log_setup:
     app.state.keys = {}
     app.state.metrics = Metrics()
     errors.install(app)
-    for module in (turns, prompt, sessions, memory, health):
+    for module in (turns, prompt, sessions, memory, files, health):
         app.include_router(module.router)
     app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
     app.add_middleware(RequestLog, metrics=app.state.metrics)
@@ -119,6 +120,7 @@ class RequestLog:
             return await self.app(scope, receive, send)
         started = time.perf_counter()
         status = 500
+        clear_contextvars()
 
         async def send_status(message: Message) -> None:
             nonlocal status

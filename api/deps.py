@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 from fastapi import Depends, Request
 from starlette.concurrency import run_in_threadpool
+from structlog.contextvars import bind_contextvars
 
 from api.errors import Unauthorized
 from worker.resources import Resources
@@ -29,11 +30,13 @@ async def get_tenant(request: Request) -> int:
     scheme, _, key = header.partition(" ")
     if scheme.lower() != "bearer" or not key.strip():
         raise Unauthorized("send Authorization: Bearer <api key>")
+    sid = request.path_params.get("sid")
     keys: dict[str, tuple[int, float]] = request.app.state.keys
     digest = hash_key(key.strip())
     hit = keys.get(digest)
     now = time.monotonic()
     if hit is not None and hit[1] > now:
+        bind_contextvars(tenant_id=hit[0], session=sid)
         return hit[0]
     res: Resources = request.app.state.resources
     tenant = await run_in_threadpool(tenant_for_key, res.engine, key.strip())
@@ -42,6 +45,7 @@ async def get_tenant(request: Request) -> int:
     if len(keys) > 10_000:
         keys.clear()
     keys[digest] = (tenant, now + KEY_TTL_SECONDS)
+    bind_contextvars(tenant_id=tenant, session=sid)
     return tenant
 
 

@@ -12,6 +12,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from worker.compaction.errors import InvalidTranscript
+from worker.compaction.reading import BadRead
 from worker.store.memory import MemoryOverCap
 from worker.store.sessions import IdempotencyMismatch
 
@@ -103,6 +104,17 @@ def _memory_cap(_: Request, exc: Exception) -> Response:
     )
 
 
+def _bad_read(_: Request, exc: Exception) -> Response:
+    message = str(exc)
+    # an invalid pattern's message quotes the pattern: keep only the rule
+    detail = (
+        "pattern must be a valid RE2 regular expression of 1-1000 characters"
+        if "pattern" in message
+        else message
+    )
+    return problem(422, "Invalid read", detail[:300])
+
+
 def _http(_: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
     titles = {404: "Not found", 405: "Method not allowed", 401: "Unauthorized", 413: "Request body too large"}
@@ -121,5 +133,6 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(InvalidTranscript, _invalid_transcript)
     app.add_exception_handler(IdempotencyMismatch, _idempotency)
     app.add_exception_handler(MemoryOverCap, _memory_cap)
+    app.add_exception_handler(BadRead, _bad_read)
     app.add_exception_handler(StarletteHTTPException, _http)
     app.add_exception_handler(Exception, _unexpected)

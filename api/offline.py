@@ -24,33 +24,53 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("compact", help="compact a transcript file offline and print the Anthropic request")
     p.add_argument("file", type=Path)
     _common(p)
-    p.add_argument("--out", type=Path, help="folder for offloaded/clipped/archived files (default: ./compactd-files/<name>)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        help="folder for offloaded/clipped/archived files (default: ./compactd-files/<name>)",
+    )
     p.add_argument("--json", action="store_true", help="print {request, stats} as JSON instead of a summary")
     p.set_defaults(func=run_compact)
 
-    r = sub.add_parser("replay", help="feed a transcript turn by turn as an agent would and report what it is served")
+    r = sub.add_parser(
+        "replay", help="feed a transcript turn by turn as an agent would and report what it is served"
+    )
     r.add_argument("file", type=Path)
     _common(r)
-    r.add_argument("--price", type=float, default=3.0, help="input price, USD per million tokens (default 3.0)")
+    r.add_argument(
+        "--price", type=float, default=3.0, help="input price, USD per million tokens (default 3.0)"
+    )
     r.add_argument("--plot", type=Path, help="write a PNG of prompt size per turn")
     r.add_argument("--json", action="store_true", help="print the per-fetch rows and the summary as JSON")
     r.set_defaults(func=run_replay)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--format", default="auto", help="anthropic|openai|claude_code|swe_agent|openhands|langchain|auto")
+    p.add_argument(
+        "--format", default="auto", help="anthropic|openai|claude_code|swe_agent|openhands|langchain|auto"
+    )
     p.add_argument("--context-window", type=int, default=200_000)
     p.add_argument("--output-reserve", type=int, default=8_192)
-    p.add_argument("--policy", action="append", default=[], metavar="KEY=VALUE", help="override a policy knob, e.g. clip_tokens=800")
+    p.add_argument(
+        "--policy",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a policy knob, e.g. clip_tokens=800",
+    )
 
 
 def policy_from(args: argparse.Namespace) -> Policy:
-    base = Policy(context_window=args.context_window, output_reserve=min(args.output_reserve, args.context_window // 4))
+    base = Policy(
+        context_window=args.context_window, output_reserve=min(args.output_reserve, args.context_window // 4)
+    )
     overrides: dict[str, Any] = {}
     for item in args.policy:
         key, _, value = item.partition("=")
         if key not in Policy.__dataclass_fields__ or not value:
-            raise SystemExit(f"compactd: unknown policy knob {key!r} (known: {', '.join(Policy.__dataclass_fields__)})")
+            raise SystemExit(
+                f"compactd: unknown policy knob {key!r} (known: {', '.join(Policy.__dataclass_fields__)})"
+            )
         kind = type(getattr(base, key))
         overrides[key] = kind(value)
     return base.with_overrides(overrides)
@@ -98,7 +118,9 @@ def run_compact(args: argparse.Namespace) -> int:
         "mb_per_second": round(size / 1e6 / max(seconds, 1e-9), 2),
     }
     if args.json:
-        sys.stdout.write(orjson.dumps({"request": request, "stats": stats}, option=orjson.OPT_INDENT_2).decode() + "\n")
+        sys.stdout.write(
+            orjson.dumps({"request": request, "stats": stats}, option=orjson.OPT_INDENT_2).decode() + "\n"
+        )
         return 0
     sys.stdout.write(orjson.dumps(request).decode() + "\n")
     print(

@@ -28,7 +28,7 @@ def delete_session(sid: SessionId, res: ResourcesDep, tenant: TenantDep) -> Resp
     pk = sessions.delete_session(res.engine, tenant, sid)
     if pk is None:
         raise NotFound("no such session")
-    prompts.forget(tenant, sid)
+    prompts.forget(res.cache, tenant, sid)
     res.cache.drop(pk)
     return Response(status_code=204)
 

@@ -37,7 +37,7 @@ class Api:
 
 @pytest.fixture
 def api(tmp_path: Path, database_url: str, redis_url: str) -> Iterator[Api]:
-    settings = make_settings(tmp_path, database_url, redis_url, max_request_bytes=64_000)
+    settings = make_settings(tmp_path, database_url, redis_url, max_request_bytes=200_000)
     enqueued: list = []
     app = create_app(settings, enqueue=lambda *a: enqueued.append(a))
 
@@ -150,7 +150,7 @@ def test_bad_input_is_a_problem_and_leaves_the_session_unchanged(api: Api, kind:
     elif kind == "starts_with_assistant":
         r = api.append("fresh", {"role": "assistant", "content": MARKER})
     elif kind == "oversized":
-        r = api.append("s", result("toolu_9", MARKER * 10_000))
+        r = api.append("s", result("toolu_9", MARKER * 20_000))
     else:
         r = api.append("s", user(MARKER), headers={"Idempotency-Key": "k1"})
     body = assert_problem(r, 413 if kind == "oversized" else 422)
@@ -228,3 +228,25 @@ def test_health_readiness_metrics_openapi(api: Api) -> None:
 def test_unexpected_errors_are_a_500_problem_without_details(api: Api) -> None:
     """An exception inside a route becomes a bare 500 problem: no message, no stack trace."""
     assert_problem(api.client.get("/boom"), 500)
+
+
+def test_offloaded_output_is_a_file_the_agent_can_read_back(api: Api) -> None:
+    """A tool output over the offload threshold becomes a virtual file: listed, readable by lines and grep, reads logged."""
+    big = "\n".join(f"line {i}: value {i * 7}" for i in range(6_000))
+    api.append("s", user("run it"), assistant_tool("toolu_big"))
+    r = api.client.post(
+        "/v1/sessions/s/turns", json={"messages": [result("toolu_big", big)]}, headers=api.auth
+    )
+    assert r.status_code == 200, r.text
+    listed = api.get("/v1/sessions/s/files").json()["files"]
+    assert len(listed) == 1 and listed[0]["kind"] == "offload"
+    ref = listed[0]["ref"]
+    assert ref in api.get("/v1/sessions/s/prompt").text
+    lines = api.get(f"/v1/sessions/s/files/{ref}?start_line=10&end_line=12").json()
+    assert lines["text"] == "line 9: value 63\nline 10: value 70\nline 11: value 77\n"
+    hits = api.get(f"/v1/sessions/s/files/{ref}?pattern=value%2041993$").json()
+    assert hits["text"] == "6000: line 5999: value 41993"
+    assert_problem(api.get(f"/v1/sessions/s/files/{ref}?pattern=(unclosed"), 422)
+    assert_problem(api.get("/v1/sessions/s/files/f_missing"), 404)
+    assert api.get("/v1/sessions/s/files").json()["files"][0]["read_ranges"] == ["lines 10-12", "grep"]
+    assert {t["name"] for t in api.client.get("/v1/tools").json()} >= {"read_file", "grep"}

@@ -62,6 +62,7 @@ class PromptCache:
         self.prefix = prefix
         self.cooldown_seconds = cooldown_seconds
         self._down_until = 0.0
+        self.pks: dict[tuple[int, str], int] = {}  # (tenant, client session id) -> session pk
         self._publish = client.register_script(_PUBLISH)
         self._release = client.register_script(_RELEASE)
 

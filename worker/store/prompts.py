@@ -151,13 +151,12 @@ def _from_db(conn: Connection, client_id: str, session: Any, policy: Policy) -> 
     return Served(render_body(client_id, session.version, entry, tail, policy), "db", epoch, session.version)
 
 
-_pk_cache: dict[tuple[int, str], int] = {}
-
-
 def _session_pk(engine: Engine, tenant_id: int, client_id: str, cache: PromptCache) -> int | None:
-    # A session's pk never changes while it exists; a deleted one is dropped from this map by the API.
+    # A session's pk never changes while it exists; a stale one (deleted elsewhere) only costs a
+    # cache miss, because fetch() checks it against the row it reads.
     key = (tenant_id, client_id)
-    pk = _pk_cache.get(key)
+    pks = cache.pks
+    pk = pks.get(key)
     if pk is None:
         with read_tx(engine) as conn:
             pk = conn.execute(
@@ -165,11 +164,11 @@ def _session_pk(engine: Engine, tenant_id: int, client_id: str, cache: PromptCac
             ).scalar()
         if pk is None:
             return None
-        if len(_pk_cache) > 100_000:
-            _pk_cache.clear()
-        _pk_cache[key] = pk
+        if len(pks) > 100_000:
+            pks.clear()
+        pks[key] = pk
     return pk
 
 
-def forget(tenant_id: int, client_id: str) -> None:
-    _pk_cache.pop((tenant_id, client_id), None)
+def forget(cache: PromptCache, tenant_id: int, client_id: str) -> None:
+    cache.pks.pop((tenant_id, client_id), None)
