@@ -24,7 +24,7 @@ up: sync
 ## Install what the tests need and run them all (real Redis, PostgreSQL, Celery workers).
 test: sync
 	@bash ops/services.sh start || echo "make: Redis/PostgreSQL unavailable; service tests will skip (CI=true makes them fail)"
-	$(RUN) pytest
+	@rm -f $(VENV)/.pytest-exit; $(RUN) pytest $(PYTEST_ARGS) || { code=$$?; echo $$code > $(VENV)/.pytest-exit; exit $$code; }
 
 ## Pure unit tests only: no services.
 test-fast: sync

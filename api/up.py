@@ -32,8 +32,8 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-def _spawn(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(args, env=env, preexec_fn=_die_with_parent)
+def _spawn(args: list[str], env: dict[str, str], *, own_session: bool = False) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(args, env=env, preexec_fn=_die_with_parent, start_new_session=own_session)
 
 
 def start_redis(var_dir: Path) -> tuple[subprocess.Popen[bytes], str]:

@@ -72,29 +72,29 @@ def test_compactd_up_serves_compacts_and_stops_cleanly(tmp_path: Path) -> None:
             "PYTHONPATH": str(REPO),
         }
     )
+    err = (tmp_path / "up.err").open("wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "api.cli", "up"],
         cwd=tmp_path,
         env=env,
         stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
+        stderr=err,
         text=True,
     )
     lines: list[str] = []
+
+    def started() -> str | None:
+        if proc.poll() is not None:
+            raise AssertionError(f"compactd up exited: {(tmp_path / 'up.err').read_text()[-3000:]}")
+        return next(
+            (m.group(1) for line in lines if (m := re.search(r"\(shown once, stored hashed\): (\S+)", line))),
+            None,
+        )
+
     reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
     reader.start()
     try:
-        key = wait_for(
-            lambda: next(
-                (
-                    m.group(1)
-                    for line in lines
-                    if (m := re.search(r"\(shown once, stored hashed\): (\S+)", line))
-                ),
-                None,
-            ),
-            60,
-        )
+        key = wait_for(started, 90)
         assert f"http://127.0.0.1:{port}" in "".join(lines)
         auth = {"Authorization": f"Bearer {key}"}
         sent = messages()
@@ -127,6 +127,7 @@ def test_compactd_up_serves_compacts_and_stops_cleanly(tmp_path: Path) -> None:
             raise
         finally:
             proc.stdout.close()  # type: ignore[union-attr]
+            err.close()
     deadline = time.monotonic() + 5
     while any(alive(p) for p in family) and time.monotonic() < deadline:
         time.sleep(0.1)
