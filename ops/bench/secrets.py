@@ -27,7 +27,8 @@ Corpora: ../shared/data/secrets/*.jsonl (FORMATS.md §5). Definitions:
 - detect_secrets_test_files: each line that detect-secrets 1.5.0 flags or that carries
   `# pragma: allowlist secret` is a positive, except lines whose only findings are
   "Hex High Entropy String" (bare hex digests are not secrets by policy); its secret is the
-  longest quoted string, else the value after `=`/`:`. Caught when a finding covers it.
+  longest quoted string, else the value after `=`/`:` without a YAML tag (`!!binary`). Caught
+  when a finding covers it.
 - Throughput: MB of the Claude Code transcript file per CPU second through `redact_block` on
   every content block, and through `redact_text` on the raw file.
 """
@@ -168,7 +169,8 @@ def _line_secret(line: str) -> str:
     if values:
         return max(values, key=len)
     value = re.split(r"[=:]", line, maxsplit=1)[-1]
-    return value.split("#")[0].strip()
+    # a YAML tag (`!!binary MjNj…`) is syntax, not part of the value it types
+    return re.sub(r"^!!\w+\s+", "", value.split("#")[0].strip())
 
 
 def score_test_files(files: Iterable[dict[str, Any]], redactor: Redactor) -> dict[str, Any]:

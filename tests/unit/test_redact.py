@@ -14,6 +14,7 @@ from worker.compaction.redact import THINKING_REMOVED, Redactor
 R = Redactor(b"test-key")
 PLACEHOLDER = re.compile(r"\[REDACTED:[a-z0-9_]+:[0-9a-f]{8}\]")
 
+ANTHROPIC_KEY = "sk-ant-api03-PtYgjmUhBel31iEl2hpChYgCfrL1spNxnyVmihA-2O76UMFxFkM-R5Kjp1vRt_1fjORS-6ilI8ihN5KXSc7Tvo-hBKqFYAA"
 # (kind, text holding a secret, the secret, a near miss that must stay untouched)
 DETECTOR_CASES = [
     (
@@ -24,9 +25,16 @@ DETECTOR_CASES = [
     ),
     (
         "anthropic_api_key",
-        "ANTHROPIC_API_KEY=sk-ant-api03-Zq3xVb7Nm2Kp9Lr4Ts6Wy8Hd1Jf5Gc0Qe3Ua7Io2Pl4Mk6Nj8Bh1Vg5-AA",
-        "sk-ant-api03-Zq3xVb7Nm2Kp9Lr4Ts6Wy8Hd1Jf5Gc0Qe3Ua7Io2Pl4Mk6Nj8Bh1Vg5-AA",
+        f"ANTHROPIC_API_KEY={ANTHROPIC_KEY}",
+        ANTHROPIC_KEY,
         "the sk-ant- prefix marks Anthropic keys",
+    ),
+    (
+        "anthropic_api_key",
+        f"ANTHROPIC_API_KEY={ANTHROPIC_KEY}",
+        ANTHROPIC_KEY,
+        # every real key ends in AA
+        ANTHROPIC_KEY[:-2] + "BB",
     ),
     (
         "openai_api_key",
@@ -192,6 +200,133 @@ DETECTOR_CASES = [
         "apiVersion: v1\nkind: Secret\ndata:\n  extra: c3VwZXJzZWNyZXR2YWx1ZQ==\n",
         "c3VwZXJzZWNyZXR2YWx1ZQ==",
         "apiVersion: v1\nkind: ConfigMap\ndata:\n  extra: c3VwZXJzZWNyZXR2YWx1ZQ==\n",
+    ),
+    (
+        "azure_client_secret",
+        "found Xy7_8Q~kT2vLq9Zr4mN0pW6sB1cD5fG3hJ8aKoE2 in the log",
+        "Xy7_8Q~kT2vLq9Zr4mN0pW6sB1cD5fG3hJ8aKoE2",
+        # the run goes on past `~`: part of a longer key, not a client secret
+        "SSK@k3n,3~v9Q~Zr4mN0pW6sB1cD5fG3hJ8aKoE2vLq9x~zz0,AQACAAE",
+    ),
+    (
+        "newrelic_key",
+        "license: eu01xx3fa9c1d2e4b5a6978812c3d4e5f6a7NRAL",
+        "eu01xx3fa9c1d2e4b5a6978812c3d4e5f6a7NRAL",
+        "license: eu01xxzzqtnotakeyNRAL",
+    ),
+    (
+        "discord_bot_token",
+        "run with BTk4NzY1NDMyMTA5ODc2NTQz.Gh7kLm.Zq8vN3kLp2Wx7Rt5Yb1Mc4Df6Gh9Jk0Lq",
+        "BTk4NzY1NDMyMTA5ODc2NTQz.Gh7kLm.Zq8vN3kLp2Wx7Rt5Yb1Mc4Df6Gh9Jk0Lq",
+        "some_module_name_long_xx.method.another_long_identifier_name_here",
+    ),
+    (
+        "postmark_token",
+        '"postmark": "0f3c9a1e-7b2d-4c5e-9a8f-1d2e3f4a5b6c"',
+        "0f3c9a1e-7b2d-4c5e-9a8f-1d2e3f4a5b6c",
+        'request_id: "0f3c9a1e-7b2d-4c5e-9a8f-1d2e3f4a5b6c"',
+    ),
+    (
+        "password",
+        'var c = new NetworkCredential("ops@corp.example", "Zr8!vq2LmP");',
+        "Zr8!vq2LmP",
+        "var c = new NetworkCredential(user, password);",
+    ),
+    (
+        "password",
+        'new DirectoryEntry("LDAP://dc1.corp.example",\n    "CORP\\\\svc_ldap",\n    "Wint3r!2024");',
+        "Wint3r!2024",
+        "new DirectoryEntry(path, user, pass);",
+    ),
+    (
+        "password",
+        'smtp.login("me@mail.example", "k7Hq9vW2pL")',
+        "k7Hq9vW2pL",
+        "smtp.login(user, app_password)",
+    ),
+    (
+        "password",
+        'requests.get(url, auth=("admin", "s3cr3t-Pa55"))',
+        "s3cr3t-Pa55",
+        "requests.get(url, auth=(user, pw))",
+    ),
+    (
+        "password",
+        "The admin password for user 'deploy' is 'Tr1cky-Pw'.",
+        "Tr1cky-Pw",
+        "Make sure the password is 'required' in the form.",
+    ),
+    (
+        "password",
+        "user = alice\npassword = open_wide_gate\n",
+        "open_wide_gate",
+        "user = alice\npassword = password\n",
+    ),
+    (
+        "secret",
+        "[db]\nsecret_for_replication =\n    hunter7x\n    s3condline\n",
+        "s3condline",
+        "credentials:\n    username: bob\n    password: ${DB_PASSWORD}\n",
+    ),
+    (
+        "password",
+        "deploy:\n  password:\n    secure: Zq8vN3kLp2Wx7Rt5Yb1Mc4Df6Gh9Jk0Lq\n  on:\n    branch: main\n",
+        "Zq8vN3kLp2Wx7Rt5Yb1Mc4Df6Gh9Jk0Lq",
+        "volumes:\n  - secret:\n      secretName: db-credentials\n",
+    ),
+    (
+        "password",
+        '<add key="Password" value="mypassword4242" />',
+        "mypassword4242",
+        'API_KEY = "YOUR_API_KEY_HERE"',
+    ),
+    (
+        "password",
+        "password: hunter2xyz",
+        "hunter2xyz",
+        'ReadOnlyPassword = "arn:aws:iam::123456789012:policy/ReadOnlyPassword"',
+    ),
+    (
+        "high_entropy_string",
+        "mimi=gX69YO4CvBsVjzAwYxdGyDd30t5+9ez31gKATtj4",
+        "gX69YO4CvBsVjzAwYxdGyDd30t5+9ez31gKATtj4",
+        "EcdsaP384Sha384 = Crypto2.EcdsaP384Sha384",
+    ),
+    (
+        "high_entropy_string",
+        "mimi=gX69YO4CvBsVjzAwYxdGyDd30t5+9ez31gKATtj4",
+        "gX69YO4CvBsVjzAwYxdGyDd30t5+9ez31gKATtj4",
+        '<img src="./img/avatar-3f9a1c02b4e5d6f7a8b9c0d1e2f3a4b5c6d7e8f9.png">',
+    ),
+    (
+        "high_entropy_string",
+        "mimi=gX69YO4CvBsVjzAwYxdGyDd30t5+9ez31gKATtj4",
+        "gX69YO4CvBsVjzAwYxdGyDd30t5+9ez31gKATtj4",
+        'NID_Gost28147_89_cc_Meshing = "Gost28147-89-cc-Meshing"',
+    ),
+    (
+        "token",
+        "API_TOKEN=`Zq8vN3kLp2Wx7Rt`",
+        "Zq8vN3kLp2Wx7Rt",
+        "-e API_TOKEN=`vault read -field=token secret/ci`",
+    ),
+    (
+        "password",
+        "password: hunter2xyz",
+        "hunter2xyz",
+        '"//registry.example/:_password = "+btoa(pw)',
+    ),
+    (
+        "password",
+        "password: hunter2xyz",
+        "hunter2xyz",
+        '"reset-your-password": "/docs/account/reset"',
+    ),
+    (
+        "basic_auth",
+        'curl --user "{svc-7}":"{Vq7Lm2Xp9Rt4Kz}" https://api.example',
+        "{Vq7Lm2Xp9Rt4Kz}",
+        'curl -u "{username}:{password}" https://api.example',
     ),
 ]
 

@@ -21,14 +21,16 @@ CLAUDE_CODE = [p for p in transcript_files() if "claude-code" in p.parts]
 def test_secret_corpora_recall_and_false_positives(shared_data: Path) -> None:
     """Pooled over the four corpora, recall and false positives stay at the measured level.
 
-    The issue's target is recall >= 0.95 and false positives <= 5%; the floors below are what the
-    detectors reach today (see `python -m ops.bench.secrets`), so a regression fails here.
+    The issue's target is recall >= 0.95 and false positives <= 5%; the floors below sit just under
+    what the detectors reach today (see `python -m ops.bench.secrets`), so a regression fails here.
+    Most remaining false positives are real-looking keys on upstream literal allow-lists, which
+    stay redacted (`fp_rate_unlisted` leaves them out).
     """
     rows = [score_corpus(shared_data, name, R) for name in CORPORA]
     total = overall(rows)
-    assert total["recall"] >= 0.93, total
-    assert total["fp_rate"] <= 0.10, total
-    assert total["fp_rate_unlisted"] <= 0.06, total
+    assert total["recall"] >= 0.97, total
+    assert total["fp_rate"] <= 0.08, total
+    assert total["fp_rate_unlisted"] <= 0.04, total
 
 
 @pytest.mark.parametrize("path", CLAUDE_CODE, ids=[p.name[:40] for p in CLAUDE_CODE])

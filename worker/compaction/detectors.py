@@ -12,10 +12,12 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from worker.compaction.keywords import is_assigned_secret, names_other_value, secret_kind_of_key
+from worker.compaction.keywords import echoes_key, is_assigned_secret, names_other_value, secret_kind_of_key
 from worker.compaction.shapes import (
     char_classes,
     entropy_bits,
+    is_code,
+    is_file_path,
     is_hex_digest,
     is_placeholder,
     is_uuid,
@@ -74,6 +76,9 @@ def assignment(secret: str, key: str | None) -> Judged:
     kind, strong = named
     lo, hi, quoted = _strip_quotes(secret)
     value = secret[lo:hi]
+    if secret.lstrip("\\").startswith("`") and any(c.isspace() for c in value):
+        # `KEY=`cmd arg``: shell command substitution, the value is computed at run time
+        return None
     if value.startswith("!!") and " " in value:
         # a YAML tag (`!!binary MjNj…`): the value follows it
         skip = value.index(" ") + 1
@@ -116,10 +121,13 @@ def high_entropy(secret: str, key: str | None) -> Judged:
     """Judge for `NAME = <random 20+ chars>`: any name that does not describe the value."""
     if key is not None and names_other_value(key):
         return None
-    lo, hi, _ = _strip_quotes(secret)
+    lo, hi, quoted = _strip_quotes(secret)
     value = secret[lo:hi]
     if (
         len(value) < 20
+        or (key is not None and echoes_key(key, value))
+        or (not quoted and is_code(value))
+        or is_file_path(value)
         or is_hex_digest(value)
         or is_uuid(value)
         or value[:4].lower() in ("sha1", "sha2", "sha5", "md5-")
@@ -145,7 +153,10 @@ def auth_value(kind: str, min_len: int = 8) -> Judge:
     def judge(secret: str, key: str | None) -> Judged:
         lo, hi, _ = _strip_quotes(secret)
         value = secret[lo:hi]
-        if len(value) < min_len or is_placeholder(value) or value.startswith(("$", "%", "{")):
+        if len(value) < min_len or is_placeholder(value) or value.startswith(("$", "%")):
+            return None
+        # `{{var}}`, `{name}` are templates; `{Zq5kVr…}` is a value some docs wrap in braces
+        if value.startswith("{") and not looks_random(value.strip("{}"), min_len=8, min_bits=3.0):
             return None
         return kind, lo, hi
 
@@ -172,6 +183,9 @@ _SEP = r"\\*[\"']?[ \t]*(?:=>|:{1,3}=|\?=|===?|!==?|[:=])[ \t]*"
 _FLAG = r"((?:\s|^)--?[A-Za-z0-9_.-]*" + _KEYWORD + r"[A-Za-z0-9_.-]*|\b(?i:password|passwd))[ \t]+"
 _QUOTED = r"(\\*\"[^\"\\\r\n]{4,}|\\*'[^'\\\r\n]{4,})"
 _UNQUOTED = r"[^\s\"'`,;&]"
+# a call argument (quoted string or bare expression) and a quoted one
+_ARG = r"(?:\"[^\"\r\n]*\"|'[^'\r\n]*'|[^,()\"'\r\n]+)\s*"
+_QUOTED_ARG = r"(\"[^\"\r\n]{1,200}\"|'[^'\r\n]{1,200}')"
 # unquoted values: not a short number (`"input_tokens": 1234`), which no judge would accept
 _VALUE = (
     r"(\\*\"[^\"\\\r\n]{4,}|\\*'[^'\\\r\n]{4,}|`[^`\r\n]{4,}|(?:!!\w+[ \t]+)?"
@@ -198,6 +212,84 @@ def _digits_then(kind: str, mark: str, low: int, high: int) -> Judge:
     return judge
 
 
+def _anthropic(kind: str) -> Judge:
+    """Anthropic keys: the `AA` that ends every real key (`…xyzBB` is a made-up look-alike)."""
+
+    def judge(secret: str, key: str | None) -> Judged:
+        if not secret.endswith("AA"):
+            return None
+        return token(kind)(secret, key)
+
+    return judge
+
+
+def credential_argument(secret: str, key: str | None) -> Judged:
+    """Judge for the password argument of `NetworkCredential("u", "p")` and like constructors."""
+    lo, hi, _ = _strip_quotes(secret)
+    value = secret[lo:hi]
+    if len(value) < 4 or is_placeholder(value) or value.startswith(("$", "%", "{")):
+        return None
+    return "password", lo, hi
+
+
+def stated_password(secret: str, key: str | None) -> Judged:
+    """Judge for prose: `the password for user 'postgres' is 'admin'`."""
+    lo, hi, _ = _strip_quotes(secret)
+    value = secret[lo:hi]
+    if len(value) < 4 or " " in value or is_placeholder(value) or value.startswith(("$", "%", "{")):
+        return None
+    return "password", lo, hi
+
+
+def paired_password(secret: str, key: str | None) -> Judged:
+    """Judge for `user = alice` then `password = open_sesame`: config lines, so bare words count."""
+    value = secret.strip()
+    if not is_assigned_secret("password", True, value, False, True, key or ""):
+        return None
+    return "password", 0, len(value)
+
+
+_CHILD = re.compile(r"^([\w.-]+):[ \t]+(\S.*)$")
+
+
+def block_value(secret: str, key: str | None) -> Judged:
+    """Judge for a value on the indented lines under `key =` / `key:` (INI continuations, YAML).
+
+    Bare lines (`hunter2`, `password123`) are one value; a single `child: value` line (Travis'
+    `secure:`) holds the value. A map of several entries is left to the entries' own detectors.
+    """
+    named = secret_kind_of_key((key or "").strip())
+    if named is None:
+        return None
+    indent = len((key or "").expandtabs()) - len((key or "").expandtabs().lstrip())
+    lines: list[tuple[int, str]] = []
+    at = 0
+    for line in secret.split("\n"):
+        body = line.strip()
+        if not body or len(line.expandtabs()) - len(line.expandtabs().lstrip()) <= indent:
+            break
+        lines.append((at + line.index(body), body))
+        at += len(line) + 1
+    if not lines:
+        return None
+    kind, strong = named
+    child = _CHILD.match(lines[0][1])
+    if child is not None:
+        if len(lines) > 1 or names_other_value(child.group(1)):
+            return None
+        lo, hi, quoted = _strip_quotes(child.group(2))
+        value = child.group(2)[lo:hi]
+        if not is_assigned_secret(kind, strong, value, quoted, True, key or ""):
+            return None
+        start = lines[0][0] + child.start(2) + lo
+        return kind, start, start + len(value)
+    if any(len(body.split()) > 1 for _, body in lines):
+        return None
+    if not any(is_assigned_secret(kind, strong, body, False, True, key or "") for _, body in lines):
+        return None
+    return kind, lines[0][0], lines[-1][0] + len(lines[-1][1])
+
+
 def _azure_client_secret(secret: str, key: str | None) -> Judged:
     at = secret.find("Q~") - 4
     if at < 0 or is_placeholder(secret[at + 6 :]):
@@ -211,8 +303,11 @@ def _telegram(secret: str, key: str | None) -> Judged:
 
 
 def _discord(secret: str, key: str | None) -> Judged:
-    first = secret.index(".")
-    return token("discord_bot_token", 3.0)(secret, key) if 24 <= first <= 26 else None
+    # the first part is the bot's base64 user id: mixed case with digits, like the random tail
+    first, _, tail = secret.split(".", 2)
+    if not 24 <= len(first) <= 26 or char_classes(first) < 3 or char_classes(tail) < 3:
+        return None
+    return token("discord_bot_token", 3.0)(secret, key)
 
 
 def _slack(secret: str) -> Judged:
@@ -240,9 +335,11 @@ DETECTORS: tuple[Detector, ...] = (
     ),
     Detector("age_secret_key", r"\bAGE-SECRET-KEY-1[0-9A-Z]{58}\b", token("age_secret_key")),
     # AI providers
-    Detector("anthropic_admin_key", r"\bsk-ant-admin\d\d-" + _T + r"{20,}", token("anthropic_admin_key")),
     Detector(
-        "anthropic_api_key", r"\bsk-ant-(?:api|oat|sid)\d\d-" + _T + r"{20,}", token("anthropic_api_key")
+        "anthropic_admin_key", r"\bsk-ant-admin\d\d-" + _T + r"{20,}", _anthropic("anthropic_admin_key")
+    ),
+    Detector(
+        "anthropic_api_key", r"\bsk-ant-(?:api|oat|sid)\d\d-" + _T + r"{20,}", _anthropic("anthropic_api_key")
     ),
     Detector(
         "openai_api_key",
@@ -275,7 +372,10 @@ DETECTORS: tuple[Detector, ...] = (
     Detector("google_oauth_secret", r"\bGOCSPX-[A-Za-z0-9_-]{28}\b", token("google_oauth_secret")),
     Detector("google_oauth_token", r"\bya29\.[A-Za-z0-9_-]{30,}", token("google_oauth_token")),
     Detector(
-        "azure_client_secret", r"([A-Za-z0-9_~.]*\dQ~[A-Za-z0-9_~.-]{31,34})" + _END, _azure_client_secret, 1
+        "azure_client_secret",
+        r"([A-Za-z0-9_~.]*\dQ~[A-Za-z0-9_~.-]{31,34})(?:[^A-Za-z0-9_~.-]|$)",
+        _azure_client_secret,
+        1,
     ),
     Detector(
         "azure_storage_key",
@@ -352,7 +452,7 @@ DETECTORS: tuple[Detector, ...] = (
     Detector("dynatrace_token", r"\bdt0c01\.[A-Z0-9]{24}\.[A-Z0-9]{64}\b", token("dynatrace_token")),
     Detector(
         "newrelic_key",
-        r"\b(?:NRAK-[A-Z0-9]{27}|NRJS-[a-f0-9]{19}|NRII-[A-Za-z0-9_-]{32}|NRAA-[a-f0-9]{27}|[a-f0-9]+NRAL)\b",
+        r"\b(?:NRAK-[A-Z0-9]{27}|NRJS-[a-f0-9]{19}|NRII-[A-Za-z0-9_-]{32}|NRAA-[a-f0-9]{27}|(?:eu\d\dxx)?[a-f0-9]+NRAL)\b",
         token("newrelic_key", 2.5),
     ),
     Detector("octopus_api_key", r"\bAPI-[A-Z0-9]{26}\b", token("octopus_api_key", 3.0)),
@@ -382,7 +482,9 @@ DETECTORS: tuple[Detector, ...] = (
         token("teams_webhook"),
     ),
     Detector(
-        "discord_bot_token", r"\b[MNO][A-Za-z0-9_-]+\.[A-Za-z0-9_-]{6}\.[A-Za-z0-9_-]{27,38}\b", _discord
+        "discord_bot_token",
+        r"\b[A-Za-z0-9][A-Za-z0-9_-]+\.[A-Za-z0-9_-]{6}\.[A-Za-z0-9_-]{27,38}\b",
+        _discord,
     ),
     Detector("telegram_bot_token", r"(?:^|[^A-Za-z0-9:_-])(\d+:AA[A-Za-z0-9_-]{33})" + _END, _telegram, 1),
     Detector("stripe_key", r"\b(?:sk|rk)_(?:live|test|prod)_[A-Za-z0-9]{10,99}\b", token("stripe_key", 2.5)),
@@ -525,6 +627,50 @@ DETECTORS: tuple[Detector, ...] = (
         auth_value("connection_string_password", 4),
         1,
     ),
+    Detector(
+        "postmark_token",
+        r"(?i:postmark)[A-Za-z0-9_.-]*[\"']?[ \t]*[:=][ \t]*[\"']?"
+        r"([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\b",
+        token("postmark_token"),
+        1,
+    ),
+    # Credential constructors and calls whose Nth argument is a password
+    Detector(
+        "password",
+        r"\b(?:NetworkCredential|PasswordAuthentication|UsernamePasswordCredentials|BasicAWSCredentials"
+        r"|HTTPBasicAuth|HTTPDigestAuth|login|auth[ \t]*=)[ \t]*\(\s*" + _ARG + r",\s*" + _QUOTED_ARG,
+        credential_argument,
+        1,
+        lane=1,
+    ),
+    Detector(
+        "password",
+        r"\bDirectoryEntry[ \t]*\(\s*" + _ARG + r",\s*" + _ARG + r",\s*" + _QUOTED_ARG,
+        credential_argument,
+        1,
+        lane=1,
+    ),
+    # Prose: "the default password for user 'postgres' is 'admin'"
+    Detector(
+        "password",
+        r"\b(?i:password|passwd|passphrase)(?:[ \t]+(?i:for|of)[ \t]+(?:(?i:the)[ \t]+)?(?:[A-Za-z]+[ \t]+)?"
+        r"[\"'][^\"'\r\n]{1,40}[\"'])?[ \t]+(?i:is|was)[ \t]+(?:(?i:set[ \t]+to)[ \t]+)?"
+        r"(\"[^\"\r\n]{3,64}\"|'[^'\r\n]{3,64}')",
+        stated_password,
+        1,
+        lane=1,
+    ),
+    # Config lines: a user line, then a password line whose bare value is a literal
+    Detector(
+        "password",
+        r"(?m:^)[ \t]*(?i:user|username|login|uid)[ \t]*[=:][ \t]*[^\s]+[ \t]*\r?\n"
+        r"(?:[ \t]*(?://|#|;)[^\r\n]*\r?\n){0,3}[ \t]*((?i:password|passwd|pass|pwd))[ \t]*[=:][ \t]*"
+        r"([^\s\"'][^\s]*)[ \t]*(?:\r?\n|$)",
+        paired_password,
+        2,
+        1,
+        lane=1,
+    ),
     # `key = value` in any language or config format, and the reverse comparison
     Detector(
         "assignment",
@@ -536,6 +682,15 @@ DETECTORS: tuple[Detector, ...] = (
     ),
     Detector("assignment", _KEY + _SEP + _VALUE, assignment, 2, 1, lane=1),
     Detector("assignment", _FLAG + _VALUE, flag_assignment, 2, 1, lane=1),
+    Detector(
+        "assignment",
+        r"(?m:^)([ \t]*[A-Za-z0-9_.$@-]*" + _KEYWORD + r"[A-Za-z0-9_.-]*)[ \t]*[=:][ \t]*\r?\n"
+        r"((?:[ \t]+[^\s#][^\r\n]*(?:\r?\n|$))+)",
+        block_value,
+        2,
+        1,
+        lane=1,
+    ),
     # ("api_token", "value") arguments and <add key="Password" value="..."/> entries
     Detector("assignment", r"\\*[\"']" + _KEY + r"\\*[\"'][ \t]*,[ \t]*" + _QUOTED, argument, 2, 1, lane=1),
     Detector(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from worker.compaction.shapes import is_code, is_placeholder, is_wordy, looks_random
+from worker.compaction.shapes import is_code, is_file_path, is_placeholder, is_wordy, looks_random
 
 _WORDS = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
 
@@ -297,7 +297,9 @@ def is_assigned_secret(
     `Password=`), where an unquoted word is a literal value, not a variable of some program.
     """
     v = value.strip()
-    if is_placeholder(v) or _echoes(key_hint, v):
+    if is_placeholder(v) or echoes_key(key_hint, v) or _ARN.match(v) or _CONCATENATION.match(v):
+        return False
+    if is_file_path(v) or _URL_PATH.match(v):
         return False
     if not quoted and is_code(v) and not (env_style or (v.isdigit() and len(v) >= 8)):
         return False
@@ -316,10 +318,29 @@ _WORD = re.compile(r"^[A-Za-z_]+$")
 _ALNUM = re.compile(r"[^a-z0-9]")
 
 
-def _echoes(key: str, value: str) -> bool:
-    """A value that repeats its own key name (`API_KEY = "API_KEY"`, `addPassword = "#add-password"`)."""
+def echoes_key(key: str, value: str) -> bool:
+    """A value that repeats its own key name (`API_KEY = "API_KEY"`, `addPassword = "#add-password"`).
+
+    A value holding the key plus filler words (`"YOUR_API_KEY_HERE"`) echoes it too; one holding
+    it plus digits or other text (`"CleartextPassword1"`, `"thisismypassword"`) is a value.
+    """
     k, v = _ALNUM.sub("", key.lower()), _ALNUM.sub("", value.lower())
-    return len(v) >= 6 and len(k) >= 6 and (v in k or k in v)
+    if len(v) < 6 or len(k) < 6:
+        return False
+    if v in k:
+        return True
+    return k in v and _FILLER_WORDS.fullmatch(v.replace(k, "", 1)) is not None
+
+
+_FILLER_WORDS = re.compile(
+    r"(?:your|my|the|here|goes|enter|insert|put|value|example|sample|dummy|fake|test|new|default|some)*"
+)
 
 
 _ENV_NAME = re.compile(r"^[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+$")
+# an AWS resource name (`arn:aws:iam::aws:policy/IAMUserChangePassword`) names, never holds
+_ARN = re.compile(r"^arn:aws[\w-]*:[\w-]+:")
+# `"…password = "+new Buffer(x)`: the quote closed a string and code follows
+_CONCATENATION = re.compile(r"^[+.]\s*(?:new\s+)?[A-Za-z_$][\w$.]*\s*\(")
+# `"/en/enterprise-server@3.0/auth"`: a site path of two or more segments
+_URL_PATH = re.compile(r"^/[\w.@~-]+(?:/[\w.@~-]+)+/?$")

@@ -138,6 +138,14 @@ def looks_random(value: str, min_len: int = 16, min_bits: float = 3.2) -> bool:
     return entropy_bits(v) >= min_bits and not is_wordy(v)
 
 
+def is_file_path(value: str) -> bool:
+    """A relative or absolute file path ending in an extension (`./assets/logo-3f9a….png`)."""
+    return bool(_FILE_PATH.match(value))
+
+
+_FILE_PATH = re.compile(r"^(?:\.{0,2}/)?(?:[\w@.-]+/)+[\w@.-]*\.[A-Za-z][A-Za-z0-9]{0,4}$")
+
+
 def is_hex_digest(value: str) -> bool:
     """A bare md5/sha1/sha256/sha512 hex digest (content hashes and git SHAs are not secrets)."""
     return len(value) in (32, 40, 64, 128) and all(c in "0123456789abcdefABCDEF" for c in value)
