@@ -106,23 +106,52 @@ def fetch(
         if pk is None:
             return None
         entry = cache.get(pk)
+    after = entry.through if entry else 0
+    if entry is not None:
+        rows = _tail_rows(engine, tenant_id, client_id, after)
+        if not rows:
+            return None
+        head = rows[0]
+        if head[0] == pk and entry.epoch >= head[2] and entry.memver >= head[3]:
+            policy = policy_for(head[4], head[5])
+            tail = [(r[6], orjson.loads(r[7]), r[8]) for r in rows if r[6] is not None]
+            body = render_body(client_id, head[1], entry, tail, policy)
+            return Served(body, "cache", entry.epoch, head[1])
     with read_tx(engine) as conn:
-        after = entry.through if entry else 0
         rows = conn.execute(_TAIL, {"tenant_id": tenant_id, "client_id": client_id, "after": after}).all()
         if not rows:
             return None
         head = rows[0]
-        policy = policy_for(head.context_window, head.output_reserve)
-        if (
-            entry is not None
-            and head.id == pk
-            and entry.epoch >= head.epoch
-            and entry.memver >= head.memory_version
-        ):
-            tail = [(r.role, orjson.loads(r.content), r.tokens) for r in rows if r.role is not None]
-            body = render_body(client_id, head.version, entry, tail, policy)
-            return Served(body, "cache", entry.epoch, head.version)
-        return _from_db(conn, client_id, head, policy)
+        return _from_db(conn, client_id, head, policy_for(head.context_window, head.output_reserve))
+
+
+def _tail_rows(engine: Engine, tenant_id: int, client_id: str, after: int) -> list[Any]:
+    """The session row joined with its turns after `after`: one query on a pooled DBAPI connection.
+
+    The hot path: SQLAlchemy's statement execution costs more than the query itself here.
+    """
+    sql = _RAW_TAIL.get(engine.dialect.paramstyle)
+    if sql is None:
+        sql = _RAW_TAIL[engine.dialect.paramstyle] = str(
+            _TAIL.compile(dialect=engine.dialect, compile_kwargs={"render_postcompile": True})
+        )
+    params: Any
+    if engine.dialect.paramstyle == "qmark":
+        params = (after, tenant_id, client_id)
+    else:
+        params = {"after": after, "tenant_id": tenant_id, "client_id": client_id}
+    raw = engine.raw_connection()
+    try:
+        cur = raw.cursor()
+        cur.execute(sql, params)
+        rows = cur.fetchall()
+        cur.close()
+    finally:
+        raw.close()
+    return rows
+
+
+_RAW_TAIL: dict[str, str] = {}
 
 
 def _from_db(conn: Connection, client_id: str, session: Any, policy: Policy) -> Served:
