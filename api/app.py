@@ -144,6 +144,6 @@ class RequestLog:
             )
 
 
-def _route(scope: dict[str, Any]) -> str:
+def _route(scope: Scope) -> str:
     route = scope.get("route")
     return getattr(route, "path", None) or "unmatched"

@@ -7,7 +7,7 @@ from fastapi import APIRouter, Query
 from api.deps import ResourcesDep, SenderDep, TenantDep
 from api.errors import NotFound
 from api.routes.paths import SessionId
-from api.schemas import MemoryPut, MemoryResponse
+from api.schemas import MemoryItemOut, MemoryPut, MemoryResponse
 from worker.resources import Resources
 from worker.store import memory, prompts, sessions
 
@@ -25,13 +25,15 @@ def _response(res: Resources, sid: str, items: list) -> MemoryResponse:
     return MemoryResponse(
         session_id=sid,
         items=[
-            {
-                "key": i.key,
-                "value": i.value,
-                "pinned": i.pinned,
-                "tokens": i.tokens,
-                "updated_at": i.updated_at.isoformat() + "Z",
-            }
+            MemoryItemOut(
+                **{
+                    "key": i.key,
+                    "value": i.value,
+                    "pinned": i.pinned,
+                    "tokens": i.tokens,
+                    "updated_at": i.updated_at.isoformat() + "Z",
+                }
+            )
             for i in items
         ],
         tokens=sum(i.tokens for i in items),

@@ -81,11 +81,11 @@ class PromptCache:
         if values[0] is None:
             return None
         e, t, m, system, head, last, tokens, files = values
-        return Entry(int(e), int(t), int(m), system, head, last, int(tokens), files)
+        return Entry(int(e), int(t), int(m), system, head, last, int(tokens), files)  # type: ignore[arg-type]
 
     def put(self, session_pk: int, entry: Entry) -> bool:
         """Guarded write; False when a newer entry is already cached."""
-        args = [
+        args: list[bytes | int] = [
             entry.epoch,
             entry.through,
             entry.memver,
@@ -120,4 +120,4 @@ class PromptCache:
             raw = self.client.hgetall(f"{self.prefix}stats")
         except redis.RedisError:
             return {}
-        return {k.decode(): int(v) for k, v in raw.items()}
+        return {k.decode(): int(v) for k, v in raw.items()}  # type: ignore[union-attr]

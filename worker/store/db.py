@@ -125,5 +125,5 @@ def insert_ignore(engine: Engine) -> Callable[..., Any]:
     if is_sqlite(engine):
         from sqlalchemy.dialects.sqlite import insert
     else:
-        from sqlalchemy.dialects.postgresql import insert
+        from sqlalchemy.dialects.postgresql import insert  # type: ignore[assignment]
     return insert

@@ -108,7 +108,10 @@ def fetch(
         entry = cache.get(pk)
     after = entry.through if entry else 0
     if entry is not None:
-        rows = _tail_rows(engine, tenant_id, client_id, after)
+        raw_rows = _tail_rows(engine, tenant_id, client_id, after)
+        if not raw_rows:
+            return None
+        rows = raw_rows
         if not rows:
             return None
         head = rows[0]
@@ -125,7 +128,7 @@ def fetch(
         return _from_db(conn, client_id, head, policy_for(head.context_window, head.output_reserve))
 
 
-def _tail_rows(engine: Engine, tenant_id: int, client_id: str, after: int) -> list[Any]:
+def _tail_rows(engine: Engine, tenant_id: int, client_id: str, after: int) -> Sequence[Any]:
     """The session row joined with its turns after `after`: one query on a pooled DBAPI connection.
 
     The hot path: SQLAlchemy's statement execution costs more than the query itself here.
