@@ -59,21 +59,25 @@ def pg_schema_url() -> Iterator[str]:
     admin.dispose()
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """Each store test runs against SQLite and PostgreSQL (a fresh schema per test)."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'compactd.db'}"
-        return
-    base = request.getfixturevalue("pg_schema_url")
+@pytest.fixture
+def pg_url(pg_schema_url: str) -> Iterator[str]:
+    """A PostgreSQL URL selecting a schema of its own, dropped after the test."""
     schema = f"s_{uuid.uuid4().hex[:12]}"
     admin = create_engine(normalize_url(PG_URL))
     with admin.begin() as conn:
         conn.execute(text(f"CREATE SCHEMA {schema}"))
-    yield base.rsplit("?", 1)[0] + f"?options=-csearch_path%3D{schema}"
+    yield pg_schema_url.rsplit("?", 1)[0] + f"?options=-csearch_path%3D{schema}"
     with admin.begin() as conn:
         conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
     admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Each store test runs against SQLite and PostgreSQL (a fresh schema per test)."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'compactd.db'}"
+    return request.getfixturevalue("pg_url")
 
 
 @pytest.fixture

@@ -59,12 +59,12 @@ def test_compose_shares_one_redaction_key_between_api_and_workers() -> None:
 @pytest.mark.services
 @pytest.mark.slow
 def test_compose_processes_run_directly_against_postgres_and_redis(
-    tmp_path: Path, pg_schema_url: str, redis_url: str
+    tmp_path: Path, pg_url: str, redis_url: str
 ) -> None:
     """`compactd api`, `worker`, `beat` and `flower` start against PostgreSQL and Redis and answer."""
     api_port, flower_port = free_port(), free_port()
     key = f"cpd_{uuid.uuid4().hex}"
-    settings = make_settings(tmp_path, pg_schema_url, redis_url, port=api_port, default_api_key=key)
+    settings = make_settings(tmp_path, pg_url, redis_url, port=api_port, default_api_key=key)
     procs = {
         "api": Worker(settings, "api", log=tmp_path / "api.log"),
         "worker": Worker(settings, "worker", "--concurrency=1", log=tmp_path / "worker.log"),
