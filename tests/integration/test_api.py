@@ -250,3 +250,12 @@ def test_offloaded_output_is_a_file_the_agent_can_read_back(api: Api) -> None:
     assert_problem(api.get("/v1/sessions/s/files/f_missing"), 404)
     assert api.get("/v1/sessions/s/files").json()["files"][0]["read_ranges"] == ["lines 10-12", "grep"]
     assert {t["name"] for t in api.client.get("/v1/tools").json()} >= {"read_file", "grep"}
+
+
+def test_sub_agent_sessions_link_to_their_parent(api: Api) -> None:
+    """A session created with parent_session_id and parent_tool_use_id reports both; the parent's prompt is untouched."""
+    api.append("parent", user("delegate"), assistant_tool("toolu_task"))
+    api.append("child", user("sub task"), parent_session_id="parent", parent_tool_use_id="toolu_task")
+    info = api.get("/v1/sessions/child").json()
+    assert (info["parent_session_id"], info["parent_tool_use_id"]) == ("parent", "toolu_task")
+    assert "sub task" not in api.get("/v1/sessions/parent/prompt").text

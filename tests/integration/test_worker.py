@@ -120,3 +120,25 @@ def test_beat_sweep_compacts_a_session_whose_message_was_lost(
     finally:
         beat.stop()
         worker.stop()
+
+
+def test_summarization_waits_for_a_quiet_point(settings: Settings, res: Resources) -> None:
+    """A busy session is only compacted structurally; an idle one past the trigger is also summarized."""
+    import time
+
+    from worker.compaction.pipeline import ingest
+    from worker.store.snapshots import load
+
+    messages = real_messages()
+    tid = create_tenant(res.engine, "quiet")[0]
+    reports = {}
+    for sid, activity in (("busy", "busy"), ("idle", "idle")):
+        turns = ingest(messages, first_seq=1, redactor=res.redactor, policy=res.base_policy).turns
+        a = sessions.append_turns(
+            res.engine, tid, sid, turns, profile=sessions.Profile(context_window=10_000), activity=activity
+        )
+        time.sleep(settings.idle_seconds + 0.1)
+        assert jobs.compact(tid, a.session_pk, a.version, res) == "published"
+        reports[sid] = orjson.loads(load(res.engine, a.session_pk).snapshot.report)
+    assert "Summarize" not in [s["stage"] for s in reports["busy"]["stages"]]
+    assert "Summarize" in [s["stage"] for s in reports["idle"]["stages"]]
