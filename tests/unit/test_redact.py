@@ -281,30 +281,6 @@ DETECTOR_CASES = [
         'API_KEY = "YOUR_API_KEY_HERE"',
     ),
     (
-        "password",
-        "password: hunter2xyz",
-        "hunter2xyz",
-        'ReadOnlyPassword = "arn:aws:iam::123456789012:policy/ReadOnlyPassword"',
-    ),
-    (
-        "high_entropy_string",
-        "mimi=gX69YO4CvBsVjzAwYxdGyDd30t5+9ez31gKATtj4",
-        "gX69YO4CvBsVjzAwYxdGyDd30t5+9ez31gKATtj4",
-        "EcdsaP384Sha384 = Crypto2.EcdsaP384Sha384",
-    ),
-    (
-        "high_entropy_string",
-        "mimi=gX69YO4CvBsVjzAwYxdGyDd30t5+9ez31gKATtj4",
-        "gX69YO4CvBsVjzAwYxdGyDd30t5+9ez31gKATtj4",
-        '<img src="./img/avatar-3f9a1c02b4e5d6f7a8b9c0d1e2f3a4b5c6d7e8f9.png">',
-    ),
-    (
-        "high_entropy_string",
-        "mimi=gX69YO4CvBsVjzAwYxdGyDd30t5+9ez31gKATtj4",
-        "gX69YO4CvBsVjzAwYxdGyDd30t5+9ez31gKATtj4",
-        'NID_Gost28147_89_cc_Meshing = "Gost28147-89-cc-Meshing"',
-    ),
-    (
         "token",
         "API_TOKEN=`Zq8vN3kLp2Wx7Rt`",
         "Zq8vN3kLp2Wx7Rt",
@@ -312,16 +288,31 @@ DETECTOR_CASES = [
     ),
     (
         "password",
-        "password: hunter2xyz",
-        "hunter2xyz",
-        '"//registry.example/:_password = "+btoa(pw)',
+        "username: alice\npassword: open_wide_gate\n",
+        "open_wide_gate",
+        "    username: str\n    password: SecretStr\n",
     ),
     (
         "password",
-        "password: hunter2xyz",
-        "hunter2xyz",
-        '"reset-your-password": "/docs/account/reset"',
+        "PASSWORD=Tr0ub4dor.x",
+        "Tr0ub4dor.x",
+        "_write_table({b'LOGIN': self.username, b'PASSWORD': self.password},",
     ),
+    (
+        "token",
+        'ACCESS_TOKEN = "Zq8vN3kLp2Wx7Rt5Yb1M"',
+        "Zq8vN3kLp2Wx7Rt5Yb1M",
+        'GRANT_TYPE_JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"',
+    ),
+    ("password", 'password := "hunter2xyz"', "hunter2xyz", 'password := "my_dummy_pass"'),
+    ("token", 'token = "Zq8vN3kLp2Wx"', "Zq8vN3kLp2Wx", 'token.markup = "linkify"'),
+    (
+        "api_key_header",
+        "x-api-key: 9Zq8vN3kLp2Wx7Rt",
+        "9Zq8vN3kLp2Wx7Rt",
+        'auth = {"x-api-key": self.api_key}',
+    ),
+    ("secret", '"secret": "Zq8vN3kLp2Wx"', "Zq8vN3kLp2Wx", '"secret": "your_client_secret"'),
     (
         "basic_auth",
         'curl --user "{svc-7}":"{Vq7Lm2Xp9Rt4Kz}" https://api.example',
@@ -396,6 +387,19 @@ NOT_SECRETS = [
     'integrity="sha512-Xg9n3TGPTqOQq9ZdRhmFvgLlZ7Kx5H3mQ0JvZy6zQ2aYbzIl7yqv4kq5Zp3r1T8k2wX7n9c0d4e6f8g1h2j3k4l5=="',
     "password_reset_url = settings.PASSWORD_RESET_URL",
     "usage: {input_tokens: 1234, output_tokens: 56}",
+    # near misses of the assignment, entropy and header judges: code and stand-ins
+    'ReadOnlyPassword = "arn:aws:iam::123456789012:policy/ReadOnlyPassword"',
+    "EcdsaP384Sha384 = Crypto2.EcdsaP384Sha384",
+    '<img src="./img/avatar-3f9a1c02b4e5d6f7a8b9c0d1e2f3a4b5c6d7e8f9.png">',
+    'NID_Gost28147_89_cc_Meshing = "Gost28147-89-cc-Meshing"',
+    '"//registry.example/:_password = "+btoa(pw)',
+    '"reset-your-password": "/docs/account/reset"',
+    "    user = parsed.username\n    password = parsed.password\n",
+    "    def set_auth(self, token: TokenInterface):",
+    "    _tokens = (IMPORT, ARGUMENT)",
+    '    Token.Name.Builtin: "#038B8B",',
+    '_HEX_TOKEN = "[0-9A-Fa-f]{1,4}"',
+    'print(f"password={password!r}")',
 ]
 
 

@@ -147,13 +147,16 @@ def url_password(secret: str, key: str | None) -> Judged:
     return "url_password", 0, len(secret)
 
 
-def auth_value(kind: str, min_len: int = 8) -> Judge:
+def auth_value(kind: str, min_len: int = 8, names_ok: bool = True) -> Judge:
     """Judge for credentials after `Authorization: Bearer`, `-u user:`, `X-Api-Key:`."""
 
     def judge(secret: str, key: str | None) -> Judged:
         lo, hi, _ = _strip_quotes(secret)
         value = secret[lo:hi]
         if len(value) < min_len or is_placeholder(value) or value.startswith(("$", "%")):
+            return None
+        # `token: TokenInterface`, `"x-api-key": self.api_key`: a name in code, not a credential
+        if not names_ok and is_code(value) and not any(c.isdigit() for c in value):
             return None
         # `{{var}}`, `{name}` are templates; `{Zq5kVr…}` is a value some docs wrap in braces
         if value.startswith("{") and not looks_random(value.strip("{}"), min_len=8, min_bits=3.0):
@@ -244,9 +247,15 @@ def stated_password(secret: str, key: str | None) -> Judged:
 def paired_password(secret: str, key: str | None) -> Judged:
     """Judge for `user = alice` then `password = open_sesame`: config lines, so bare words count."""
     value = secret.strip()
+    # a bare lower-case word is a literal here; `purl.password`, `SecretStr`, `f(x)` are code
+    if is_code(value.rstrip(",;")) and _BARE_WORD.match(value) is None:
+        return None
     if not is_assigned_secret("password", True, value, False, True, key or ""):
         return None
     return "password", 0, len(value)
+
+
+_BARE_WORD = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
 _CHILD = re.compile(r"^([\w.-]+):[ \t]+(\S.*)$")
@@ -609,7 +618,7 @@ DETECTORS: tuple[Detector, ...] = (
     Detector(
         "api_key_header",
         r"(?i:\b(?:x-api-key|x-auth-token|x-access-token|api-key|apikey|x-jfrog-art-api|private-token|x-vault-token|token|x-goog-api-key)[\"']?:[ \t]*)([A-Za-z0-9._~+/=-]{8,})",
-        auth_value("api_key_header"),
+        auth_value("api_key_header", names_ok=False),
         1,
     ),
     Detector(

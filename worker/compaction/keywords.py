@@ -299,9 +299,11 @@ def is_assigned_secret(
     v = value.strip()
     if is_placeholder(v) or echoes_key(key_hint, v) or _ARN.match(v) or _CONCATENATION.match(v):
         return False
-    if is_file_path(v) or _URL_PATH.match(v):
+    if is_file_path(v) or _URL_PATH.match(v) or _COLOR.match(v) or _REGEX.search(v):
         return False
-    if not quoted and is_code(v) and not (env_style or (v.isdigit() and len(v) >= 8)):
+    # `token: TokenInterface):`, `_tokens = (IMPORT, …)`, `[token for …]`: code, not a literal
+    code = v[0] in "([" or is_code(v.rstrip(")]}:,;"))
+    if not quoted and code and not (env_style or (v.isdigit() and len(v) >= 8)):
         return False
     if not strong:
         return looks_random(v, min_len=16, min_bits=3.0)
@@ -309,8 +311,11 @@ def is_assigned_secret(
         return False
     if _ENV_NAME.match(v):
         return False
-    if kind == "password" or quoted:
+    if kind == "password":
         return True
+    if quoted:
+        # `token.markup = "linkify"`, `tokentype = "do_comment"`: a word, not a token
+        return _LETTER_WORDS.match(v) is None or not is_wordy(v)
     return " " not in v and not is_wordy(v)
 
 
@@ -327,19 +332,24 @@ def echoes_key(key: str, value: str) -> bool:
     k, v = _ALNUM.sub("", key.lower()), _ALNUM.sub("", value.lower())
     if len(v) < 6 or len(k) < 6:
         return False
-    if v in k:
+    if v in k or (k in v and any(c in value for c in ".[(") and is_code(value.rstrip(",;})]"))):
+        # `self.password`, `parts['password']`: code reading the same-named field
         return True
     return k in v and _FILLER_WORDS.fullmatch(v.replace(k, "", 1)) is not None
 
 
+_LETTER_WORDS = re.compile(r"^[A-Za-z][A-Za-z_.-]*$")
 _FILLER_WORDS = re.compile(
     r"(?:your|my|the|here|goes|enter|insert|put|value|example|sample|dummy|fake|test|new|default|some)*"
 )
 
 
 _ENV_NAME = re.compile(r"^[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+$")
-# an AWS resource name (`arn:aws:iam::aws:policy/IAMUserChangePassword`) names, never holds
-_ARN = re.compile(r"^arn:aws[\w-]*:[\w-]+:")
+# `#68175A`: a colour; `(?:%25|%)`, `[0-9A-F]{1,4}`, `\d+`: a regular expression
+_COLOR = re.compile(r"^#(?:[0-9A-Fa-f]{3}){1,2}(?:[0-9A-Fa-f]{2})?$")
+_REGEX = re.compile(r"\(\?[:=!<]|\[[^\]\s]*\w-\w[^\]\s]*\][*+?{]|\\[dwsSbB][*+?{]|\{\d+,\d*\}")
+# resource names (`arn:aws:iam::aws:policy/IAMUserChangePassword`, `urn:ietf:params:oauth:…`)
+_ARN = re.compile(r"^(?:arn:aws[\w-]*|urn):[\w-]+:")
 # `"…password = "+new Buffer(x)`: the quote closed a string and code follows
 _CONCATENATION = re.compile(r"^[+.]\s*(?:new\s+)?[A-Za-z_$][\w$.]*\s*\(")
 # `"/en/enterprise-server@3.0/auth"`: a site path of two or more segments

@@ -56,6 +56,7 @@ _TEMPLATE = re.compile(
       | \$[A-Za-z_][\w.]*       # $VAR
       | \{\{.*\}\}              # {{ template }}
       | \{(?:[a-z_][a-z0-9_.]*|[A-Z_][A-Z0-9_.]*)\}  # {name}, {NAME}
+      | \{[A-Za-z_][\w.\[\]'"]*(?:\([^{}]*\)|![rsa]|:[^{}]*)+\}[.,;:)]*  # {x!r}, {len(x)}, {v:>8}
       | <[^<>]*>                # <your token>
       | \[[A-Z _-]+\]           # [PASSWORD]
       | %\(?\w*\)?s             # %s, %(name)s
@@ -80,6 +81,10 @@ _CALL_OR_ATTR = re.compile(
 )
 # a whole alphabet run marks a character table or a made-up example, not a key
 _SEQUENTIAL = ("abcdefghijk", "ABCDEFGHIJK", "qwertyuiop")
+# words that say a value is made up (`somefakekey`, `dummy-token`): letters only, no random part
+_MADE_UP = re.compile(
+    r"^(?=[A-Za-z_.-]*$)(?:.*(?i:fake|dummy|sample|example|placeholder|changeme)|(?i:your|enter|insert)[_.-])"
+)
 
 
 def entropy_bits(value: str) -> float:
@@ -105,7 +110,7 @@ def is_placeholder(value: str) -> bool:
     v = value.strip()
     if not v or PLACEHOLDER_MARK in v:
         return True
-    if v.lower().strip("_-'\"") in _FILLER or _TEMPLATE.match(v):
+    if v.lower().strip("_-'\"") in _FILLER or _TEMPLATE.match(v) or _MADE_UP.match(v):
         return True
     return len(set(v)) <= 2 or any(s in v for s in _SEQUENTIAL) or not any(c.isalnum() for c in v)
 
