@@ -33,6 +33,24 @@ def test_secret_corpora_recall_and_false_positives(shared_data: Path) -> None:
     assert total["fp_rate_unlisted"] <= 0.04, total
 
 
+# corpus: (recall floor, false-positive ceiling), just past today's figures
+PER_CORPUS = {
+    "gitleaks_rule_cases": (0.98, 0.10),
+    "noseyparker_rule_examples": (0.96, 0.065),
+    "detect_secrets_plugin_cases": (0.955, 0.06),
+    "detect_secrets_test_files": (0.96, 0.0),
+}
+
+
+@pytest.mark.parametrize("name", CORPORA)
+def test_each_secret_corpus_holds_its_level(shared_data: Path, name: str) -> None:
+    """No single corpus regresses behind a pooled figure that still looks fine."""
+    recall_floor, fp_ceiling = PER_CORPUS[name]
+    figures = score_corpus(shared_data, name, R)
+    assert figures["recall"] >= recall_floor, figures["misses"]
+    assert figures["fp_rate"] <= fp_ceiling, figures["false_positives"]
+
+
 @pytest.mark.parametrize("path", CLAUDE_CODE, ids=[p.name[:40] for p in CLAUDE_CODE])
 def test_ids_shas_and_uuids_in_real_transcripts_survive(path: Path) -> None:
     """No toolu_ id, 40-hex git SHA or UUID in a real Claude Code transcript is redacted."""
