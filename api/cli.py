@@ -80,7 +80,9 @@ def run_worker(args: argparse.Namespace) -> int:
     settings = Settings()
     from worker.resources import Resources
 
-    Resources.build(settings).close()  # migrate once, before the pool forks
+    res = Resources.build(settings)  # migrate once, before the pool forks
+    _ = res.summarizer  # a misconfigured summarizer fails here, not in the first task
+    res.close()
     app = _celery(settings)
     concurrency = args.concurrency or settings.worker_concurrency
     app.worker_main(

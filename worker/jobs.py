@@ -59,7 +59,7 @@ def _compact(tenant_id: int, session_pk: int, seen_version: int, res: Resources)
     idle = (utcnow() - row.last_append_at).total_seconds() >= res.settings.idle_seconds
     pending = pending_tool_use_ids([t.as_message() for t in current.turns[-1:]])
     quiet = idle and row.activity != "busy" and not pending
-    result = pipeline.compact(current, policy, quiet=quiet)
+    result = pipeline.compact(current, policy, quiet=quiet, summarizer=res.summarizer)
     verdict = decide(current, result.transcript, policy)
     epoch = snap.epoch if snap else 0
     if verdict.decision is Decision.NEW_EPOCH:

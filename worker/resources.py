@@ -11,6 +11,7 @@ from pathlib import Path
 from sqlalchemy import Engine
 
 from worker.compaction.model import Policy
+from worker.compaction.ports import Summarizer
 from worker.compaction.redact import Redactor
 from worker.settings import Settings
 from worker.store.cache import PromptCache, make_redis
@@ -49,6 +50,8 @@ class Resources:
     cache: PromptCache
     redactor: Redactor
     _base_policy: Policy | None = None
+    _summarizer: Summarizer | None = None
+    _summarizer_built: bool = False
 
     @classmethod
     def build(cls, settings: Settings, *, run_migrations: bool = True) -> Resources:
@@ -68,6 +71,16 @@ class Resources:
         if self._base_policy is None:
             self._base_policy = self.settings.policy()
         return self._base_policy
+
+    @property
+    def summarizer(self) -> Summarizer | None:
+        """The configured summarizer (None: the extractive default), built on first use (workers only)."""
+        if not self._summarizer_built:
+            from worker.summarizers import build_summarizer
+
+            self._summarizer = build_summarizer(self.settings, self.redactor)
+            self._summarizer_built = True
+        return self._summarizer
 
     def close(self) -> None:
         self.engine.dispose()
