@@ -43,7 +43,9 @@ def test_real_transcript_invariants(shared_data: Path, path: Path, window: int) 
     again = compact(out, policy, quiet=True).transcript
     assert canonical_json(assemble(again)) == canonical_json(request)
     thinking_before = {orjson.dumps(b) for x in t.turns for b in x.content if b["type"] == "thinking"}
-    assert all(orjson.dumps(b) in thinking_before for x in out.turns for b in x.content if b["type"] == "thinking")
+    assert all(
+        orjson.dumps(b) in thinking_before for x in out.turns for b in x.content if b["type"] == "thinking"
+    )
 
 
 @pytest.mark.data

@@ -179,11 +179,10 @@ def digits_then(kind: str, mark: str, low: int, high: int) -> Judge:
 
 
 def anthropic_key(kind: str) -> Judge:
-    """Anthropic keys: the `AA` that ends every real key (`…xyzBB` is a made-up look-alike)."""
+    """Anthropic keys. Real ones end in `AA`, but a look-alike with the full prefix is redacted too:
+    text alone cannot tell a test fixture from a live key, and over-redacting is the safe side."""
 
     def judge(secret: str, key: str | None) -> Judged:
-        if not secret.endswith("AA"):
-            return None
         return token(kind)(secret, key)
 
     return judge
