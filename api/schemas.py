@@ -68,6 +68,20 @@ class Counts(BaseModel):
     memory_items: int
 
 
+class CompactRequest(BaseModel):
+    """POST /v1/sessions/{sid}/compact: summarize now (at the next quiet point), like /compact."""
+
+    focus: str | None = Field(
+        default=None, max_length=4_000, description="What the summary should keep in focus."
+    )
+
+
+class CompactResponse(BaseModel):
+    session_id: str
+    status: str
+    version: int
+
+
 class SessionInfo(BaseModel):
     session_id: str
     version: int
@@ -82,6 +96,8 @@ class SessionInfo(BaseModel):
     parent_tool_use_id: str | None
     created_at: str
     last_append_at: str
+    cache_reuse: dict[str, float] | None = None
+    summarizer_usage: dict[str, float] | None = None
 
 
 class MemoryItemIn(BaseModel):

@@ -12,16 +12,19 @@ import structlog
 from worker.compaction import pipeline
 from worker.compaction.assemble import assemble
 from worker.compaction.codec import transcript_from_json, transcript_to_json
-from worker.compaction.epochs import Decision, decide, extend
+from worker.compaction.epochs import Decision, common_prefix_bytes, decide, extend
 from worker.compaction.model import Transcript
+from worker.compaction.ports import SummaryResult
 from worker.compaction.validate import pending_tool_use_ids
 from worker.errors import SessionLocked
 from worker.resources import Resources
 from worker.store import memory, snapshots
+from worker.store.cache import Entry
 from worker.store.db import read_tx
 from worker.store.files import file_infos, save_files
-from worker.store.prompts import entry_from_prompt
+from worker.store.prompts import entry_from_prompt, request_prefix
 from worker.store.tables import utcnow
+from worker.summarizers import cost_usd
 
 log = structlog.get_logger("compactd.jobs")
 
@@ -49,7 +52,14 @@ def _compact(tenant_id: int, session_pk: int, seen_version: int, res: Resources)
     if row.version > seen_version:
         return "superseded"  # a newer append queued its own job
     through = snap.through_seq if snap else 0
-    if snap is not None and through >= row.version and snap.memory_version >= row.memory_version:
+    focus = res.cache.compaction_request(session_pk)  # a user-driven /compact, if one is pending
+    forced = focus is not None
+    if (
+        not forced
+        and snap is not None
+        and through >= row.version
+        and snap.memory_version >= row.memory_version
+    ):
         return "current"
     policy = res.policy_for(row.context_window, row.output_reserve)
     state = (
@@ -58,9 +68,14 @@ def _compact(tenant_id: int, session_pk: int, seen_version: int, res: Resources)
     current = replace(extend(state, loaded.tail), memory=loaded.memory)
     idle = (utcnow() - row.last_append_at).total_seconds() >= res.settings.idle_seconds
     pending = pending_tool_use_ids([t.as_message() for t in current.turns[-1:]])
-    quiet = idle and row.activity != "busy" and not pending
-    result = pipeline.compact(current, policy, quiet=quiet, summarizer=res.summarizer)
+    # a user's /compact needs no debounce, but never interrupts a tool call or a busy client
+    quiet = (idle or forced) and row.activity != "busy" and not pending
+    result = pipeline.compact(
+        current, policy, quiet=quiet, force=forced and quiet, focus=focus or None, summarizer=res.summarizer
+    )
     verdict = decide(current, result.transcript, policy)
+    if forced and quiet and verdict.decision is Decision.SKIP:
+        verdict = replace(verdict, decision=Decision.NEW_EPOCH)  # the user asked: publish even a small saving
     epoch = snap.epoch if snap else 0
     if verdict.decision is Decision.NEW_EPOCH:
         new, epoch = replace(result.transcript, files=()), epoch + 1
@@ -91,6 +106,7 @@ def _compact(tenant_id: int, session_pk: int, seen_version: int, res: Resources)
     entry = entry_from_prompt(
         prompt, epoch=epoch, through=new_through, memver=row.memory_version, tokens=new.tokens(), files=files
     )
+    _account(res, session_pk, entry, result, forced and quiet)
     try:
         res.cache.put(session_pk, entry)
     except Exception as exc:  # the DB has it; fetches fall back to the DB until the next publish
@@ -110,6 +126,21 @@ def _compact(tenant_id: int, session_pk: int, seen_version: int, res: Resources)
         summarizer_error=result.error,
     )
     return "published"
+
+
+def _account(res: Resources, session_pk: int, entry: Entry, result: pipeline.Compacted, forced: bool) -> None:
+    """Side records of a publish: the cache-reuse base, summarizer usage, a served /compact request."""
+    old = res.cache.get(session_pk)
+    if old is not None and old.epoch != entry.epoch:
+        shared = common_prefix_bytes(request_prefix(old), request_prefix(entry))
+        res.cache.record_shared_prefix(session_pk, entry.epoch, shared)
+    handoff = result.transcript.handoff
+    summarized = any(r.stage == "Summarize" and r.counts.get("turns_evicted") for r in result.reports)
+    if summarized and handoff is not None and handoff.input_tokens:
+        usage = SummaryResult(handoff.text, handoff.input_tokens, handoff.output_tokens, handoff.summarizer)
+        res.cache.add_usage(session_pk, handoff.input_tokens, handoff.output_tokens, cost_usd(usage))
+    if forced:
+        res.cache.clear_compaction_request(session_pk)
 
 
 def sweep(res: Resources, enqueue: Callable[[int, int, int], object]) -> int:

@@ -35,4 +35,7 @@ async def get_prompt(sid: SessionId, request: Request) -> Response:
     if served is None:
         raise NotFound("no such session")
     request.app.state.metrics.fetches.labels(served.source).inc()
+    pk = res.cache.pks.get((tenant, sid))
+    if pk is not None:
+        res.cache.record_fetch(pk, served.epoch, served.request_bytes, served.stable_bytes)
     return Response(served.body, media_type="application/json")

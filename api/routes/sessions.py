@@ -7,7 +7,7 @@ from fastapi import APIRouter, Response
 from api.deps import ResourcesDep, SenderDep, TenantDep
 from api.errors import NotFound
 from api.routes.paths import SessionId
-from api.schemas import ActivityRequest, ActivityResponse, SessionInfo
+from api.schemas import ActivityRequest, ActivityResponse, CompactRequest, CompactResponse, SessionInfo
 from worker.store import prompts, sessions
 
 router = APIRouter(tags=["sessions"])
@@ -19,7 +19,28 @@ def get_session(sid: SessionId, res: ResourcesDep, tenant: TenantDep) -> dict:
     info = sessions.session_info(res.engine, tenant, sid)
     if info is None:
         raise NotFound("no such session")
-    return info
+    pk = prompts.session_pk(res.engine, tenant, sid, res.cache)
+    return {**info, **(res.cache.session_stats(pk) if pk is not None else {})}
+
+
+@router.post("/v1/sessions/{sid}/compact", status_code=202, response_model=CompactResponse)
+def post_compact(
+    sid: SessionId,
+    res: ResourcesDep,
+    tenant: TenantDep,
+    enqueue: SenderDep,
+    body: CompactRequest | None = None,
+) -> CompactResponse:
+    """Ask for a summary now, optionally with focus instructions. It runs at the next quiet point
+    (no tool call pending, client not busy); fetching is never blocked by it."""
+    pk = prompts.session_pk(res.engine, tenant, sid, res.cache)
+    info = sessions.session_info(res.engine, tenant, sid) if pk is not None else None
+    if pk is None or info is None:
+        raise NotFound("no such session")
+    focus = res.redactor.redact_text(body.focus) if body and body.focus else ""
+    res.cache.request_compaction(pk, focus)
+    enqueue(tenant, pk, info["version"])
+    return CompactResponse(session_id=sid, status="queued", version=info["version"])
 
 
 @router.delete("/v1/sessions/{sid}", status_code=204)

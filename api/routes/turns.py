@@ -12,6 +12,7 @@ from api.routes.paths import SessionId
 from api.schemas import Activity, AppendRequest, AppendResponse
 from worker.compaction.assemble import merge_roles
 from worker.compaction.pipeline import ingest
+from worker.compaction.profiles import profile_for
 from worker.compaction.validate import request_problems
 from worker.store.sessions import Profile, append_turns, request_hash
 
@@ -42,10 +43,14 @@ def append(
     """Append messages; the session is created on first append. Retries with the same Idempotency-Key are safe."""
     ingested = ingest(body.messages, first_seq=1, redactor=res.redactor, policy=res.settings.policy())
     system = res.redactor.redact_text(body.system) if body.system is not None else None
+    # a known model name fills in its window and output reserve unless the client gives them
+    known = profile_for(body.model, body.context_window, body.output_reserve) if body.model else None
     profile = Profile(
         model=body.model,
-        context_window=body.context_window,
-        output_reserve=body.output_reserve,
+        context_window=body.context_window or (known.context_window if known else None),
+        output_reserve=body.output_reserve
+        if body.output_reserve is not None
+        else (known.output_reserve if known else None),
         system=system,
         parent_session_id=body.parent_session_id,
         parent_tool_use_id=body.parent_tool_use_id,

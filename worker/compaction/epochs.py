@@ -59,8 +59,11 @@ def served_request(snapshot: Transcript, tail: Sequence[Turn], note: str = "") -
 
 def shared_prefix_share(previous: bytes, current: bytes) -> float:
     """Share of `current` that repeats `previous` byte for byte from the start (what a cache reuses)."""
-    if not current:
-        return 1.0
+    return common_prefix_bytes(previous, current) / len(current) if current else 1.0
+
+
+def common_prefix_bytes(previous: bytes, current: bytes) -> int:
+    """How many leading bytes two byte strings share."""
     n = min(len(previous), len(current))
     lo, hi = 0, n
     while lo < hi:  # binary search on the common prefix: bytes compare in C
@@ -69,7 +72,7 @@ def shared_prefix_share(previous: bytes, current: bytes) -> float:
             lo = mid
         else:
             hi = mid - 1
-    return lo / len(current)
+    return lo
 
 
 def request_bytes(request: dict[str, Any]) -> bytes:

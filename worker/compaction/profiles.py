@@ -30,7 +30,9 @@ KNOWN: dict[str, ModelProfile] = {
 }
 
 
-def profile_for(model: str | None, context_window: int | None = None, output_reserve: int | None = None) -> ModelProfile:
+def profile_for(
+    model: str | None, context_window: int | None = None, output_reserve: int | None = None
+) -> ModelProfile:
     """The profile of a model name (unknown names get the default), with explicit overrides applied.
 
     The output reserve is capped at a quarter of the window so a small window still has a budget.

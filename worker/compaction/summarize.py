@@ -57,7 +57,9 @@ class Summarize:
     def __call__(self, t: Transcript) -> Transcript:
         if not self._due(t):
             return t
-        start, end = first_kept(t.turns), keep_start(t.turns, self.keep_tokens)
+        # a forced (/compact) round keeps the newest 10% of what is there, not of the whole budget
+        keep = min(self.keep_tokens, t.tokens() // 10) if self.force else self.keep_tokens
+        start, end = first_kept(t.turns), keep_start(t.turns, keep)
         cut = self._cut(t.turns, start, end)
         if cut <= start:
             return t

@@ -21,6 +21,30 @@ redis.call('HSET', KEYS[1], 'epoch', ARGV[1], 'through', ARGV[2], 'memver', ARGV
            'head', ARGV[5], 'last', ARGV[6], 'tokens', ARGV[7], 'files', ARGV[8])
 return 1
 """
+# One fetch's cache reuse: the bytes it shares with the session's previous fetch. Within an epoch
+# that is everything the previous fetch served before its status note; across epochs it is at most
+# the prefix the worker found the old and new snapshots share (stored at publish).
+_REUSE = """
+local prev = redis.call('HMGET', KEYS[1], 'epoch', 'stable')
+local epoch, total, stable = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local shared = 0
+if prev[1] then
+  shared = tonumber(prev[2])
+  if tonumber(prev[1]) ~= epoch then
+    local snap = redis.call('HMGET', KEYS[2], 'epoch', 'bytes')
+    if snap[1] and tonumber(snap[1]) == epoch then shared = math.min(shared, tonumber(snap[2])) else shared = 0 end
+  end
+  shared = math.min(shared, total)
+  local share = 0
+  if total > 0 then share = shared / total end
+  redis.call('HINCRBY', KEYS[1], 'fetches', 1)
+  redis.call('HINCRBYFLOAT', KEYS[1], 'share_sum', share)
+  if share >= 0.9 then redis.call('HINCRBY', KEYS[1], 'reused_90', 1) end
+end
+redis.call('HSET', KEYS[1], 'epoch', epoch, 'stable', stable)
+return tostring(shared)
+"""
+
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
@@ -65,6 +89,7 @@ class PromptCache:
         self.pks: dict[tuple[int, str], int] = {}  # (tenant, client session id) -> session pk
         self._publish = client.register_script(_PUBLISH)
         self._release = client.register_script(_RELEASE)
+        self._reuse = client.register_script(_REUSE)
 
     def key(self, session_pk: int) -> str:
         return f"{self.prefix}prompt:{session_pk}"
@@ -99,7 +124,8 @@ class PromptCache:
 
     def drop(self, session_pk: int) -> None:
         with contextlib.suppress(redis.RedisError):
-            self.client.delete(self.key(session_pk))
+            kinds = ("force", "shared", "reuse", "usage")
+            self.client.delete(self.key(session_pk), *(f"{self.prefix}{k}:{session_pk}" for k in kinds))
 
     def acquire(self, session_pk: int, ttl_seconds: float) -> str | None:
         """A per-session lock token, or None if someone else holds it."""
@@ -110,6 +136,68 @@ class PromptCache:
     def release(self, session_pk: int, token: str) -> bool:
         """Release only if still the owner (the lock may have expired and been taken)."""
         return bool(self._release(keys=[f"{self.prefix}lock:{session_pk}"], args=[token]))
+
+    def request_compaction(self, session_pk: int, focus: str) -> None:
+        """Remember a user-driven compaction (with its redacted focus) until a job carries it out."""
+        self.client.set(f"{self.prefix}force:{session_pk}", focus, ex=24 * 3600)
+
+    def compaction_request(self, session_pk: int) -> str | None:
+        """The pending user-driven request's focus ("" for none), or None when there is none."""
+        with contextlib.suppress(redis.RedisError):
+            value = self.client.get(f"{self.prefix}force:{session_pk}")
+            return None if value is None else value.decode()  # type: ignore[union-attr]
+        return None
+
+    def clear_compaction_request(self, session_pk: int) -> None:
+        with contextlib.suppress(redis.RedisError):
+            self.client.delete(f"{self.prefix}force:{session_pk}")
+
+    def record_shared_prefix(self, session_pk: int, epoch: int, shared_bytes: int) -> None:
+        """At publish: how many leading bytes the new epoch's snapshot shares with the old one."""
+        with contextlib.suppress(redis.RedisError):
+            self.client.hset(
+                f"{self.prefix}shared:{session_pk}", mapping={"epoch": epoch, "bytes": shared_bytes}
+            )
+
+    def record_fetch(self, session_pk: int, epoch: int, request_bytes: int, stable_bytes: int) -> None:
+        """Count one served prompt's byte-identical reuse of the previous one (best effort)."""
+        if time.monotonic() < self._down_until:
+            return
+        with contextlib.suppress(redis.RedisError):
+            keys = [f"{self.prefix}reuse:{session_pk}", f"{self.prefix}shared:{session_pk}"]
+            self._reuse(keys=keys, args=[epoch, request_bytes, stable_bytes])
+
+    def add_usage(
+        self, session_pk: int, input_tokens: int, output_tokens: int, cost_usd: float | None
+    ) -> None:
+        """Accumulate a session's summarizer usage (LLM summarizers only)."""
+        with contextlib.suppress(redis.RedisError):
+            key = f"{self.prefix}usage:{session_pk}"
+            pipe = self.client.pipeline()
+            pipe.hincrby(key, "summaries", 1)
+            pipe.hincrby(key, "input_tokens", input_tokens)
+            pipe.hincrby(key, "output_tokens", output_tokens)
+            if cost_usd is not None:
+                pipe.hincrbyfloat(key, "cost_usd", cost_usd)
+            pipe.execute()
+
+    def session_stats(self, session_pk: int) -> dict[str, dict[str, float]]:
+        """{"cache_reuse": {...}, "summarizer_usage": {...}} for GET /v1/sessions/{sid}."""
+        try:
+            reuse = self.client.hgetall(f"{self.prefix}reuse:{session_pk}")
+            usage = self.client.hgetall(f"{self.prefix}usage:{session_pk}")
+        except redis.RedisError:
+            return {}
+        r = {k.decode(): float(v) for k, v in reuse.items()}  # type: ignore[union-attr]
+        n = r.get("fetches", 0.0)
+        return {
+            "cache_reuse": {
+                "fetches_compared": int(n),
+                "mean_reused_share": round(r.get("share_sum", 0.0) / n, 4) if n else 0.0,
+                "share_of_fetches_reusing_90pct": round(r.get("reused_90", 0.0) / n, 4) if n else 0.0,
+            },
+            "summarizer_usage": {k.decode(): float(v) for k, v in usage.items()},  # type: ignore[union-attr]
+        }
 
     def count(self, field: str, amount: int = 1) -> None:
         with contextlib.suppress(redis.RedisError):

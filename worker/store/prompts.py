@@ -31,6 +31,8 @@ class Served:
     source: str  # "cache" or "db"
     epoch: int
     version: int
+    request_bytes: int = 0  # system + messages, as a provider reads them for caching
+    stable_bytes: int = 0  # of which before the volatile status note: what the next fetch repeats
 
 
 def entry_from_prompt(
@@ -52,16 +54,25 @@ def entry_from_prompt(
 
 def render_body(
     client_id: str, version: int, entry: Entry, tail: Sequence[tuple[str, Any, int]], policy: Policy
-) -> bytes:
-    """The prompt response: snapshot fragments + tail merged onto the last message + status note."""
+) -> tuple[bytes, int, int]:
+    """The prompt response: snapshot fragments + tail merged onto the last message + status note.
+
+    Also returns the request's byte length and how many of its leading bytes come before the note.
+    """
     end = [orjson.loads(entry.last)] if entry.last else []
     end += [{"role": role, "content": content} for role, content, _ in tail]
     tokens = entry.tokens + sum(t for _, _, t in tail)
     files = [FileInfo(r, k, n, tuple(reads)) for r, k, n, reads in orjson.loads(entry.files)]
-    end = add_status(merge_roles(end), status_note(tokens, policy.budget_tokens, files))
+    note = status_note(tokens, policy.budget_tokens, files)
+    merged = merge_roles(end)
+    end = add_status(merged, note)
     parts = [entry.head] if entry.head else []
     parts += [orjson.dumps(m) for m in end]
-    return b"".join(
+    messages = b",".join(parts)
+    request_bytes = len(entry.system) + len(messages)
+    # the note is the last block of the last message: `,{note}]}` is all that differs next time
+    note_bytes = len(orjson.dumps({"type": "text", "text": note})) + 3 if end is not merged else 0
+    body = b"".join(
         (
             b'{"session_id":',
             orjson.dumps(client_id),
@@ -70,10 +81,11 @@ def render_body(
             b',"system":',
             entry.system,
             b',"messages":[',
-            b",".join(parts),
+            messages,
             b"]}",
         )
     )
+    return body, request_bytes, request_bytes - note_bytes
 
 
 # Built once: constructing a select per request costs more than running it.
@@ -102,7 +114,7 @@ def fetch(
     """The session's prompt: every appended turn, from the cache when it is current, else from the DB."""
     entry, pk = None, None
     if cache is not None:
-        pk = _session_pk(engine, tenant_id, client_id, cache)
+        pk = session_pk(engine, tenant_id, client_id, cache)
         if pk is None:
             return None
         entry = cache.get(pk)
@@ -118,8 +130,8 @@ def fetch(
         if head[0] == pk and entry.epoch >= head[2] and entry.memver >= head[3]:
             policy = policy_for(head[4], head[5])
             tail = [(r[6], orjson.loads(r[7]), r[8]) for r in rows if r[6] is not None]
-            body = render_body(client_id, head[1], entry, tail, policy)
-            return Served(body, "cache", entry.epoch, head[1])
+            body, total, stable = render_body(client_id, head[1], entry, tail, policy)
+            return Served(body, "cache", entry.epoch, head[1], total, stable)
     with read_tx(engine) as conn:
         rows = conn.execute(_TAIL, {"tenant_id": tenant_id, "client_id": client_id, "after": after}).all()
         if not rows:
@@ -180,10 +192,11 @@ def _from_db(conn: Connection, client_id: str, session: Any, policy: Policy) -> 
         files=file_infos(conn, session.id),
     )
     tail = [(t.role, list(t.content), t.tokens) for t in load_turns(conn, session.id, through)]
-    return Served(render_body(client_id, session.version, entry, tail, policy), "db", epoch, session.version)
+    body, total, stable = render_body(client_id, session.version, entry, tail, policy)
+    return Served(body, "db", epoch, session.version, total, stable)
 
 
-def _session_pk(engine: Engine, tenant_id: int, client_id: str, cache: PromptCache) -> int | None:
+def session_pk(engine: Engine, tenant_id: int, client_id: str, cache: PromptCache) -> int | None:
     # A session's pk never changes while it exists; a stale one (deleted elsewhere) only costs a
     # cache miss, because fetch() checks it against the row it reads.
     key = (tenant_id, client_id)
@@ -200,6 +213,11 @@ def _session_pk(engine: Engine, tenant_id: int, client_id: str, cache: PromptCac
             pks.clear()
         pks[key] = pk
     return pk
+
+
+def request_prefix(entry: Entry) -> bytes:
+    """The snapshot's part of the request bytes (system, then messages), for reuse accounting."""
+    return entry.system + entry.head + (b"," if entry.head and entry.last else b"") + entry.last
 
 
 def forget(cache: PromptCache, tenant_id: int, client_id: str) -> None:

@@ -1,0 +1,142 @@
+"""User-driven compaction (POST /compact with focus) and per-session cache-reuse accounting, on real Redis and SQLite."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from api.app import create_app
+from tests.integration.conftest import flush_prefix, make_settings
+from worker import jobs
+from worker.resources import Resources
+from worker.settings import Settings
+from worker.store.snapshots import load
+from worker.store.tenants import create_tenant
+
+pytestmark = [pytest.mark.services]
+FOCUS_SECRET = "AKIAIOSFODNN7EXAMPLF"
+
+
+@pytest.fixture
+def settings(tmp_path: Path, redis_url: str) -> Iterator[Settings]:
+    s = make_settings(tmp_path, f"sqlite:///{tmp_path / 'compactd.db'}", redis_url, idle_seconds=0.0)
+    yield s
+    flush_prefix(redis_url, s.redis_prefix)
+
+
+@pytest.fixture
+def client(
+    settings: Settings,
+) -> Iterator[tuple[TestClient, dict[str, str], list[tuple[int, int, int]], Resources]]:
+    sent: list[tuple[int, int, int]] = []
+    with TestClient(create_app(settings, enqueue=lambda t, s, v: sent.append((t, s, v)))) as c:
+        res: Resources = c.app.state.resources  # type: ignore[attr-defined]
+        key = create_tenant(res.engine, "agent")[1]
+        yield c, {"Authorization": f"Bearer {key}"}, sent, res
+
+
+def unit(n: int, body: str) -> list[dict]:
+    return [
+        {
+            "role": "assistant",
+            "content": [
+                {
+                    "type": "tool_use",
+                    "id": f"toolu_{n:03d}",
+                    "name": "Bash",
+                    "input": {"command": f"make step{n}"},
+                }
+            ],
+        },
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": f"toolu_{n:03d}", "content": body}],
+        },
+    ]
+
+
+def append(c: TestClient, auth: dict[str, str], messages: list[dict]) -> None:
+    r = c.post("/v1/sessions/s/turns", json={"messages": messages, "context_window": 200_000}, headers=auth)
+    assert r.status_code == 200, r.text
+
+
+def test_compact_request_summarizes_below_the_trigger_with_the_redacted_focus(client) -> None:  # type: ignore[no-untyped-def]
+    """A /compact on a small session yields a handoff note naming the focus; a secret in the focus is redacted."""
+    c, auth, sent, res = client
+    append(c, auth, [{"role": "user", "content": "Port the parser to Rust."}])
+    for n in range(12):
+        append(c, auth, unit(n, f"step {n} output\n" * 30))
+    r = c.post(
+        "/v1/sessions/s/compact", json={"focus": f"keep the parser API; key {FOCUS_SECRET}"}, headers=auth
+    )
+    assert r.status_code == 202 and r.json()["status"] == "queued"
+    tenant, pk, version = sent[-1]
+    assert jobs.compact(tenant, pk, version, res) == "published"
+    prompt = c.get("/v1/sessions/s/prompt", headers=auth).json()
+    text = str(prompt["messages"])
+    assert "[compactd handoff note]" in text and "keep the parser API" in text
+    assert FOCUS_SECRET not in text and "[REDACTED:" in text
+    assert res.cache.compaction_request(pk) is None  # served: the request is cleared
+
+
+def test_compact_request_waits_for_a_pending_tool_call(client) -> None:  # type: ignore[no-untyped-def]
+    """While a tool call is in flight the request stays pending and nothing is summarized; after the result it runs."""
+    c, auth, sent, res = client
+    append(c, auth, [{"role": "user", "content": "task"}])
+    for n in range(6):
+        append(c, auth, unit(n, "x\n" * 50))
+    append(c, auth, unit(99, "y")[:1])  # a call without its result yet
+    assert c.post("/v1/sessions/s/compact", headers=auth).status_code == 202
+    tenant, pk, version = sent[-1]
+    jobs.compact(tenant, pk, version, res)
+    snap = load(res.engine, pk).snapshot
+    assert snap is None or "handoff note" not in str(snap.prompt)
+    assert res.cache.compaction_request(pk) == ""
+    append(c, auth, unit(99, "y")[1:])
+    tenant, pk, version = sent[-1]
+    assert jobs.compact(tenant, pk, version, res) == "published"
+    assert "[compactd handoff note]" in str(c.get("/v1/sessions/s/prompt", headers=auth).json()["messages"])
+
+
+def test_session_info_reports_cache_reuse_per_session(client) -> None:  # type: ignore[no-untyped-def]
+    """Consecutive fetches within an epoch reuse nearly all of the previous prompt, and the session reports it."""
+    c, auth, sent, res = client
+    append(c, auth, [{"role": "user", "content": "task " * 2000}])
+    tenant, pk, version = sent[-1]
+    jobs.compact(tenant, pk, version, res)
+    for n in range(5):
+        c.get("/v1/sessions/s/prompt", headers=auth)
+        append(c, auth, unit(n, "ok"))
+    c.get("/v1/sessions/s/prompt", headers=auth)
+    reuse = c.get("/v1/sessions/s", headers=auth).json()["cache_reuse"]
+    assert reuse["fetches_compared"] == 5
+    assert 0.8 < reuse["mean_reused_share"] < 1.0
+    assert reuse["share_of_fetches_reusing_90pct"] >= 0.6
+
+
+def test_compact_request_for_an_unknown_session_is_a_404(client) -> None:  # type: ignore[no-untyped-def]
+    """No session, no request: a problem+json 404."""
+    c, auth, _, _ = client
+    r = c.post("/v1/sessions/nope/compact", json={"focus": "x"}, headers=auth)
+    assert r.status_code == 404 and r.headers["content-type"].startswith("application/problem+json")
+
+
+def test_a_known_model_name_sets_the_session_window(client) -> None:  # type: ignore[no-untyped-def]
+    """Appending with model gpt-4o and no window gives the session gpt-4o's 128k profile; an explicit window wins."""
+    c, auth, _, _ = client
+    c.post(
+        "/v1/sessions/m1/turns",
+        json={"messages": [{"role": "user", "content": "hi"}], "model": "gpt-4o-2024-08-06"},
+        headers=auth,
+    )
+    c.post(
+        "/v1/sessions/m2/turns",
+        json={"messages": [{"role": "user", "content": "hi"}], "model": "gpt-4o", "context_window": 50_000},
+        headers=auth,
+    )
+    assert c.get("/v1/sessions/m1", headers=auth).json()["profile"]["context_window"] == 128_000
+    assert c.get("/v1/sessions/m2", headers=auth).json()["profile"]["context_window"] == 50_000
+    assert c.get("/v1/sessions/m1/prompt", headers=auth).json()["budget_tokens"] == 128_000 - 16_384
