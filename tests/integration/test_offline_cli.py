@@ -1,0 +1,70 @@
+"""`compactd compact` and `compactd replay` as a user runs them: a subprocess on a real transcript."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+from worker.compaction.validate import request_problems
+
+COMPACTD = str(Path(sys.executable).parent / "compactd")
+pytestmark = [pytest.mark.data]
+
+
+def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [COMPACTD, *args], cwd=cwd, capture_output=True, text=True, timeout=300, check=False
+    )
+
+
+def test_compact_prints_a_valid_request_and_writes_the_files(shared_data: Path, tmp_path: Path) -> None:
+    """At a 32k window a long session comes back valid, under budget, with stats and its virtual files on disk."""
+    session = shared_data / "transcripts/claude-code/spotter/fa812bfe-b295-4cca-9c2f-fdf01028cb46.jsonl"
+    out = run(
+        "compact",
+        str(session),
+        "--context-window",
+        "32000",
+        "--json",
+        "--out",
+        str(tmp_path / "files"),
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    payload = orjson.loads(out.stdout)
+    stats = payload["stats"]
+    assert request_problems(payload["request"]) == []
+    assert stats["format"] == "claude_code" and stats["valid"]
+    assert stats["request_tokens"] <= stats["budget_tokens"] < stats["tokens_before"]
+    written = {p.name for p in (tmp_path / "files").iterdir()}
+    assert len(written) == stats["files_written"] > 0
+    assert any(name.startswith("h_") for name in written)  # the archive of the summarized span
+
+
+def test_replay_reports_every_fetch_and_plots(shared_data: Path, tmp_path: Path) -> None:
+    """Replay reports per-fetch rows and a summary, stays under budget, and writes the PNG plot."""
+    session = (
+        shared_data / "transcripts/claude-code/claude-code-viewer/5c0375b4-57a5-4f26-b12d-d022ee4e51b7.jsonl"
+    )
+    plot = tmp_path / "replay.png"
+    out = run(
+        "replay", str(session), "--context-window", "16000", "--json", "--plot", str(plot), cwd=tmp_path
+    )
+    assert out.returncode == 0, out.stderr
+    payload = orjson.loads(out.stdout)
+    assert payload["summary"]["all_valid"] and payload["summary"]["all_under_budget"]
+    assert len(payload["fetches"]) == payload["summary"]["fetches"] > 0
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_an_unreadable_file_is_a_clear_error(tmp_path: Path) -> None:
+    """A file in no known format exits non-zero with a one-line reason, not a traceback."""
+    bad = tmp_path / "notes.txt"
+    bad.write_text("just some prose, not a transcript")
+    out = run("compact", str(bad), cwd=tmp_path)
+    assert out.returncode != 0
+    assert "cannot import" in out.stderr and "Traceback" not in out.stderr
