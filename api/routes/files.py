@@ -52,6 +52,7 @@ def read_file(
     end_byte: int | None = Query(default=None, ge=0),
     pattern: str | None = Query(default=None, min_length=1, max_length=1000),
     context_lines: int = Query(default=0, ge=0, le=20),
+    max_matches: int = Query(default=50, ge=1, le=500),
 ) -> dict[str, Any]:
     """An excerpt of a file: lines (default), bytes, or lines matching an RE2 pattern. Each read is logged."""
     row = sessions.get_session(res.engine, tenant, sid)
@@ -60,7 +61,7 @@ def read_file(
         raise NotFound("no such file in this session")
     file_id, kind, text = found
     if pattern is not None:
-        excerpt = grep(text, pattern, context_lines=context_lines)
+        excerpt = grep(text, pattern, max_matches=max_matches, context_lines=context_lines)
         logged = "grep"
     elif start_byte is not None or end_byte is not None:
         excerpt = read_bytes(text, start_byte, end_byte)

@@ -246,9 +246,14 @@ def test_offloaded_output_is_a_file_the_agent_can_read_back(api: Api) -> None:
     assert lines["text"] == "line 9: value 63\nline 10: value 70\nline 11: value 77\n"
     hits = api.get(f"/v1/sessions/s/files/{ref}?pattern=value%2041993$").json()
     assert hits["text"] == "6000: line 5999: value 41993"
+    capped = api.get(f"/v1/sessions/s/files/{ref}?pattern=value%204&max_matches=3").json()
+    assert len(capped["text"].splitlines()) == 3 and capped["truncated"]
     assert_problem(api.get(f"/v1/sessions/s/files/{ref}?pattern=(unclosed"), 422)
     assert_problem(api.get("/v1/sessions/s/files/f_missing"), 404)
-    assert api.get("/v1/sessions/s/files").json()["files"][0]["read_ranges"] == ["lines 10-12", "grep"]
+    assert api.get("/v1/sessions/s/files").json()["files"][0]["read_ranges"] == [
+        "lines 10-12",
+        "grep",
+    ]  # both greps log as one "grep"
     assert {t["name"] for t in api.client.get("/v1/tools").json()} >= {"read_file", "grep"}
 
 
