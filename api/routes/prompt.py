@@ -37,5 +37,6 @@ async def get_prompt(sid: SessionId, request: Request) -> Response:
     request.app.state.metrics.fetches.labels(served.source).inc()
     pk = res.cache.pks.get((tenant, sid))
     if pk is not None:
-        res.cache.record_fetch(pk, served.epoch, served.request_bytes, served.stable_bytes)
+        # cache-reuse accounting: buffered here, written to Redis in batches by the app (api/app.py)
+        request.app.state.fetch_log.append((pk, served.epoch, served.request_bytes, served.stable_bytes))
     return Response(served.body, media_type="application/json")

@@ -159,13 +159,17 @@ class PromptCache:
                 f"{self.prefix}shared:{session_pk}", mapping={"epoch": epoch, "bytes": shared_bytes}
             )
 
-    def record_fetch(self, session_pk: int, epoch: int, request_bytes: int, stable_bytes: int) -> None:
-        """Count one served prompt's byte-identical reuse of the previous one (best effort)."""
-        if time.monotonic() < self._down_until:
+    def record_fetches(self, fetches: list[tuple[int, int, int, int]]) -> None:
+        """Count served prompts' byte-identical reuse of the previous one, in fetch order, in one
+        round trip: (session pk, epoch, request bytes, stable bytes) each. Best effort."""
+        if not fetches or time.monotonic() < self._down_until:
             return
         with contextlib.suppress(redis.RedisError):
-            keys = [f"{self.prefix}reuse:{session_pk}", f"{self.prefix}shared:{session_pk}"]
-            self._reuse(keys=keys, args=[epoch, request_bytes, stable_bytes])
+            pipe = self.client.pipeline(transaction=False)
+            for pk, epoch, total, stable in fetches:
+                keys = [f"{self.prefix}reuse:{pk}", f"{self.prefix}shared:{pk}"]
+                self._reuse(keys=keys, args=[epoch, total, stable], client=pipe)
+            pipe.execute()
 
     def add_usage(
         self, session_pk: int, input_tokens: int, output_tokens: int, cost_usd: float | None
