@@ -51,3 +51,10 @@ done
 echo "after $(elapsed) from the first append:"
 prompt | jq -c '{version, epoch, compacted_through, token_count, budget_tokens, messages: (.messages | length)}'
 curl -sf "${auth[@]}" "$url/v1/sessions/$sid" | jq -c .
+prompt | "$py" -c '
+import sys, orjson
+from worker.compaction.validate import request_problems
+p = orjson.loads(sys.stdin.buffer.read())
+problems = request_problems({"system": p["system"], "messages": p["messages"]})
+print("valid Anthropic request" if not problems else f"INVALID: {problems}")
+sys.exit(1 if problems else 0)'
