@@ -149,9 +149,10 @@ async def _appends(port: int, key: str, sid: str, n: int) -> list[float]:
 
 
 async def _throughput(
-    port: int, key: str, path: str, connections: int, seconds: float
+    ports: list[int], key: str, path: str, connections: int, seconds: float
 ) -> tuple[float, float, float]:
-    conns = [await Conn(port, key).open() for _ in range(connections)]
+    """Requests/s, p50 and p99 with `connections` keep-alive clients spread over the API processes."""
+    conns = [await Conn(ports[i % len(ports)], key).open() for i in range(connections)]
     latencies: list[float] = []
     stop = time.monotonic() + seconds
 
@@ -169,27 +170,35 @@ async def _throughput(
     return len(latencies) / elapsed, pct(latencies, 0.5), pct(latencies, 0.99)
 
 
-def _wrk(port: int, key: str, path: str) -> float | None:
-    """Requests/s measured by wrk (a C client, 1 thread, lighter than ours on 2 shared cores); None without wrk."""
+def _wrk(ports: list[int], key: str, path: str) -> float | None:
+    """Requests/s measured by wrk (a C client, lighter than ours on 2 shared cores), one wrk per
+    API process run at once, summed; None without wrk."""
     if shutil.which("wrk") is None:
         return None
-    out = subprocess.run(
-        [
-            "wrk",
-            "-t1",
-            f"-c{CONNECTIONS}",
-            f"-d{THROUGHPUT_SECONDS:.0f}s",
-            "-H",
-            f"Authorization: Bearer {key}",
-            f"http://127.0.0.1:{port}{path}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=THROUGHPUT_SECONDS * 4,
-        check=False,
-    ).stdout
-    line = next((ln for ln in out.splitlines() if ln.startswith("Requests/sec:")), None)
-    return round(float(line.split()[1])) if line else None
+    procs = [
+        subprocess.Popen(
+            [
+                "wrk",
+                "-t1",
+                f"-c{CONNECTIONS // len(ports)}",
+                f"-d{THROUGHPUT_SECONDS:.0f}s",
+                "-H",
+                f"Authorization: Bearer {key}",
+                f"http://127.0.0.1:{port}{path}",
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for port in ports
+    ]
+    total = 0.0
+    for proc in procs:
+        out, _ = proc.communicate(timeout=THROUGHPUT_SECONDS * 4)
+        line = next((ln for ln in out.splitlines() if ln.startswith("Requests/sec:")), None)
+        if line is None:
+            return None
+        total += float(line.split()[1])
+    return round(total)
 
 
 def _redis_floor(client: redis.Redis, size: int, n: int) -> tuple[float, float]:
@@ -231,7 +240,7 @@ def main() -> dict[str, Any]:
         "idle_seconds": "3600",
     }
     settings = Settings(**env_settings)  # type: ignore[arg-type]
-    api = None
+    api = api2 = None
     figures: dict[str, Any] = {"sizes": {}}
     try:
         _wait_port(redis_port, redis_proc)
@@ -274,27 +283,36 @@ def main() -> dict[str, Any]:
             rows.append(row)
             figures["sizes"][n] = row
         figures["throughput"] = {}
+        # a second API process, as `docker compose up --scale api=2` behind a balancer would run
+        api2_port = _free_port()
+        api2 = subprocess.Popen(
+            [sys.executable, "-m", "api.cli", "api"],
+            env={**env, "COMPACTD_PORT": str(api2_port)},
+            stderr=subprocess.DEVNULL,
+        )
+        _wait_port(api2_port, api2)
         for n in (100, max(SIZES)):
             # re-publish so throughput is measured on a fresh snapshot (the appends above made a tail)
             pk = get_session(res.engine, tid, f"s{n}").id
             jobs.compact(tid, pk, n + APPENDS, res)
-            rps, p50, p99 = asyncio.run(
-                _throughput(api_port, key, f"/v1/sessions/s{n}/prompt", CONNECTIONS, THROUGHPUT_SECONDS)
-            )
-            figures["throughput"][n] = {
-                "turns": n,
-                "prompt_kb": figures["sizes"][n]["prompt_kb"],
-                "connections": CONNECTIONS,
-                "req_per_s": round(rps),
-                "p50_ms": round(p50 * 1000, 2),
-                "p99_ms": round(p99 * 1000, 2),
-                "wrk_req_per_s": _wrk(api_port, key, f"/v1/sessions/s{n}/prompt"),
-            }
+            path = f"/v1/sessions/s{n}/prompt"
+            for ports in ([api_port], [api_port, api2_port]):
+                rps, p50, p99 = asyncio.run(_throughput(ports, key, path, CONNECTIONS, THROUGHPUT_SECONDS))
+                figures["throughput"][f"{n}x{len(ports)}"] = {
+                    "turns": n,
+                    "prompt_kb": figures["sizes"][n]["prompt_kb"],
+                    "api_processes": len(ports),
+                    "connections": CONNECTIONS,
+                    "req_per_s": round(rps),
+                    "p50_ms": round(p50 * 1000, 2),
+                    "p99_ms": round(p99 * 1000, 2),
+                    "wrk_req_per_s": _wrk(ports, key, path),
+                }
         figures["turns_from"] = origin
         figures["cores"] = os.cpu_count()
         res.close()
     finally:
-        for proc in (api, redis_proc):
+        for proc in (api, api2, redis_proc):
             if proc is not None and proc.poll() is None:
                 proc.terminate()
                 proc.wait(timeout=15)
@@ -307,7 +325,7 @@ def main() -> dict[str, Any]:
     print(
         table(
             list(figures["throughput"].values()),
-            ["turns", "prompt_kb", "req_per_s", "p50_ms", "p99_ms", "wrk_req_per_s"],
+            ["turns", "prompt_kb", "api_processes", "req_per_s", "p50_ms", "p99_ms", "wrk_req_per_s"],
         )
     )
     flat = figures["sizes"][max(SIZES)]["fetch_p50_ms"] / max(
