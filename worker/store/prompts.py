@@ -120,10 +120,7 @@ def fetch(
         entry = cache.get(pk)
     after = entry.through if entry else 0
     if entry is not None:
-        raw_rows = _tail_rows(engine, tenant_id, client_id, after)
-        if not raw_rows:
-            return None
-        rows = raw_rows
+        rows = _tail_rows(engine, tenant_id, client_id, after)
         if not rows:
             return None
         head = rows[0]
