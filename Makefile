@@ -34,6 +34,7 @@ lint: sync
 	$(RUN) ruff check .
 	$(RUN) ruff format --check .
 	$(RUN) lint-imports
+	$(RUN) mypy worker api
 
 fmt: sync
 	$(RUN) ruff format .

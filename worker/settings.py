@@ -19,7 +19,6 @@ class Settings(BaseSettings):
     redis_url: str | None = None
     broker_url: str | None = None  # defaults to redis_url
     var_dir: Path = Path("./var")
-    data_dir: Path | None = None  # the shared transcripts, for replay/bench
 
     host: str = "127.0.0.1"
     port: int = 8700
@@ -61,7 +60,6 @@ class Settings(BaseSettings):
     anthropic_model: str = "claude-haiku-4-5"
     anthropic_timeout_seconds: float = 60.0
     anthropic_max_retries: int = 3
-    price_per_mtok_input: float = 3.0
 
     redis_socket_timeout_seconds: float = 0.25
     max_request_bytes: int = 32 * 1024 * 1024

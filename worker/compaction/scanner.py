@@ -187,8 +187,8 @@ def find_spans(data: bytes, depth: int = 1) -> list[Span]:
             start, end = m.span()
             if _overlaps(spans, start, end) or _overlaps(extra, start, end):
                 continue
-            decoded = _base64_text(m.group(0))
-            inner = find_spans(decoded, depth - 1) if decoded is not None else []
+            text = _base64_text(m.group(0))
+            inner = find_spans(text, depth - 1) if text is not None else []
             if inner:
                 extra.append((inner[0][0], start, end))
     return sorted(spans + extra, key=lambda s: s[1]) if extra else spans
