@@ -14,7 +14,7 @@ from worker.compaction.dedup import Dedup
 from worker.compaction.facts import extract
 from worker.compaction.model import Transcript, Turn, block_text
 from worker.compaction.offload import Offload
-from worker.compaction.summarize import Summarize
+from worker.compaction.summarize import Summarize, common_root, render_note
 from worker.compaction.tokens import count_message, count_text
 from worker.compaction.zones import keep_start
 
@@ -253,6 +253,55 @@ def test_facts_classify_files_and_commands() -> None:
     assert facts["files_edited"] == ["src/b.py"] and facts["files_created"] == ["src/c.py"]
     assert facts["commands"] == ["make test -> error: FAILED tests/x.py - boom"]
     assert facts["errors"][0].startswith("FAILED tests/x.py - boom (from Bash) -> next: str_replace_editor")
+
+
+def test_file_contents_are_not_errors() -> None:
+    """An 'error' in a file that was read, grepped or written is content; in a shell's output it counts."""
+    turns = [
+        turn(
+            1,
+            "assistant",
+            call("a", "Read", file_path="src/a.py"),
+            call("b", "Grep", pattern="Error", path="src"),
+            call("c", "Write", file_path="src/c.py", content="raise Error('x')"),
+            call("d", "Bash", command="make test"),
+        ),
+        turn(
+            2,
+            "user",
+            result("a", "1 raise Error('bad input')"),
+            result("b", "src/a.py:1: raise Error('bad input')"),
+            result("c", "1 raise Error('x') failed to parse"),
+            result("d", "tests ok\nError: database not found"),
+        ),
+    ]
+    assert [e.split(" (from")[0] for e in extract(turns)["errors"]] == ["Error: database not found"]
+
+
+@pytest.mark.parametrize(
+    ("paths", "root"),
+    [
+        (["/home/u/proj/src/a.py", "/home/u/proj/tests/b.py"], "/home/u/proj"),
+        (["/home/u/proj/a.py", "/home/u/proj/a.py"], "/home/u/proj"),
+        (["/home/u/proj", "/home/u/proj/src/a.py"], "/home/u"),
+        (["/repo/a.py", "/repo/b.py"], ""),  # too shallow to be worth stating
+        (["/home/u/a.py"], ""),  # one path: nothing repeats
+        (["/home/u/proj/a.py", "src/b.py"], ""),  # a relative path: no common root
+        (["/home/u/proj/a.py", "/home/v/b.py"], ""),
+    ],
+)
+def test_common_root(paths: list[str], root: str) -> None:
+    assert common_root(paths) == root
+
+
+def test_note_states_the_root_once_and_keeps_every_path() -> None:
+    """Paths under a shared root are shown relative to it; root + relative path gives each back."""
+    files = ["/home/u/proj/src/a.py", "/home/u/proj/tests/b.py", "/home/u/proj/src/deep/c.py"]
+    facts = {"task": "t", "next_action": "", "files_read": files, "files_edited": [], "files_created": []}
+    note = render_note("header", facts, 10_000)
+    assert "relative to /home/u/proj/" in note and "/home/u/proj/src" not in note
+    shown = [ln[2:] for ln in note.splitlines() if ln.startswith("- ")]
+    assert ["/home/u/proj/" + p for p in shown] == files
 
 
 @pytest.mark.parametrize(

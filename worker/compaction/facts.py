@@ -145,6 +145,8 @@ def _outcome(result: Block | None) -> str:
 
 
 def _errors(facts: Facts, result: Block, call: Block | None) -> None:
+    if call is not None and not result.get("is_error") and _echoes_files(call):
+        return  # `raise Error` in a file that was read, written or grepped is content, not a failure
     lines = [ln.strip() for ln in block_text(result).splitlines() if ERROR_LINE.search(ln)]
     if not lines and not result.get("is_error"):
         return
@@ -152,6 +154,16 @@ def _errors(facts: Facts, result: Block, call: Block | None) -> None:
     for line in (lines or [block_text(result).strip().split("\n")[0]])[:ERROR_LINES_PER_RESULT]:
         if line:
             facts["errors"].append(_cut(line, MAX_ITEM_CHARS) + where)
+
+
+def _echoes_files(call: Block) -> bool:
+    """A file tool (read, grep, write, edit; not a shell): its result shows files, not an outcome."""
+    name = str(call.get("name", ""))
+    args = call.get("input") or {}
+    if args.get("command") in EDITOR_COMMANDS:
+        return True
+    file_tool = READ_TOOL.search(name) or CREATE_TOOL.search(name) or EDIT_TOOL.search(name)
+    return bool(file_tool) and not SHELL_TOOL.search(name)
 
 
 def _first_error_line(text: str) -> str:

@@ -157,19 +157,48 @@ def render_note(header: str, facts: F.Facts, max_tokens: int) -> str:
     return text if count_text(text) <= max_tokens else head_text(text, max_tokens)
 
 
+FILE_KEYS = ("files_read", "files_edited", "files_created")
+
+
 def _render(header: str, facts: F.Facts, items: dict[str, list[str]], dropped: dict[str, int]) -> str:
     parts = [header]
     if facts.get("task"):
         parts.append("## Task (the first user message, kept above)\n" + str(facts["task"]))
+    root = common_root([p for k in FILE_KEYS for p in facts.get(k, [])])
+    if root:
+        parts.append(f"File paths below are relative to {root}/")
     for key, heading in SECTIONS:
         if items[key] or dropped[key]:
-            lines = [f"- {x}" for x in items[key]]
+            shown = items[key]
+            if root and key in FILE_KEYS:
+                shown = [p[len(root) + 1 :] if p.startswith(root + "/") else p for p in shown]
+            elif root and key == "errors":  # their "-> next: Edit <path>" labels
+                shown = [e.replace(" " + root + "/", " ") for e in shown]
+            lines = [f"- {x}" for x in shown]
             if dropped[key]:
                 lines.insert(0, f"- ({dropped[key]} older items are in the archive)")
             parts.append(f"## {heading}\n" + "\n".join(lines))
     if facts.get("next_action"):
         parts.append("## Last stated plan / next action\n" + str(facts["next_action"]))
     return "\n\n".join(parts)
+
+
+def common_root(paths: Sequence[str]) -> str:
+    """The deepest directory holding every absolute path (two or more of them), or "".
+
+    Long absolute paths repeat the same prefix item after item; the note states it once.
+    """
+    absolute = [p for p in paths if p.startswith("/")]
+    if len(absolute) < 2 or len(absolute) != len(paths):
+        return ""
+    dirs = [p.split("/")[:-1] for p in absolute]
+    shared: list[str] = []
+    for parts in zip(*dirs, strict=False):
+        if any(part != parts[0] for part in parts):
+            break
+        shared.append(parts[0])
+    root = "/".join(shared)
+    return root if root.count("/") >= 2 else ""
 
 
 def _merge_ranges(ranges: Sequence[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
