@@ -65,7 +65,7 @@ def _compact(tenant_id: int, session_pk: int, seen_version: int, res: Resources)
     state = (
         transcript_from_json(orjson.loads(snap.state)) if snap else Transcript(system=row.system, turns=())
     )
-    current = replace(extend(state, loaded.tail), memory=loaded.memory)
+    current = replace(extend(state, loaded.tail), system=row.system, memory=loaded.memory)
     idle = (utcnow() - row.last_append_at).total_seconds() >= res.settings.idle_seconds
     pending = pending_tool_use_ids([t.as_message() for t in current.turns[-1:]])
     # a user's /compact needs no debounce, but never interrupts a tool call or a busy client
@@ -82,8 +82,8 @@ def _compact(tenant_id: int, session_pk: int, seen_version: int, res: Resources)
         save_files(res.engine, tenant_id, session_pk, result.transcript.files)
     else:
         new = current
-        if snap is not None and state.memory != loaded.memory:
-            epoch += 1  # the memory block sits in the prefix: it changed, so this is a new epoch
+        if snap is not None and (state.memory != loaded.memory or state.system != row.system):
+            epoch += 1  # the system prompt and memory block are the prefix: it changed, so a new epoch
     new_through = loaded.tail[-1].seq if loaded.tail else through
     prompt = assemble(new)
     reports = [r.as_dict() for r in result.reports]

@@ -160,3 +160,40 @@ def test_prompt_ignores_a_cache_behind_the_db_epoch(tmp_path: Path, redis_url: s
     assert (prompt["epoch"], prompt["compacted_through"], prompt["version"]) == (5, 2, 3)
     assert texts(prompt)[:3] == ["from the newer epoch", "two", "three"]
     assert 'source="db"} 1.0' in metrics
+
+
+def test_a_new_system_prompt_replaces_the_old_one_everywhere(tmp_path: Path, redis_url: str) -> None:
+    """A later append with another `system`: the next fetch shows it at once (not the cached
+    snapshot's), and the next compaction publishes it as a new epoch."""
+    settings = make_settings(tmp_path, f"sqlite:///{tmp_path / 'c.db'}", redis_url)
+    app = create_app(settings, enqueue=lambda *a: None)
+
+    def system_text(prompt: dict) -> str:
+        return " ".join(b["text"] for b in prompt["system"])
+
+    with TestClient(app) as client:
+        res = app.state.resources
+        tid, key = create_tenant(res.engine, "t")
+        auth = {"Authorization": f"Bearer {key}"}
+        first = {
+            "system": "You are agent ALPHA.",
+            "messages": [{"role": "user", "content": "one"}, {"role": "assistant", "content": "two"}],
+        }
+        client.post("/v1/sessions/s/turns", json=first, headers=auth)
+        pk = get_session(res.engine, tid, "s").id
+        assert jobs.compact(tid, pk, 2, res) == "published"
+        before = client.get("/v1/sessions/s/prompt", headers=auth).json()
+        # the same system again changes nothing; another one replaces it
+        client.post(
+            "/v1/sessions/s/turns",
+            json={"system": "You are agent BETA.", "messages": [{"role": "user", "content": "three"}]},
+            headers=auth,
+        )
+        changed = client.get("/v1/sessions/s/prompt", headers=auth).json()
+        assert jobs.compact(tid, pk, 3, res) == "published"
+        published = client.get("/v1/sessions/s/prompt", headers=auth).json()
+    assert "ALPHA" in system_text(before) and before["epoch"] == 0
+    for prompt in (changed, published):
+        assert "BETA" in system_text(prompt) and "ALPHA" not in system_text(prompt)
+        assert [t for t in texts(prompt) if t in ("one", "two", "three")] == ["one", "two", "three"]
+    assert published["epoch"] == before["epoch"] + 1 and published["compacted_through"] == 3

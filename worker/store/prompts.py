@@ -179,7 +179,7 @@ def _from_db(conn: Connection, client_id: str, session: Any, policy: Policy) -> 
     if snap is not None and snap.memory_version == session.memory_version:
         prompt = orjson.loads(snap.prompt)
     else:
-        prompt = assemble(replace(state, memory=memory))
+        prompt = assemble(replace(state, system=row.system, memory=memory))
     entry = entry_from_prompt(
         prompt,
         epoch=epoch,

@@ -178,11 +178,15 @@ def _lock_session(
     if not is_sqlite(engine):
         query = query.with_for_update()
     row = conn.execute(query).one()
-    changes = {
+    changes: dict[str, Any] = {
         k: getattr(profile, k)
         for k in ("model", "context_window", "output_reserve")
         if getattr(profile, k) is not None and getattr(profile, k) != getattr(row, k)
     }
+    if profile.system is not None and profile.system != row.system:
+        # a new system prompt changes the prompt's head: like a memory change, the next fetch
+        # assembles it from the database and the next compaction publishes a new epoch
+        changes |= {"system": profile.system, "memory_version": row.memory_version + 1}
     if changes:
         conn.execute(update(S).where(S.c.id == row.id).values(**changes))
     return row
