@@ -13,6 +13,7 @@ from worker.compaction.reading import grep, read_bytes, read_lines
 from worker.compaction.tools import tool_definitions
 from worker.store import files, sessions
 from worker.store.db import read_tx
+from worker.store.prompts import refresh_status_files
 
 router = APIRouter(tags=["files"])
 
@@ -70,6 +71,7 @@ def read_file(
         excerpt = read_lines(text, start_line, end_line)
         logged = excerpt.description.rsplit(" of ", 1)[0]
     files.log_read(res.engine, file_id, row.id, logged)  # type: ignore[union-attr]
+    refresh_status_files(res.engine, res.cache, row.id)  # type: ignore[union-attr]
     return {
         "ref": ref,
         "kind": kind,

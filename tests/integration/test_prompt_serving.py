@@ -197,3 +197,34 @@ def test_a_new_system_prompt_replaces_the_old_one_everywhere(tmp_path: Path, red
         assert "BETA" in system_text(prompt) and "ALPHA" not in system_text(prompt)
         assert [t for t in texts(prompt) if t in ("one", "two", "three")] == ["one", "two", "three"]
     assert published["epoch"] == before["epoch"] + 1 and published["compacted_through"] == 3
+
+
+def test_the_status_note_shows_a_read_at_once(tmp_path: Path, redis_url: str) -> None:
+    """After a virtual file is read, the very next fetch, still from the cache, says what was read."""
+    settings = make_settings(tmp_path, f"sqlite:///{tmp_path / 'c.db'}", redis_url)
+    app = create_app(settings, enqueue=lambda *a: None)
+    big = "\n".join(f"line {i}: value {i * 7}" for i in range(6_000))
+    call = {"type": "tool_use", "id": "toolu_big", "name": "Bash", "input": {"command": "seq"}}
+    with TestClient(app) as client:
+        res = app.state.resources
+        tid, key = create_tenant(res.engine, "t")
+        auth = {"Authorization": f"Bearer {key}"}
+        messages = [
+            {"role": "user", "content": "run it"},
+            {"role": "assistant", "content": [call]},
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": "toolu_big", "content": big}],
+            },
+        ]
+        client.post("/v1/sessions/s/turns", json={"messages": messages}, headers=auth)
+        pk = get_session(res.engine, tid, "s").id
+        assert jobs.compact(tid, pk, 3, res) == "published"
+        ref = client.get("/v1/sessions/s/files", headers=auth).json()["files"][0]["ref"]
+        unread = client.get("/v1/sessions/s/prompt", headers=auth).json()
+        client.get(f"/v1/sessions/s/files/{ref}?start_line=10&end_line=12", headers=auth)
+        read = client.get("/v1/sessions/s/prompt", headers=auth).json()
+        metrics = client.get("/metrics").text
+    assert f"{ref} (offload, 6,000 lines; not read yet)" in texts(unread)[-1]
+    assert f"{ref} (offload, 6,000 lines; read: lines 10-12)" in texts(read)[-1]
+    assert 'source="cache"} 2.0' in metrics and 'source="db"' not in metrics

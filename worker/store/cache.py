@@ -44,6 +44,16 @@ end
 redis.call('HSET', KEYS[1], 'epoch', epoch, 'stable', stable)
 return tostring(shared)
 """
+# A file was read: replace the entry's file list (the status note's "what has been read") only if
+# the entry is still the one the list was computed against; a newer publish brings its own list.
+_REFRESH_FILES = """
+local cur = redis.call('HMGET', KEYS[1], 'epoch', 'through', 'memver')
+if cur[1] == ARGV[1] and cur[2] == ARGV[2] and cur[3] == ARGV[3] then
+  redis.call('HSET', KEYS[1], 'files', ARGV[4])
+  return 1
+end
+return 0
+"""
 
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
@@ -90,6 +100,7 @@ class PromptCache:
         self._publish = client.register_script(_PUBLISH)
         self._release = client.register_script(_RELEASE)
         self._reuse = client.register_script(_REUSE)
+        self._refresh_files = client.register_script(_REFRESH_FILES)
 
     def key(self, session_pk: int) -> str:
         return f"{self.prefix}prompt:{session_pk}"
@@ -121,6 +132,21 @@ class PromptCache:
             entry.files,
         ]
         return bool(self._publish(keys=[self.key(session_pk)], args=args))
+
+    def position(self, session_pk: int) -> tuple[int, int, int] | None:
+        """(epoch, through, memver) of the cached entry; None when there is none or Redis is down."""
+        try:
+            e, t, m = self.client.hmget(self.key(session_pk), ("epoch", "through", "memver"))
+        except redis.RedisError:
+            return None
+        return None if e is None else (int(e), int(t), int(m))  # type: ignore[arg-type]
+
+    def refresh_files(self, session_pk: int, seen: tuple[int, int, int], files: bytes) -> bool:
+        """Replace the entry's file list if it is still at `seen`; False otherwise or on a Redis error."""
+        try:
+            return bool(self._refresh_files(keys=[self.key(session_pk)], args=[*seen, files]))
+        except redis.RedisError:
+            return False
 
     def drop(self, session_pk: int) -> None:
         with contextlib.suppress(redis.RedisError):

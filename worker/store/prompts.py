@@ -48,8 +48,24 @@ def entry_from_prompt(
         head=b",".join(orjson.dumps(m) for m in messages[:-1]),
         last=orjson.dumps(messages[-1]) if messages else b"",
         tokens=tokens,
-        files=orjson.dumps([[f.ref, f.kind, f.lines, list(f.read_ranges)] for f in files]),
+        files=encode_files(files),
     )
+
+
+def encode_files(files: Sequence[FileInfo]) -> bytes:
+    """The status note's file list as the cache entry keeps it."""
+    return orjson.dumps([[f.ref, f.kind, f.lines, list(f.read_ranges)] for f in files])
+
+
+def refresh_status_files(engine: Engine, cache: PromptCache, session_pk: int) -> bool:
+    """After a file read: the cached entry's file list from the DB, so the next fetch's status note
+    shows the read at once (not only after the next compaction)."""
+    seen = cache.position(session_pk)
+    if seen is None:
+        return False  # nothing cached: fetches assemble from the DB, which has the read
+    with read_tx(engine) as conn:
+        files = file_infos(conn, session_pk)
+    return cache.refresh_files(session_pk, seen, encode_files(files))
 
 
 def render_body(
