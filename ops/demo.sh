@@ -7,9 +7,9 @@
 #
 # COMPACTD_URL (default http://127.0.0.1:8700) and SESSION (default demo-<time>) can be set.
 set -euo pipefail
-cd "$(dirname "$0")/.."
 key=${1:?usage: ops/demo.sh API_KEY [TRANSCRIPT] [CONTEXT_WINDOW]}
-file=${2:-../shared/data/transcripts/claude-code/spotter/258c7280-ae70-4798-800f-63464d01a85d.jsonl}
+file=$(realpath "${2:-$(dirname "$0")/../../shared/data/transcripts/claude-code/spotter/258c7280-ae70-4798-800f-63464d01a85d.jsonl}")
+cd "$(dirname "$0")/.."
 window=${3:-100000}
 url=${COMPACTD_URL:-http://127.0.0.1:8700}
 sid=${SESSION:-demo-$(date +%s)}
@@ -36,18 +36,25 @@ started=$(date +%s%N)
 elapsed() { echo "$(( ($(date +%s%N) - started) / 1000000 )) ms"; }
 while IFS= read -r body; do
   n=$((n + 1))
-  curl -sf "${auth[@]}" -H "Idempotency-Key: $sid-$n" -d "$body" "$url/v1/sessions/$sid/turns" >/dev/null \
-    || { echo "demo: append $n failed" >&2; exit 1; }
+  # the body on stdin: a turn with a big tool output is over the kernel's limit for one argument
+  printf '%s' "$body" | curl -sf "${auth[@]}" -H "Idempotency-Key: $sid-$n" --data-binary @- \
+    "$url/v1/sessions/$sid/turns" >/dev/null || { echo "demo: append $n failed" >&2; exit 1; }
 done <"$bodies"
 echo "appended $n turns to session $sid in $(elapsed)"
 
 prompt() { curl -sf "${auth[@]}" "$url/v1/sessions/$sid/prompt"; }
 prompt | jq -c '{version, epoch, compacted_through, token_count, budget_tokens, messages: (.messages | length)}'
+epoch=0
 for _ in $(seq 120); do
-  epoch=$(prompt | jq .epoch)
+  epoch=$(prompt | jq '.epoch // 0')
   [ "$epoch" -ge 1 ] && break
   sleep 0.5
 done
+if [ "$epoch" -lt 1 ]; then
+  echo "demo: no snapshot published within 60 s (is the worker running? a short transcript under" >&2
+  echo "      the window is never compacted: try a smaller CONTEXT_WINDOW)" >&2
+  exit 1
+fi
 echo "after $(elapsed) from the first append:"
 prompt | jq -c '{version, epoch, compacted_through, token_count, budget_tokens, messages: (.messages | length)}'
 curl -sf "${auth[@]}" "$url/v1/sessions/$sid" | jq -c .

@@ -22,7 +22,7 @@ from worker.store import memory, snapshots
 from worker.store.cache import Entry
 from worker.store.db import read_tx
 from worker.store.files import file_infos, save_files
-from worker.store.prompts import entry_from_prompt, request_prefix
+from worker.store.prompts import entry_from_prompt, refresh_status_files, request_prefix
 from worker.store.tables import utcnow
 from worker.summarizers import cost_usd
 
@@ -109,6 +109,8 @@ def _compact(tenant_id: int, session_pk: int, seen_version: int, res: Resources)
     _account(res, session_pk, entry, result, forced and quiet)
     try:
         res.cache.put(session_pk, entry)
+        # a file read logged while this ran is missing from `files`: bring the list up to date
+        refresh_status_files(res.engine, res.cache, session_pk)
     except Exception as exc:  # the DB has it; fetches fall back to the DB until the next publish
         log.warning("cache.publish_failed", error=type(exc).__name__)
     res.cache.count(f"compactions_{verdict.decision}")

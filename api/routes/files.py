@@ -58,7 +58,7 @@ def read_file(
     """An excerpt of a file: lines (default), bytes, or lines matching an RE2 pattern. Each read is logged."""
     row = sessions.get_session(res.engine, tenant, sid)
     found = None if row is None else files.read_file(res.engine, row.id, ref)
-    if found is None:
+    if row is None or found is None:
         raise NotFound("no such file in this session")
     file_id, kind, text = found
     if pattern is not None:
@@ -70,8 +70,8 @@ def read_file(
     else:
         excerpt = read_lines(text, start_line, end_line)
         logged = excerpt.description.rsplit(" of ", 1)[0]
-    files.log_read(res.engine, file_id, row.id, logged)  # type: ignore[union-attr]
-    refresh_status_files(res.engine, res.cache, row.id)  # type: ignore[union-attr]
+    files.log_read(res.engine, file_id, row.id, logged)
+    refresh_status_files(res.engine, res.cache, row.id)
     return {
         "ref": ref,
         "kind": kind,

@@ -191,14 +191,17 @@ def _wrk(ports: list[int], key: str, path: str) -> float | None:
         )
         for port in ports
     ]
-    total = 0.0
+    outputs = []
     for proc in procs:
-        out, _ = proc.communicate(timeout=THROUGHPUT_SECONDS * 4)
-        line = next((ln for ln in out.splitlines() if ln.startswith("Requests/sec:")), None)
-        if line is None:
-            return None
-        total += float(line.split()[1])
-    return round(total)
+        try:
+            outputs.append(proc.communicate(timeout=THROUGHPUT_SECONDS * 4)[0])
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            outputs.append(proc.communicate()[0])
+    lines = [next((ln for ln in out.splitlines() if ln.startswith("Requests/sec:")), None) for out in outputs]
+    if None in lines:
+        return None
+    return round(sum(float(ln.split()[1]) for ln in lines if ln))
 
 
 def _redis_floor(client: redis.Redis, size: int, n: int) -> tuple[float, float]:

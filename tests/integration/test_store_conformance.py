@@ -71,6 +71,31 @@ def test_idempotent_retry_returns_the_original_and_writes_nothing(engine: Engine
     assert seqs(engine, first.session_pk) == [1]
 
 
+def test_the_profile_changes_only_on_a_real_append(engine: Engine, tenant: int) -> None:
+    """A new system prompt bumps the prompt-head version; the same one again changes nothing, and
+    a retry of an older append does not put its older profile back."""
+
+    def append(key: str, system: str, window: int) -> None:
+        profile = sessions.Profile(system=system, context_window=window)
+        sessions.append_turns(
+            engine, tenant, "p", [turn("user", key)], profile=profile, idempotency_key=key, body_hash=key
+        )
+
+    def state() -> tuple[str, int, int]:
+        row = sessions.get_session(engine, tenant, "p")
+        return row.system, row.context_window, row.memory_version
+
+    append("k1", "ALPHA", 100_000)
+    assert state() == ("ALPHA", 100_000, 0)
+    append("k2", "ALPHA", 100_000)
+    assert state() == ("ALPHA", 100_000, 0)
+    append("k3", "BETA", 64_000)
+    assert state() == ("BETA", 64_000, 1)
+    # a late retry of the first append
+    append("k1", "ALPHA", 100_000)
+    assert state() == ("BETA", 64_000, 1)
+
+
 def test_a_failing_validator_leaves_no_trace(engine: Engine, tenant: int) -> None:
     """When validation raises, neither the session nor any turn is written."""
 

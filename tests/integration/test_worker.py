@@ -81,6 +81,26 @@ def test_worker_publishes_a_new_epoch_for_a_real_transcript(
     assert "session.compacted" in worker.log.read_text()
 
 
+def test_a_status_file_list_never_goes_back(res: Resources) -> None:
+    """Refreshes of the cached file list (after reads) apply only at the entry they were computed
+    against and only when they saw more reads; a publish starts the count again."""
+    tid = create_tenant(res.engine, "files")[0]
+    a = sessions.append_turns(res.engine, tid, "s", [text_turn("user", "first")])
+    assert jobs.compact(tid, a.session_pk, a.version, res) == "published"
+    cache, pk = res.cache, a.session_pk
+    seen = cache.position(pk)
+    assert seen is not None
+    assert cache.refresh_files(pk, seen, b"[[5 reads]]", 5)
+    # an older computation finishing late: refused
+    assert not cache.refresh_files(pk, seen, b"[[3 reads]]", 3)
+    assert not cache.refresh_files(pk, (seen[0], seen[1] - 1, seen[2]), b"[[9 reads]]", 9)
+    assert cache.get(pk).files == b"[[5 reads]]"
+    b = sessions.append_turns(res.engine, tid, "s", [text_turn("assistant", "second")])
+    assert jobs.compact(tid, b.session_pk, b.version, res) == "published"
+    assert cache.get(pk).files == b"[]"
+    assert cache.refresh_files(pk, cache.position(pk), b"[[1 read]]", 1)
+
+
 def test_a_late_result_never_overwrites_a_newer_snapshot(settings: Settings, res: Resources) -> None:
     """A publish computed from an older state loses in the DB and in the Redis cache; the served prompt keeps the newer one."""
     tid = create_tenant(res.engine, "late")[0]

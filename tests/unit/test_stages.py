@@ -256,7 +256,8 @@ def test_facts_classify_files_and_commands() -> None:
 
 
 def test_file_contents_are_not_errors() -> None:
-    """An 'error' in a file that was read, grepped or written is content; in a shell's output it counts."""
+    """'Error' in a file that was read or grepped, or in the file a write echoes, is content; a
+    write's own status line, a shell's output and an is_error result count."""
     turns = [
         turn(
             1,
@@ -264,18 +265,29 @@ def test_file_contents_are_not_errors() -> None:
             call("a", "Read", file_path="src/a.py"),
             call("b", "Grep", pattern="Error", path="src"),
             call("c", "Write", file_path="src/c.py", content="raise Error('x')"),
-            call("d", "Bash", command="make test"),
+            call("d", "apply_patch", patch="*** Begin Patch"),
+            call("e", "Bash", command="make test"),
+            call("f", "Read", file_path="src/gone.py"),
+            call("g", "shell", command=["bash", "-lc", "ls"]),
         ),
         turn(
             2,
             "user",
             result("a", "1 raise Error('bad input')"),
             result("b", "src/a.py:1: raise Error('bad input')"),
-            result("c", "1 raise Error('x') failed to parse"),
-            result("d", "tests ok\nError: database not found"),
+            result("c", "The file src/c.py has been updated.\n1 raise Error('x') failed to parse"),
+            result("d", "Error: patch failed: src/c.py:3\n1 unchanged line"),
+            result("e", "tests ok\nError: database not found"),
+            result("f", "File does not exist.", is_error=True),
+            result("g", "ls: cannot access 'x'"),
         ),
     ]
-    assert [e.split(" (from")[0] for e in extract(turns)["errors"]] == ["Error: database not found"]
+    assert [e.split(" (from")[0] for e in extract(turns)["errors"]] == [
+        "Error: patch failed: src/c.py:3",
+        "Error: database not found",
+        "File does not exist.",
+        "ls: cannot access 'x'",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -288,9 +300,11 @@ def test_file_contents_are_not_errors() -> None:
         (["/home/u/a.py"], ""),  # one path: nothing repeats
         (["/home/u/proj/a.py", "src/b.py"], ""),  # a relative path: no common root
         (["/home/u/proj/a.py", "/home/v/b.py"], ""),
+        (["/home/u/proj/", "/home/u/proj/src/a.py"], "/home/u"),  # a directory, written with its slash
     ],
 )
 def test_common_root(paths: list[str], root: str) -> None:
+    """The deepest directory shared by every path, only when all are absolute and it is deep enough."""
     assert common_root(paths) == root
 
 

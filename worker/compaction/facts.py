@@ -145,25 +145,36 @@ def _outcome(result: Block | None) -> str:
 
 
 def _errors(facts: Facts, result: Block, call: Block | None) -> None:
-    if call is not None and not result.get("is_error") and _echoes_files(call):
-        return  # `raise Error` in a file that was read, written or grepped is content, not a failure
-    lines = [ln.strip() for ln in block_text(result).splitlines() if ERROR_LINE.search(ln)]
+    text = block_text(result)
+    echoes = _echoes_files(call) if call is not None and not result.get("is_error") else ""
+    if echoes == "read":
+        # `raise Error` in a file that was read or grepped is content, not a failure
+        return
+    if echoes == "write":
+        # a write or edit answers with a status line and then echoes the file: only the status counts
+        text = text.strip().split("\n")[0]
+    lines = [ln.strip() for ln in text.splitlines() if ERROR_LINE.search(ln)]
     if not lines and not result.get("is_error"):
         return
     where = f" (from {call.get('name')})" if call else ""
-    for line in (lines or [block_text(result).strip().split("\n")[0]])[:ERROR_LINES_PER_RESULT]:
+    for line in (lines or [text.strip().split("\n")[0]])[:ERROR_LINES_PER_RESULT]:
         if line:
             facts["errors"].append(_cut(line, MAX_ITEM_CHARS) + where)
 
 
-def _echoes_files(call: Block) -> bool:
-    """A file tool (read, grep, write, edit; not a shell): its result shows files, not an outcome."""
+def _echoes_files(call: Block) -> str:
+    """What a file tool's result shows: "read" (files or grep hits), "write" (a status line, then the
+    file), or "" for a shell or any other tool, whose output is an outcome."""
     name = str(call.get("name", ""))
     args = call.get("input") or {}
-    if args.get("command") in EDITOR_COMMANDS:
-        return True
-    file_tool = READ_TOOL.search(name) or CREATE_TOOL.search(name) or EDIT_TOOL.search(name)
-    return bool(file_tool) and not SHELL_TOOL.search(name)
+    command = args.get("command")
+    if isinstance(command, str) and command in EDITOR_COMMANDS:
+        return "read" if EDITOR_COMMANDS[command] == "read" else "write"
+    if SHELL_TOOL.search(name):
+        return ""
+    if CREATE_TOOL.search(name) or EDIT_TOOL.search(name):
+        return "write"
+    return "read" if READ_TOOL.search(name) else ""
 
 
 def _first_error_line(text: str) -> str:

@@ -171,8 +171,9 @@ def _render(header: str, facts: F.Facts, items: dict[str, list[str]], dropped: d
         if items[key] or dropped[key]:
             shown = items[key]
             if root and key in FILE_KEYS:
-                shown = [p[len(root) + 1 :] if p.startswith(root + "/") else p for p in shown]
-            elif root and key == "errors":  # their "-> next: Edit <path>" labels
+                shown = [(p[len(root) + 1 :] or ".") if p.startswith(root + "/") else p for p in shown]
+            elif root and key == "errors":
+                # their "-> next: Edit <path>" labels
                 shown = [e.replace(" " + root + "/", " ") for e in shown]
             lines = [f"- {x}" for x in shown]
             if dropped[key]:
@@ -191,7 +192,7 @@ def common_root(paths: Sequence[str]) -> str:
     absolute = [p for p in paths if p.startswith("/")]
     if len(absolute) < 2 or len(absolute) != len(paths):
         return ""
-    dirs = [p.split("/")[:-1] for p in absolute]
+    dirs = [p.rstrip("/").split("/")[:-1] for p in absolute]
     shared: list[str] = []
     for parts in zip(*dirs, strict=False):
         if any(part != parts[0] for part in parts):

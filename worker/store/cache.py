@@ -18,7 +18,7 @@ local ce, ct, cm = tonumber(cur[1] or '-1'), tonumber(cur[2] or '-1'), tonumber(
 local e, t, m = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 if ce > e or (ce == e and (ct > t or (ct == t and cm >= m))) then return 0 end
 redis.call('HSET', KEYS[1], 'epoch', ARGV[1], 'through', ARGV[2], 'memver', ARGV[3], 'system', ARGV[4],
-           'head', ARGV[5], 'last', ARGV[6], 'tokens', ARGV[7], 'files', ARGV[8])
+           'head', ARGV[5], 'last', ARGV[6], 'tokens', ARGV[7], 'files', ARGV[8], 'files_ver', 0)
 return 1
 """
 # One fetch's cache reuse: the bytes it shares with the session's previous fetch. Within an epoch
@@ -45,11 +45,13 @@ redis.call('HSET', KEYS[1], 'epoch', epoch, 'stable', stable)
 return tostring(shared)
 """
 # A file was read: replace the entry's file list (the status note's "what has been read") only if
-# the entry is still the one the list was computed against; a newer publish brings its own list.
+# the entry is still the one the list was computed against (a newer publish brings its own list)
+# and the list has seen more reads than the one there (two reads may refresh in either order).
 _REFRESH_FILES = """
-local cur = redis.call('HMGET', KEYS[1], 'epoch', 'through', 'memver')
-if cur[1] == ARGV[1] and cur[2] == ARGV[2] and cur[3] == ARGV[3] then
-  redis.call('HSET', KEYS[1], 'files', ARGV[4])
+local cur = redis.call('HMGET', KEYS[1], 'epoch', 'through', 'memver', 'files_ver')
+if cur[1] == ARGV[1] and cur[2] == ARGV[2] and cur[3] == ARGV[3]
+   and tonumber(cur[4] or '0') < tonumber(ARGV[5]) then
+  redis.call('HSET', KEYS[1], 'files', ARGV[4], 'files_ver', ARGV[5])
   return 1
 end
 return 0
@@ -135,16 +137,22 @@ class PromptCache:
 
     def position(self, session_pk: int) -> tuple[int, int, int] | None:
         """(epoch, through, memver) of the cached entry; None when there is none or Redis is down."""
+        if time.monotonic() < self._down_until:
+            return None
         try:
             e, t, m = self.client.hmget(self.key(session_pk), ("epoch", "through", "memver"))
         except redis.RedisError:
             return None
         return None if e is None else (int(e), int(t), int(m))  # type: ignore[arg-type]
 
-    def refresh_files(self, session_pk: int, seen: tuple[int, int, int], files: bytes) -> bool:
-        """Replace the entry's file list if it is still at `seen`; False otherwise or on a Redis error."""
+    def refresh_files(
+        self, session_pk: int, seen: tuple[int, int, int], files: bytes, reads_seen: int
+    ) -> bool:
+        """Replace the entry's file list if it is still at `seen` and its list has seen fewer than
+        `reads_seen` reads; False otherwise or on a Redis error."""
         try:
-            return bool(self._refresh_files(keys=[self.key(session_pk)], args=[*seen, files]))
+            args: list[bytes | int] = [*seen, files, reads_seen]
+            return bool(self._refresh_files(keys=[self.key(session_pk)], args=args))
         except redis.RedisError:
             return False
 

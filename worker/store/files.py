@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import zstandard
-from sqlalchemy import Connection, Engine, insert, select
+from sqlalchemy import Connection, Engine, func, insert, select
 
 from worker.compaction.assemble import FileInfo
 from worker.compaction.model import FileWrite
@@ -67,6 +67,12 @@ def read_file(engine: Engine, session_pk: int, ref: str) -> tuple[int, str, str]
 def log_read(engine: Engine, file_id: int, session_pk: int, what: str) -> None:
     with write_tx(engine) as conn:
         conn.execute(insert(FR).values(file_id=file_id, session_id=session_pk, range=what))
+
+
+def last_read_id(conn: Connection, session_pk: int) -> int:
+    """The id of the session's newest logged read (0 if none): orders file lists by what they saw."""
+    found = conn.execute(select(func.max(FR.c.id)).where(FR.c.session_id == session_pk)).scalar()
+    return int(found or 0)
 
 
 def file_infos(conn: Connection, session_pk: int) -> list[FileInfo]:

@@ -19,7 +19,7 @@ from worker.compaction.codec import transcript_from_json
 from worker.compaction.model import Policy, Transcript
 from worker.store.cache import Entry, PromptCache
 from worker.store.db import read_tx
-from worker.store.files import file_infos
+from worker.store.files import file_infos, last_read_id
 from worker.store.memory import load_items, render
 from worker.store.sessions import TT, S, load_turns
 from worker.store.snapshots import latest_snapshot
@@ -62,10 +62,12 @@ def refresh_status_files(engine: Engine, cache: PromptCache, session_pk: int) ->
     shows the read at once (not only after the next compaction)."""
     seen = cache.position(session_pk)
     if seen is None:
-        return False  # nothing cached: fetches assemble from the DB, which has the read
+        # nothing cached: fetches assemble from the DB, which has the read
+        return False
     with read_tx(engine) as conn:
         files = file_infos(conn, session_pk)
-    return cache.refresh_files(session_pk, seen, encode_files(files))
+        reads = last_read_id(conn, session_pk)
+    return cache.refresh_files(session_pk, seen, encode_files(files), reads)
 
 
 def render_body(

@@ -101,6 +101,8 @@ def append_turns(
                 if prior.request_hash != body_hash:
                     raise IdempotencyMismatch(idempotency_key)
                 return Appended(pk, tenant_id, prior.first_seq, prior.last_seq, prior.last_seq, replayed=True)
+        # only a real append changes the profile: a retry must not put back an older one
+        _apply_profile(conn, row, profile)
         if validate is not None:
             validate(window_messages(conn, pk, row.version), [t.as_message() for t in turns])
         first = row.version + 1
@@ -177,7 +179,11 @@ def _lock_session(
     query = select(S).where(S.c.tenant_id == tenant_id, S.c.client_id == client_id)
     if not is_sqlite(engine):
         query = query.with_for_update()
-    row = conn.execute(query).one()
+    return conn.execute(query).one()
+
+
+def _apply_profile(conn: Connection, row: Any, profile: Profile) -> None:
+    """Store what the append's profile changes: model, window, reserve, system prompt."""
     changes: dict[str, Any] = {
         k: getattr(profile, k)
         for k in ("model", "context_window", "output_reserve")
@@ -189,7 +195,6 @@ def _lock_session(
         changes |= {"system": profile.system, "memory_version": row.memory_version + 1}
     if changes:
         conn.execute(update(S).where(S.c.id == row.id).values(**changes))
-    return row
 
 
 def window_messages(conn: Connection, session_pk: int, version: int) -> list[dict[str, Any]]:
