@@ -29,6 +29,7 @@ FETCHES = 2000
 APPENDS = 100
 CONNECTIONS = 32
 THROUGHPUT_SECONDS = 6.0
+COMPACTED_WINDOW = 32_000
 
 
 def _free_port() -> int:
@@ -130,6 +131,16 @@ async def _latency(port: int, key: str, path: str, n: int) -> list[float]:
         assert status == 200
     conn.close()
     return out
+
+
+async def _fill(port: int, key: str, sid: str, messages: list[dict[str, Any]], **first: Any) -> None:
+    """Append `messages` in batches of 50; `first` goes into the first request (e.g. a window)."""
+    conn = await Conn(port, key).open()
+    for i in range(0, len(messages), 50):
+        body = orjson.dumps({"messages": messages[i : i + 50], **(first if i == 0 else {})})
+        status, text = await conn.request("POST", f"/v1/sessions/{sid}/turns", body)
+        assert status == 200, text
+    conn.close()
 
 
 async def _appends(port: int, key: str, sid: str, n: int) -> list[float]:
@@ -240,7 +251,8 @@ def main() -> dict[str, Any]:
         "port": str(api_port),
         "log_level": "WARNING",
         "redaction_key": "bench",
-        "idle_seconds": "3600",
+        # the in-process compactions below run at once (nothing consumes the API's Celery queue)
+        "idle_seconds": "0",
     }
     settings = Settings(**env_settings)  # type: ignore[arg-type]
     api = api2 = None
@@ -256,16 +268,7 @@ def main() -> dict[str, Any]:
         rows = []
         for n in SIZES:
             sid = f"s{n}"
-
-            async def fill(sid: str = sid, n: int = n) -> None:
-                conn = await Conn(api_port, key).open()
-                for i in range(0, n, 50):
-                    body = orjson.dumps({"messages": messages[i : min(n, i + 50)]})
-                    status, text = await conn.request("POST", f"/v1/sessions/{sid}/turns", body)
-                    assert status == 200, text
-                conn.close()
-
-            asyncio.run(fill())
+            asyncio.run(_fill(api_port, key, sid, messages[:n]))
             pk = get_session(res.engine, tid, sid).id
             assert jobs.compact(tid, pk, n, res) == "published"
             path = f"/v1/sessions/{sid}/prompt"
@@ -285,6 +288,29 @@ def main() -> dict[str, Any]:
             }
             rows.append(row)
             figures["sizes"][n] = row
+        # the same sessions declared with a 32k window: compacted (summarized) once past the trigger,
+        # so the prompt a fetch copies stops growing with the session
+        compacted = []
+        for n in SIZES:
+            sid = f"w{n}"
+            asyncio.run(_fill(api_port, key, sid, messages[:n], context_window=COMPACTED_WINDOW))
+            pk = get_session(res.engine, tid, sid).id
+            assert jobs.compact(tid, pk, n, res) == "published"
+            path = f"/v1/sessions/{sid}/prompt"
+            served = orjson.loads(asyncio.run(_first(api_port, key, path)))
+            fetch = asyncio.run(_latency(api_port, key, path, FETCHES))
+            compacted.append(
+                {
+                    "turns": n,
+                    "window": COMPACTED_WINDOW,
+                    "epoch": served["epoch"],
+                    "prompt_tokens": served["token_count"],
+                    "prompt_kb": round(len(orjson.dumps(served)) / 1024, 1),
+                    "fetch_p50_ms": round(pct(fetch, 0.5) * 1000, 3),
+                    "fetch_p99_ms": round(pct(fetch, 0.99) * 1000, 3),
+                }
+            )
+        figures["compacted"] = compacted
         figures["throughput"] = {}
         # a second API process, as `docker compose up --scale api=2` behind a balancer would run
         api2_port = _free_port()
@@ -324,6 +350,8 @@ def main() -> dict[str, Any]:
         f"compactd api (1 uvicorn process, uvloop+httptools, SQLite) on {figures['cores']} cores; turns: {origin}"
     )
     print(table(rows, list(rows[0])))
+    print(f"the same sessions at a {COMPACTED_WINDOW:,}-token window, compacted:")
+    print(table(figures["compacted"], list(figures["compacted"][0])))
     print(f"fetch throughput with {CONNECTIONS} connections ({THROUGHPUT_SECONDS:.0f} s each):")
     print(
         table(
