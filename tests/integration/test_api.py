@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 
 from api.app import create_app
 from tests.integration.conftest import flush_prefix, make_settings
@@ -101,6 +103,78 @@ def test_missing_or_bad_key_is_401_problem(api: Api) -> None:
         api.client.get("/v1/sessions/x/prompt", headers={"Authorization": f"Basic {api.key}"}), 401
     )
     assert_problem(api.get("/v1/sessions/x/prompt", key="cpd_nope"), 401)
+
+
+_ids = st.sampled_from(["toolu_1", "toolu_2", "call_x", ""])
+_text = st.text(max_size=20) | st.just(MARKER)
+_block = st.one_of(
+    st.fixed_dictionaries({"type": st.just("text"), "text": _text}),
+    st.fixed_dictionaries(
+        {
+            "type": st.just("tool_use"),
+            "id": _ids,
+            "name": st.sampled_from(["bash", "Read", ""]),
+            "input": st.dictionaries(st.text(max_size=4), _text, max_size=2),
+        }
+    ),
+    st.fixed_dictionaries(
+        {
+            "type": st.just("tool_result"),
+            "tool_use_id": _ids,
+            "content": _text | st.lists(st.fixed_dictionaries({"type": st.just("text"), "text": _text})),
+        }
+    ),
+    st.fixed_dictionaries({"type": st.just("thinking"), "thinking": _text, "signature": _text}),
+    st.fixed_dictionaries(
+        {
+            "type": st.sampled_from(["image", "hologram"]),
+            "source": st.dictionaries(st.text(max_size=4), _text),
+        }
+    ),
+    st.integers() | st.none() | _text,
+)
+_message = st.fixed_dictionaries(
+    {
+        "role": st.sampled_from(["user", "assistant", "system", "tool"]),
+        "content": _text | st.lists(_block, max_size=3) | st.integers(),
+    }
+)
+# mostly well-formed turns too, so that appends are accepted and the session grows between examples
+_plain = st.fixed_dictionaries(
+    {"role": st.sampled_from(["user", "assistant"]), "content": st.text("abc xyz", min_size=1, max_size=9)}
+)
+_body = st.fixed_dictionaries(
+    {"messages": st.lists(_message, max_size=4) | st.lists(_plain, min_size=1, max_size=3) | _text},
+    optional={
+        "context_window": st.integers(-5, 10**7) | _text,
+        "output_reserve": st.integers(-5, 10**6),
+        "model": _text,
+        "system": _text | st.integers(),
+    },
+)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(body=_body)
+def test_any_append_is_accepted_whole_or_refused_whole(api: Api, body: dict[str, Any]) -> None:
+    """Arbitrary bodies, one session: a refusal is a 4xx problem and changes nothing; an accepted
+    append leaves a prompt that is a valid Anthropic request. Never a 500."""
+    before = api.get("/v1/sessions/fz/prompt")
+    r = api.client.post("/v1/sessions/fz/turns", json=body, headers=api.auth)
+    after = api.get("/v1/sessions/fz/prompt")
+    event(f"status {r.status_code}")
+    if r.status_code == 200:
+        prompt = after.json()
+        assert (
+            request_problems(
+                {"system": prompt["system"], "messages": prompt["messages"]}, allow_pending_tool_use=True
+            )
+            == []
+        )
+    else:
+        assert 400 <= r.status_code < 500
+        assert_problem(r, r.status_code)
+        assert (after.status_code, after.content) == (before.status_code, before.content)
 
 
 def test_another_tenants_session_is_404(api: Api) -> None:
