@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +14,7 @@ from fastapi.testclient import TestClient
 
 from api.app import create_app
 from tests.conftest import require
+from tests.fakes.messages_api import FakeMessagesAPI, hang, reply
 from tests.integration.conftest import Worker, flush_prefix, make_settings, wait_for
 from tests.integration.realdata import claude_code_files, load_messages
 from worker import jobs
@@ -79,6 +83,53 @@ def test_worker_publishes_a_new_epoch_for_a_real_transcript(
     assert request_problems({"system": prompt["system"], "messages": prompt["messages"]}) == []
     assert prompt["token_count"] < info["tokens"]
     assert "session.compacted" in worker.log.read_text()
+
+
+def test_a_task_whose_worker_process_dies_is_redelivered_and_completes(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """The pool process running a compaction is SIGKILLed mid-summary: the message was not acked,
+    so the worker requeues it, a new process runs it again and the snapshot is published once."""
+    with FakeMessagesAPI() as fake:
+        fake.script(hang(120), reply("NOTE-AFTER-REDELIVERY"))
+        settings = make_settings(
+            tmp_path,
+            f"sqlite:///{tmp_path / 'compactd.db'}",
+            redis_url,
+            summarizer="anthropic",
+            anthropic_api_key="sk-ant-test-not-a-secret",
+            anthropic_base_url=fake.base_url,
+            anthropic_timeout_seconds=120,
+            anthropic_max_retries=0,
+            lock_seconds=2,
+        )
+        res = Resources.build(settings)
+        worker = Worker(settings, "worker", "--concurrency=1", log=tmp_path / "worker.log")
+        try:
+            worker.wait_ready()
+            key = create_tenant(res.engine, "dies")[1]
+            auth = {"Authorization": f"Bearer {key}"}
+            with TestClient(create_app(settings)) as client:
+                body = {"messages": real_messages(), "context_window": 10_000}
+                assert client.post("/v1/sessions/s/turns", json=body, headers=auth).status_code == 200
+                wait_for(lambda: len(fake.requests) == 1, 60)
+                children = subprocess.run(
+                    ["pgrep", "-P", str(worker.proc.pid)], capture_output=True, text=True, check=True
+                ).stdout.split()
+                assert len(children) == 1
+                os.kill(int(children[0]), signal.SIGKILL)
+                info = wait_for(
+                    lambda: (i := client.get("/v1/sessions/s", headers=auth).json())["epoch"] >= 1 and i, 90
+                )
+                prompt = client.get("/v1/sessions/s/prompt", headers=auth).json()
+        finally:
+            worker.stop()
+            res.close()
+            flush_prefix(redis_url, settings.redis_prefix)
+    assert len(fake.requests) == 2
+    assert info["epoch"] == 1 and info["summarizer_usage"]
+    assert any("NOTE-AFTER-REDELIVERY" in b.get("text", "") for m in prompt["messages"] for b in m["content"])
+    assert "WorkerLostError" in worker.log.read_text()
 
 
 def test_a_status_file_list_never_goes_back(res: Resources) -> None:
