@@ -166,15 +166,12 @@ def _echoes_files(call: Block) -> str:
     """What a file tool's result shows: "read" (files or grep hits), "write" (a status line, then the
     file), or "" for a shell or any other tool, whose output is an outcome."""
     name = str(call.get("name", ""))
-    args = call.get("input") or {}
-    command = args.get("command")
-    if isinstance(command, str) and command in EDITOR_COMMANDS:
-        return "read" if EDITOR_COMMANDS[command] == "read" else "write"
-    if SHELL_TOOL.search(name):
+    command = (call.get("input") or {}).get("command")
+    editor_cmd = command if isinstance(command, str) and command in EDITOR_COMMANDS else None
+    file_tool = READ_TOOL.search(name) or CREATE_TOOL.search(name) or EDIT_TOOL.search(name)
+    if editor_cmd is None and (SHELL_TOOL.search(name) or not file_tool):
         return ""
-    if CREATE_TOOL.search(name) or EDIT_TOOL.search(name):
-        return "write"
-    return "read" if READ_TOOL.search(name) else ""
+    return "read" if _file_action(name, editor_cmd) == "read" else "write"
 
 
 def _first_error_line(text: str) -> str:

@@ -7,6 +7,7 @@ archived. Default summarizer: extractive and deterministic; an LLM one plugs in 
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -192,13 +193,7 @@ def common_root(paths: Sequence[str]) -> str:
     absolute = [p for p in paths if p.startswith("/")]
     if len(absolute) < 2 or len(absolute) != len(paths):
         return ""
-    dirs = [p.rstrip("/").split("/")[:-1] for p in absolute]
-    shared: list[str] = []
-    for parts in zip(*dirs, strict=False):
-        if any(part != parts[0] for part in parts):
-            break
-        shared.append(parts[0])
-    root = "/".join(shared)
+    root = posixpath.commonpath([posixpath.dirname(p.rstrip("/")) for p in absolute])
     return root if root.count("/") >= 2 else ""
 
 
