@@ -72,6 +72,13 @@ DETECTOR_CASES = [
         "xoxe.xoxp-1-RANDOMSTRINGHERE",
     ),
     (
+        # the random part starts with its only digit (found by the planted-secret property)
+        "slack_token",
+        "bot started with xoxb-123456789012-0LMXephZDfDTorubfSOpFCEx yesterday",
+        "xoxb-123456789012-0LMXephZDfDTorubfSOpFCEx",
+        "xoxe.xoxp-1-SlackAppConfigurationAccessTokenHere",
+    ),
+    (
         "slack_webhook",
         "curl https://hooks.slack.com/services/T024BE7LD/B01ABCDEF12/aB3cD4eF5gH6iJ7kL8mN9oP0",
         "https://hooks.slack.com/services/T024BE7LD/B01ABCDEF12/aB3cD4eF5gH6iJ7kL8mN9oP0",

@@ -287,7 +287,11 @@ def discord(secret: str, key: str | None) -> Judged:
 def slack(secret: str, key: str | None) -> Judged:
     """Judge for Slack `xox?-` tokens: digits and a mixed tail, not `xoxb-RANDOMSTRINGHERE`."""
     body = secret.split("-", 1)[1]
-    tail = body.lstrip("0123456789-")
+    # the random part follows the numeric team/bot id segments; it may itself start with a digit
+    segments = body.split("-")
+    while len(segments) > 1 and segments[0].isdigit():
+        segments.pop(0)
+    tail = "-".join(segments)
     if len(body) < 14 or is_placeholder(tail) or not any(c.isdigit() for c in body):
         return None
     if not (any(c.isdigit() for c in tail) and any(c.isalpha() for c in tail)):
