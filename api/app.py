@@ -36,7 +36,7 @@ def create_app(settings: Settings, *, enqueue: Enqueue | None = None, log_setup:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         res = Resources.build(settings)
         app.state.resources = res
-        app.state.enqueue = enqueue or celery_enqueue(settings)
+        app.state.enqueue = enqueue or celery_enqueue(settings, res)
         app.state.metrics.watch_workers(res.cache.stats)
         # start-up garbage is long-lived: move it out of the collector's way (cuts p99)
         gc.collect()
@@ -83,20 +83,31 @@ async def _flush_once(app: FastAPI, res: Resources) -> None:
         await run_in_threadpool(res.cache.record_fetches, batch)
 
 
-def celery_enqueue(settings: Settings) -> Enqueue:
-    """Send a debounced compaction (ids only); a broker outage is logged, and the beat sweep catches up."""
+# A claim outlives any wait in the queue it guards; if its message is lost, the next append after
+# it expires sends another (and the beat sweep finds the session before that).
+JOB_CLAIM_SECONDS = 30.0
+
+
+def celery_enqueue(settings: Settings, res: Resources) -> Enqueue:
+    """Make sure one compaction job is pending for the session (ids only), to run at once.
+
+    Coalesced, not debounced: while a job waits, appends send nothing more. A broker outage is
+    logged, and the beat sweep catches up.
+    """
     celery = sender(settings)
 
     def enqueue(tenant_id: int, session_pk: int, version: int) -> None:
+        if not res.cache.claim_job(session_pk, JOB_CLAIM_SECONDS):
+            return
         try:
             celery.send_task(
                 "compactd.compact",
                 args=[tenant_id, session_pk, version],
-                countdown=settings.idle_seconds,
                 queue=settings.queue,
                 retry=False,
             )
         except Exception as exc:
+            res.cache.release_job_claim(session_pk)
             log.warning("compaction.enqueue_failed", session_id=session_pk, error=type(exc).__name__)
 
     return enqueue

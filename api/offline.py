@@ -33,10 +33,29 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(func=run_compact)
 
     r = sub.add_parser(
-        "replay", help="feed a transcript turn by turn as an agent would and report what it is served"
+        "replay",
+        help="feed a transcript turn by turn at an agent's pace and report what it is served",
+        description="Offline (default) the worker is simulated on the same clock as the appends; "
+        "with --http the transcript is appended to a running compactd and its prompts fetched.",
     )
     r.add_argument("file", type=Path)
     _common(r)
+    r.add_argument(
+        "--pace",
+        default="1",
+        help="SECONDS between appends, or recorded[xF]: the transcript's own times scaled by F "
+        "(e.g. recordedx0.1). Default 1",
+    )
+    r.add_argument(
+        "--http", metavar="BASE", help="drive a running service at BASE (e.g. http://127.0.0.1:8700)"
+    )
+    r.add_argument("--key", help="API key for --http")
+    r.add_argument("--session", help="session id to create with --http (default: a new random one)")
+    r.add_argument(
+        "--job-seconds",
+        type=float,
+        help="offline: fix each job's duration instead of measuring it (deterministic runs)",
+    )
     r.add_argument(
         "--price", type=float, default=3.0, help="input price, USD per million tokens (default 3.0)"
     )
@@ -91,7 +110,7 @@ def run_compact(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     ingested = ingest(imported.messages, first_seq=1, redactor=Redactor(b"offline"), policy=policy)
     t = Transcript(system=imported.system, turns=ingested.turns, files=ingested.files)
-    result = compact(t, policy, quiet=True)
+    result = compact(t, policy, summarize=True)
     seconds = time.perf_counter() - started
     request = assemble(result.transcript)
     out = args.out or Path("compactd-files") / args.file.stem
@@ -137,20 +156,60 @@ def run_compact(args: argparse.Namespace) -> int:
 
 
 def run_replay(args: argparse.Namespace) -> int:
-    from worker.replay import plot, replay
+    from worker.replay import parse_pace, plot, replay
 
+    try:
+        pace = parse_pace(args.pace)
+    except ValueError as exc:
+        raise SystemExit(f"compactd: {exc}") from None
     policy = policy_from(args)
     imported = _load(args)
-    report = replay(imported.system, imported.messages, policy, price_per_mtok=args.price)
+    timestamps = imported.meta.get("timestamps")
+    if pace.recorded and not timestamps:
+        raise SystemExit(f"compactd: {args.file.name} records no timestamps: use --pace SECONDS")
+    if args.http:
+        from api.replay_http import ReplayError, replay_http
+
+        if not args.key:
+            raise SystemExit("compactd: --http needs --key (an API key of the service)")
+        try:
+            report = replay_http(
+                args.http,
+                args.key,
+                imported.system,
+                imported.messages,
+                pace=pace,
+                timestamps=timestamps,
+                context_window=args.context_window,
+                session_id=args.session,
+                price_per_mtok=args.price,
+            )
+        except ReplayError as exc:
+            raise SystemExit(f"compactd: {exc}") from None
+    else:
+        report = replay(
+            imported.system,
+            imported.messages,
+            policy,
+            pace=pace,
+            timestamps=timestamps,
+            job_seconds=args.job_seconds,
+            price_per_mtok=args.price,
+        )
     if args.plot:
         plot(report, str(args.plot), f"{args.file.name} at a {args.context_window:,}-token window")
     if args.json:
         payload = {"summary": report.summary(), "fetches": report.rows()}
         sys.stdout.write(orjson.dumps(payload, option=orjson.OPT_INDENT_2).decode() + "\n")
-        return 0
-    print(f"{'turn':>5} {'prompt':>8} {'raw':>8} {'reused':>7} {'epoch':>5}")
+        return 0 if report.over_budget == 0 else 1
+    print(
+        f"{'turn':>5} {'at s':>8} {'prompt':>8} {'budget':>8} {'raw':>8} {'read':>8} {'epoch':>5}  fallback"
+    )
     for f in report.fetches:
-        print(f"{f.turn:>5} {f.prompt_tokens:>8,} {f.raw_tokens:>8,} {f.reused_share:>7.1%} {f.epoch:>5}")
+        print(
+            f"{f.turn:>5} {f.at_seconds:>8.2f} {f.prompt_tokens:>8,} {f.budget_tokens:>8,} {f.raw_tokens:>8,} "
+            f"{f.billed.read_tokens:>8,} {f.epoch:>5}  {f.fallback or ''}"
+        )
     for key, value in report.summary().items():
         print(f"{key}: {value}")
-    return 0
+    return 0 if report.over_budget == 0 else 1

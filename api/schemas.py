@@ -54,6 +54,7 @@ class PromptResponse(BaseModel):
     messages: list[dict[str, Any]]
     token_count: int
     budget_tokens: int
+    fallback: str | None = None  # "pending" or "fit" when the published snapshot + tail would not fit
 
 
 class Profile(BaseModel):
@@ -98,6 +99,9 @@ class SessionInfo(BaseModel):
     last_append_at: str
     cache_reuse: dict[str, float] | None = None
     summarizer_usage: dict[str, float] | None = None
+    switches: dict[str, int] | None = (
+        None  # prepared summaries switched in, by reason (quiet, deadline, forced)
+    )
 
 
 class MemoryItemIn(BaseModel):

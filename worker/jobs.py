@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import timedelta
 
 import orjson
 import structlog
 
-from worker.compaction import pipeline
-from worker.compaction.assemble import assemble
+from worker.compaction import epochs
+from worker.compaction.assemble import STATUS_NOTE_TOKENS, FileInfo, assemble, prefix_tokens
 from worker.compaction.codec import transcript_from_json, transcript_to_json
-from worker.compaction.epochs import Decision, common_prefix_bytes, decide, extend
+from worker.compaction.epochs import Decision, Switch, common_prefix_bytes, extend
 from worker.compaction.model import Transcript
 from worker.compaction.ports import SummaryResult
 from worker.compaction.validate import pending_tool_use_ids
@@ -30,27 +30,29 @@ log = structlog.get_logger("compactd.jobs")
 
 
 def compact(tenant_id: int, session_pk: int, seen_version: int, res: Resources) -> str:
-    """Compact one session if it is still at seen_version; publish a snapshot unless a newer one won.
+    """Compact the session's latest version and publish a snapshot unless a newer one won.
 
-    Idempotent per (session, through_seq): a duplicate delivery finds the snapshot current.
-    Returns what happened: gone, superseded, current, published or stale.
+    Coalesced, not debounced: the job runs as soon as a worker is free and never gives up because
+    newer turns arrived (the next append sends the next job). Idempotent per (session,
+    through_seq): a duplicate delivery finds the snapshot current. `seen_version` is the version
+    that sent the job (logged only). Returns what happened: gone, current, published or stale.
     """
     token = res.cache.acquire(session_pk, res.settings.lock_seconds)
     if token is None:
         raise SessionLocked(session_pk)
     try:
-        return _compact(tenant_id, session_pk, seen_version, res)
+        # from here on an append sends a new job: this one may load before its turn lands
+        res.cache.release_job_claim(session_pk)
+        return _compact(tenant_id, session_pk, res)
     finally:
         res.cache.release(session_pk, token)
 
 
-def _compact(tenant_id: int, session_pk: int, seen_version: int, res: Resources) -> str:
+def _compact(tenant_id: int, session_pk: int, res: Resources) -> str:
     loaded = snapshots.load(res.engine, session_pk)
     if loaded is None or loaded.session.tenant_id != tenant_id:
         return "gone"
     row, snap = loaded.session, loaded.snapshot
-    if row.version > seen_version:
-        return "superseded"  # a newer append queued its own job
     through = snap.through_seq if snap else 0
     focus = res.cache.compaction_request(session_pk)  # a user-driven /compact, if one is pending
     forced = focus is not None
@@ -59,44 +61,54 @@ def _compact(tenant_id: int, session_pk: int, seen_version: int, res: Resources)
         and snap is not None
         and through >= row.version
         and snap.memory_version >= row.memory_version
+        and not res.cache.has_pending(session_pk)  # a prepared summary may be due at this quiet point
     ):
         return "current"
-    policy = res.policy_for(row.context_window, row.output_reserve)
     state = (
         transcript_from_json(orjson.loads(snap.state)) if snap else Transcript(system=row.system, turns=())
     )
     current = replace(extend(state, loaded.tail), system=row.system, memory=loaded.memory)
-    idle = (utcnow() - row.last_append_at).total_seconds() >= res.settings.idle_seconds
-    pending = pending_tool_use_ids([t.as_message() for t in current.turns[-1:]])
-    # a user's /compact needs no debounce, but never interrupts a tool call or a busy client
-    quiet = (idle or forced) and row.activity != "busy" and not pending
-    result = pipeline.compact(
-        current, policy, quiet=quiet, force=forced and quiet, focus=focus or None, summarizer=res.summarizer
+    policy = res.policy_for(row.context_window, row.output_reserve)
+    engine_policy = policy.reserving(prefix_tokens(current) + STATUS_NOTE_TOKENS)
+    pending_tool = pending_tool_use_ids([t.as_message() for t in current.turns[-1:]])
+    # a quiet point: no tool call in flight and the client has not said it is busy
+    quiet = row.activity != "busy" and not pending_tool
+    s = epochs.step(
+        current,
+        engine_policy,
+        pending=_pending(res, session_pk),
+        quiet=quiet,
+        force=forced,
+        focus=focus or None,
+        summarizer=res.summarizer,
     )
-    verdict = decide(current, result.transcript, policy)
-    if forced and quiet and verdict.decision is Decision.SKIP:
-        verdict = replace(verdict, decision=Decision.NEW_EPOCH)  # the user asked: publish even a small saving
+    verdict, publish = s.verdict, s.publish
     epoch = snap.epoch if snap else 0
+    if s.files:
+        save_files(res.engine, tenant_id, session_pk, s.files)
     if verdict.decision is Decision.NEW_EPOCH:
-        new, epoch = replace(result.transcript, files=()), epoch + 1
-        save_files(res.engine, tenant_id, session_pk, result.transcript.files)
-    else:
-        new = current
-        if snap is not None and (state.memory != loaded.memory or state.system != row.system):
-            epoch += 1  # the system prompt and memory block are the prefix: it changed, so a new epoch
+        epoch += 1
+    elif snap is not None and (state.memory != loaded.memory or state.system != row.system):
+        epoch += 1  # the system prompt and memory block are the prefix: it changed, so a new epoch
     new_through = loaded.tail[-1].seq if loaded.tail else through
-    prompt = assemble(new)
-    reports = [r.as_dict() for r in result.reports]
+    prompt = assemble(publish)
+    tokens = publish.tokens() + prefix_tokens(publish)
+    reports = [r.as_dict() for r in s.reports]
     won = snapshots.publish(
         res.engine,
         session_pk,
         epoch=epoch,
         through_seq=new_through,
-        tokens=new.tokens(),
+        tokens=tokens,
         memory_version=row.memory_version,
-        state=transcript_to_json(new),
+        state=transcript_to_json(publish),
         prompt=prompt,
-        report={"decision": str(verdict.decision), "stages": reports, "error": result.error},
+        report={
+            "decision": str(verdict.decision),
+            "switch": str(s.switch),
+            "stages": reports,
+            "error": s.error,
+        },
     )
     if not won:
         log.info("snapshot.stale", epoch=epoch, through_seq=new_through)
@@ -104,9 +116,10 @@ def _compact(tenant_id: int, session_pk: int, seen_version: int, res: Resources)
     with read_tx(res.engine) as conn:
         files = file_infos(conn, session_pk)
     entry = entry_from_prompt(
-        prompt, epoch=epoch, through=new_through, memver=row.memory_version, tokens=new.tokens(), files=files
+        prompt, epoch=epoch, through=new_through, memver=row.memory_version, tokens=tokens, files=files
     )
-    _account(res, session_pk, entry, result, forced and quiet)
+    _keep_pending(res, session_pk, s, epoch, row.memory_version, files)
+    _account(res, session_pk, entry, s, forced and quiet)
     try:
         res.cache.put(session_pk, entry)
         # a file read logged while this ran is missing from `files`: bring the list up to date
@@ -114,31 +127,65 @@ def _compact(tenant_id: int, session_pk: int, seen_version: int, res: Resources)
     except Exception as exc:  # the DB has it; fetches fall back to the DB until the next publish
         log.warning("cache.publish_failed", error=type(exc).__name__)
     res.cache.count(f"compactions_{verdict.decision}")
+    if s.switch is not Switch.NONE:
+        res.cache.count(f"switches_{s.switch}")
+        res.cache.count_switch(session_pk, str(s.switch))
+        log.info("epoch.switched", reason=str(s.switch), epoch=epoch, through_seq=new_through)
     if verdict.decision is Decision.NEW_EPOCH:
         res.cache.count("tokens_saved", max(0, verdict.saved_tokens))
     log.info(
         "session.compacted",
         decision=str(verdict.decision),
+        switch=str(s.switch),
+        prepared=s.prepared,
         epoch=epoch,
         through_seq=new_through,
         quiet=quiet,
         tokens_before=verdict.tokens_before,
-        tokens_after=new.tokens(),
+        tokens_after=tokens,
+        budget_tokens=policy.budget_tokens,
         stages=reports,
-        summarizer_error=result.error,
+        summarizer_error=s.error,
     )
     return "published"
 
 
-def _account(res: Resources, session_pk: int, entry: Entry, result: pipeline.Compacted, forced: bool) -> None:
+def _pending(res: Resources, session_pk: int) -> Transcript | None:
+    """The summary an earlier job prepared for this session, if any."""
+    raw = res.cache.pending_state(session_pk)
+    return transcript_from_json(orjson.loads(raw)) if raw else None
+
+
+def _keep_pending(
+    res: Resources, session_pk: int, s: epochs.Step, epoch: int, memver: int, files: Sequence[FileInfo]
+) -> None:
+    """Store a summary prepared by this job (its files are saved), or drop one that was used or is stale."""
+    if s.pending is None:
+        res.cache.drop_pending(session_pk)
+        return
+    if not s.prepared:
+        return
+    pending = s.pending
+    through = pending.turns[-1].seq if pending.turns else 0
+    entry = entry_from_prompt(
+        assemble(pending),
+        epoch=epoch + 1,
+        through=through,
+        memver=memver,
+        tokens=pending.tokens() + prefix_tokens(pending),
+        files=files,
+    )
+    res.cache.put_pending(session_pk, orjson.dumps(transcript_to_json(pending)), entry)
+
+
+def _account(res: Resources, session_pk: int, entry: Entry, s: epochs.Step, forced: bool) -> None:
     """Side records of a publish: the cache-reuse base, summarizer usage, a served /compact request."""
     old = res.cache.get(session_pk)
     if old is not None and old.epoch != entry.epoch:
         shared = common_prefix_bytes(request_prefix(old), request_prefix(entry))
         res.cache.record_shared_prefix(session_pk, entry.epoch, shared)
-    handoff = result.transcript.handoff
-    summarized = any(r.stage == "Summarize" and r.counts.get("turns_evicted") for r in result.reports)
-    if summarized and handoff is not None and handoff.input_tokens:
+    handoff = s.pending.handoff if s.pending is not None else s.publish.handoff
+    if s.prepared and handoff is not None and handoff.input_tokens:
         usage = SummaryResult(handoff.text, handoff.input_tokens, handoff.output_tokens, handoff.summarizer)
         res.cache.add_usage(session_pk, handoff.input_tokens, handoff.output_tokens, cost_usd(usage))
     if forced:

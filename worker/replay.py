@@ -1,43 +1,95 @@
-"""Replay: feed a transcript turn by turn as an agent would, and measure what it is served.
+"""Replay: feed a transcript turn by turn at an agent's pace and measure what it is served.
 
 The agent appends each message and fetches before each model call (every time the next message
-is the assistant's). Between appends the worker runs in the agent's idle time, exactly as the
-service does: pipeline.compact on snapshot + tail, then epochs.decide. Deterministic, offline.
+is the assistant's). Offline, the worker is simulated on a clock: each append makes sure one job
+is pending; a job starts when the worker is free, compacts what had arrived by then (the real
+`epochs.step`), and its result is published only when it finishes, its duration measured (or
+fixed with `job_seconds`). Fetches in between see the older snapshot plus the tail, and fall
+back exactly as the service does. Every served request is priced with the provider's
+prompt-cache rules from the breakpoints it carries, next to the uncompacted history.
 """
 
 from __future__ import annotations
 
+import re
+import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from worker.compaction.assemble import status_note
-from worker.compaction.epochs import (
-    Decision,
-    decide,
-    extend,
-    request_bytes,
-    served_request,
-    shared_prefix_share,
-)
+from worker.compaction.assemble import STATUS_NOTE_TOKENS, assemble, finish, prefix_tokens, status_note
+from worker.compaction.epochs import Decision, Step, Switch, extend, served_request, step
+from worker.compaction.fit import fit
 from worker.compaction.model import Policy, Transcript, Turn
 from worker.compaction.normalize import normalize_message
-from worker.compaction.pipeline import compact, ingest, is_quiet
+from worker.compaction.pipeline import ingest, is_quiet
+from worker.compaction.pricing import Billed, PromptCache
 from worker.compaction.redact import Redactor
-from worker.compaction.tokens import count_message, count_request
+from worker.compaction.tokens import count_message, count_request, count_text
 from worker.compaction.validate import request_problems
+
+# A job's cost beyond its compute: the Celery round trip, loading and publishing (measured ~10 ms).
+JOB_OVERHEAD_SECONDS = 0.01
+
+
+@dataclass(frozen=True, slots=True)
+class Pace:
+    """When each append happens: every `seconds`, or at the transcript's own times scaled by `factor`."""
+
+    seconds: float = 1.0
+    recorded: bool = False
+    factor: float = 1.0
+
+    def times(self, timestamps: Sequence[float | None] | None, n: int) -> list[float]:
+        """Append times from 0, one per message (a message with no time of its own takes the last one)."""
+        if not self.recorded:
+            return [i * self.seconds for i in range(n)]
+        if not timestamps or all(t is None for t in timestamps):
+            raise ValueError("this transcript records no timestamps: use --pace SECONDS")
+        first = next(t for t in timestamps if t is not None)
+        out, last = [], 0.0
+        for t in list(timestamps)[:n]:
+            last = max(last, (t - first) * self.factor) if t is not None else last
+            out.append(last)
+        return out
+
+    def __str__(self) -> str:
+        return f"recorded x{self.factor:g}" if self.recorded else f"{self.seconds:g} s"
+
+
+_RECORDED = re.compile(r"^recorded(?:x([0-9.]+))?$")
+
+
+def parse_pace(text: str) -> Pace:
+    """'0.25' (seconds between appends), 'recorded' or 'recordedx0.1' (the transcript's times, scaled)."""
+    m = _RECORDED.match(text.strip())
+    if m:
+        return Pace(recorded=True, factor=float(m.group(1) or 1.0))
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise ValueError(f"--pace takes SECONDS or recorded[xF], not {text!r}") from None
+    if seconds < 0:
+        raise ValueError("--pace must not be negative")
+    return Pace(seconds=seconds)
 
 
 @dataclass(frozen=True, slots=True)
 class Fetch:
-    """One fetch: what was served before a model call."""
+    """One fetch: what was served before a model call, and what the provider would bill for it."""
 
     turn: int  # index of the assistant message about to be generated
-    prompt_tokens: int
+    at_seconds: float
+    prompt_tokens: int  # the served token_count
+    request_tokens: int  # the served request counted whole (system, every block)
+    budget_tokens: int
     raw_tokens: int  # what an uncompacted client would have sent
-    reused_share: float  # byte-identical prefix shared with the previous fetch
     epoch: int
     valid: bool
+    fallback: str | None
+    billed: Billed
+    raw_billed: Billed
+    latency_ms: float = 0.0  # over HTTP: the fetch's round trip
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,85 +98,222 @@ class ReplayReport:
     epochs: int
     budget_tokens: int
     price_per_mtok: float
-    archive_refs: tuple[str, ...]
+    pace: str
+    switches: dict[str, int] = field(default_factory=dict)
+    final_request: dict[str, Any] = field(default_factory=dict)
+    archive_refs: tuple[str, ...] = ()
 
     @property
     def max_prompt_tokens(self) -> int:
         return max((f.prompt_tokens for f in self.fetches), default=0)
 
     @property
-    def share_of_fetches_reusing_90(self) -> float:
-        later = self.fetches[1:]
-        return sum(f.reused_share >= 0.9 for f in later) / len(later) if later else 1.0
-
-    def cost(self, *, compacted: bool) -> float:
-        tokens = sum(f.prompt_tokens if compacted else f.raw_tokens for f in self.fetches)
-        return tokens / 1e6 * self.price_per_mtok
+    def over_budget(self) -> int:
+        return sum(f.prompt_tokens > f.budget_tokens for f in self.fetches)
 
     def summary(self) -> dict[str, Any]:
-        return {
+        read = sum(f.billed.read_tokens for f in self.fetches)
+        total = sum(f.billed.input_tokens for f in self.fetches)
+        raw_read = sum(f.raw_billed.read_tokens for f in self.fetches)
+        raw_total = sum(f.raw_billed.input_tokens for f in self.fetches)
+        fallbacks = [f.fallback for f in self.fetches if f.fallback]
+        later = self.fetches[1:]
+        out = {
+            "pace": self.pace,
             "fetches": len(self.fetches),
+            "over_budget": self.over_budget,
+            "all_valid": all(f.valid for f in self.fetches),
             "epochs": self.epochs,
             "budget_tokens": self.budget_tokens,
             "max_prompt_tokens": self.max_prompt_tokens,
-            "all_under_budget": self.max_prompt_tokens <= self.budget_tokens,
-            "all_valid": all(f.valid for f in self.fetches),
-            "fetches_reusing_90pct": round(self.share_of_fetches_reusing_90, 3),
-            "mean_reused_share": round(
-                sum(f.reused_share for f in self.fetches) / max(1, len(self.fetches)), 3
+            "deadline_switches": self.switches.get("deadline", 0),
+            "quiet_switches": self.switches.get("quiet", 0),
+            "fallbacks_pending": fallbacks.count("pending"),
+            "fallbacks_fit": fallbacks.count("fit"),
+            "fetches_reading_cache": round(
+                sum(f.billed.read_tokens > 0 for f in later) / max(1, len(later)), 3
             ),
-            "input_cost_usd_compacted": round(self.cost(compacted=True), 4),
-            "input_cost_usd_uncompacted": round(self.cost(compacted=False), 4),
+            "cache_read_share": round(read / max(1, total), 3),
+            "cost_usd": round(sum(f.billed.cost_usd(self.price_per_mtok) for f in self.fetches), 4),
+            "cost_usd_uncompacted": round(
+                sum(f.raw_billed.cost_usd(self.price_per_mtok) for f in self.fetches), 4
+            ),
+            "uncompacted_cache_read_share": round(raw_read / max(1, raw_total), 3),
+            "input_tokens": total,
+            "input_tokens_uncompacted": raw_total,
             "price_per_mtok": self.price_per_mtok,
         }
+        latencies = sorted(f.latency_ms for f in self.fetches if f.latency_ms)
+        if latencies:
+            out["fetch_p50_ms"] = round(latencies[len(latencies) // 2], 2)
+            out["fetch_p99_ms"] = round(latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))], 2)
+        return out
 
     def rows(self) -> list[dict[str, Any]]:
-        return [asdict(f) for f in self.fetches]
+        rows = []
+        for f in self.fetches:
+            row = asdict(f)
+            row["billed"], row["raw_billed"] = asdict(f.billed), asdict(f.raw_billed)
+            rows.append(row)
+        return rows
+
+
+class RawHistory:
+    """The uncompacted history a client without compactd sends, with the same breakpoint rule
+    (end of the system prompt, the newest message, the previous fetch's newest message)."""
+
+    def __init__(self, system: str) -> None:
+        self.system = (
+            [{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}] if system else []
+        )
+        self.messages: list[dict[str, Any]] = []
+        self.tokens = count_text(system) if system else 0
+
+    def add(self, message: dict[str, Any]) -> None:
+        role, blocks = normalize_message(message)
+        self.messages.append({"role": role, "content": list(blocks)})
+        self.tokens += count_message(blocks)
+
+    def request(self) -> dict[str, Any]:
+        return {"system": self.system, "messages": finish(self.messages, "")}
+
+
+@dataclass
+class _Sim:
+    """The simulated service state for one session: snapshot, tail, prepared summary, the worker."""
+
+    policy: Policy
+    snapshot: Transcript
+    tail: list[Turn] = field(default_factory=list)
+    pending: Transcript | None = None
+    epoch: int = 0
+    claimed_at: float | None = None  # an append claimed a job at this time
+    free_at: float = 0.0
+    inflight: tuple[float, Step, int] | None = None  # (finish time, result, through seq)
+    switches: dict[str, int] = field(default_factory=dict)
 
 
 def replay(
-    system: str, messages: Sequence[dict[str, Any]], policy: Policy, *, price_per_mtok: float = 3.0
+    system: str,
+    messages: Sequence[dict[str, Any]],
+    policy: Policy,
+    *,
+    pace: Pace | None = None,
+    timestamps: Sequence[float | None] | None = None,
+    job_seconds: float | None = None,
+    price_per_mtok: float = 3.0,
 ) -> ReplayReport:
-    """Append, fetch before each assistant message, let the worker compact in between."""
+    """Append at `pace` (default one message a second), fetch before each assistant message, and
+    run the worker's jobs on the same clock. `job_seconds` fixes a job's duration (default: measured)."""
+    pace = pace or Pace()
     redactor = Redactor(b"replay")
     turns = ingest(messages, first_seq=1, redactor=redactor, policy=policy).turns
-    raw = [count_message(normalize_message(m)[1]) for m in messages]
-    snapshot = Transcript(system=system, turns=())
-    tail: list[Turn] = []
+    times = pace.times(timestamps, len(turns))
+    sim = _Sim(policy, Transcript(system=system, turns=()))
+    raw, provider, raw_provider = RawHistory(system), PromptCache(), PromptCache()
     fetches: list[Fetch] = []
-    previous = b""
-    epoch, raw_tokens = 0, 0
+    request: dict[str, Any] = {}
     for i, turn in enumerate(turns):
-        tail.append(turn)
-        raw_tokens += raw[i]
+        now = times[i]
+        _advance(sim, now, job_seconds)
+        sim.tail.append(turn)
+        raw.add(messages[i])
+        if sim.claimed_at is None:
+            sim.claimed_at = now
         if i + 1 < len(turns) and turns[i + 1].role == "assistant":
-            request = served_request(snapshot, tail, status_note(0, policy.budget_tokens, ()))
-            body = request_bytes(request)
+            _advance(sim, now, job_seconds)
+            request, tokens, fallback = _serve(sim)
+            raw_request = raw.request()
             fetches.append(
                 Fetch(
                     turn=i + 1,
-                    prompt_tokens=count_request(request),
-                    raw_tokens=raw_tokens,
-                    reused_share=shared_prefix_share(previous, body) if previous else 0.0,
-                    epoch=epoch,
+                    at_seconds=round(now, 3),
+                    prompt_tokens=tokens,
+                    request_tokens=count_request(request),
+                    budget_tokens=policy.budget_tokens,
+                    raw_tokens=raw.tokens,
+                    epoch=sim.epoch,
                     valid=not request_problems(request),
+                    fallback=fallback,
+                    billed=provider.bill(request, now),
+                    raw_billed=raw_provider.bill(raw_request, now),
                 )
             )
-            previous = body
-        # the worker's turn, in the idle time before the next append
-        current = extend(snapshot, tail)
-        result = compact(current, policy, quiet=is_quiet(current))
-        verdict = decide(current, result.transcript, policy)
-        if verdict.decision is Decision.NEW_EPOCH:
-            snapshot, tail, epoch = result.transcript, [], epoch + 1
-        elif verdict.decision is Decision.EXTEND:
-            snapshot, tail = current, []
-    refs = snapshot.handoff.archive_refs if snapshot.handoff else ()
-    return ReplayReport(tuple(fetches), epoch, policy.budget_tokens, price_per_mtok, refs)
+    final = extend(sim.snapshot, sim.tail)
+    refs = final.handoff.archive_refs if final.handoff else ()
+    return ReplayReport(
+        tuple(fetches),
+        sim.epoch,
+        policy.budget_tokens,
+        price_per_mtok,
+        str(pace),
+        sim.switches,
+        request,
+        refs,
+    )
+
+
+def _advance(sim: _Sim, until: float, job_seconds: float | None) -> None:
+    """Run the worker up to `until`: publish jobs that finished, start the pending one when free."""
+    while True:
+        if sim.inflight is not None and sim.inflight[0] <= until:
+            finished, result, through = sim.inflight
+            _publish(sim, result, through)
+            sim.free_at, sim.inflight = finished, None
+            continue
+        if sim.inflight is None and sim.claimed_at is not None and max(sim.claimed_at, sim.free_at) <= until:
+            start = max(sim.claimed_at, sim.free_at)
+            sim.claimed_at = None
+            current = extend(sim.snapshot, sim.tail)
+            policy = sim.policy.reserving(prefix_tokens(current) + STATUS_NOTE_TOKENS)
+            began = time.perf_counter()
+            result = step(current, policy, pending=sim.pending, quiet=is_quiet(current))
+            assemble(result.publish)
+            seconds = job_seconds if job_seconds is not None else time.perf_counter() - began
+            through = current.turns[-1].seq if current.turns else 0
+            sim.inflight = (start + seconds + JOB_OVERHEAD_SECONDS, result, through)
+            continue
+        return
+
+
+def _publish(sim: _Sim, result: Step, through: int) -> None:
+    if result.verdict.decision is Decision.NEW_EPOCH:
+        sim.epoch += 1
+    if result.switch is not Switch.NONE:
+        sim.switches[str(result.switch)] = sim.switches.get(str(result.switch), 0) + 1
+    sim.snapshot = replace(result.publish, files=())
+    sim.tail = [t for t in sim.tail if t.seq > through]
+    sim.pending = result.pending
+
+
+def _serve(sim: _Sim) -> tuple[dict[str, Any], int, str | None]:
+    """What a fetch returns now, as the service computes it (worker/store/prompts.py)."""
+    budget = sim.policy.budget_tokens
+    request, tokens = _rendered(sim.snapshot, sim.tail, budget)
+    if tokens <= budget:
+        return request, tokens, None
+    if sim.pending is not None:
+        last = sim.pending.turns[-1].seq if sim.pending.turns else 0
+        newer = [t for t in extend(sim.snapshot, sim.tail).turns if t.seq > last]
+        request, tokens = _rendered(sim.pending, newer, budget)
+        if tokens <= budget:
+            return request, tokens, "pending"
+    current = extend(sim.snapshot, sim.tail)
+    policy = sim.policy.reserving(prefix_tokens(current) + STATUS_NOTE_TOKENS)
+    fitted = replace(fit(current, policy).transcript, files=())
+    request, tokens = _rendered(fitted, [], budget)
+    return request, tokens, "fit"
+
+
+def _rendered(snapshot: Transcript, tail: Sequence[Turn], budget: int) -> tuple[dict[str, Any], int]:
+    tokens = snapshot.tokens() + prefix_tokens(snapshot) + sum(t.tokens for t in tail)
+    note = status_note(tokens, budget, ())
+    request = served_request(snapshot, tail, note)
+    return request, tokens + count_text(note)
 
 
 def plot(report: ReplayReport, path: str, title: str) -> None:
-    """Prompt size per fetch, compacted vs raw, with the budget line (the slope is the bug)."""
+    """Prompt size per fetch, compacted vs raw, with the budget line and fallbacks marked."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -134,10 +323,15 @@ def plot(report: ReplayReport, path: str, title: str) -> None:
     fig, ax = plt.subplots(figsize=(9, 4.5))
     ax.plot(xs, [f.raw_tokens for f in report.fetches], label="without compaction", color="#bbbbbb")
     ax.plot(xs, [f.prompt_tokens for f in report.fetches], label="served by compactd", color="#1f77b4")
+    marked = [f for f in report.fetches if f.fallback]
+    if marked:
+        ax.scatter(
+            [f.turn for f in marked], [f.prompt_tokens for f in marked], color="#ff7f0e", label="fallback"
+        )
     ax.axhline(report.budget_tokens, color="#d62728", linestyle="--", label="budget")
     ax.set_xlabel("turn")
     ax.set_ylabel("prompt tokens")
-    ax.set_title(title)
+    ax.set_title(f"{title} (pace {report.pace})")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)

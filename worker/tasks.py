@@ -7,7 +7,10 @@ from structlog.contextvars import bound_contextvars
 
 from worker import jobs
 from worker.celery_app import app, resources
-from worker.errors import TransientError
+from worker.errors import SessionLocked, TransientError
+
+# A job that finds its session locked waits for the running one: briefly, it has newer turns to add.
+LOCKED_RETRY_SECONDS = 0.25
 
 
 @app.task(
@@ -15,13 +18,18 @@ from worker.errors import TransientError
     bind=True,
     acks_late=True,
     autoretry_for=(TransientError,),
+    dont_autoretry_for=(SessionLocked,),
     retry_backoff=2,
     retry_backoff_max=60,
     max_retries=8,
 )
 def compact(self: Task, tenant_id: int, session_id: int, seen_version: int) -> str:
     with bound_contextvars(task_id=self.request.id, tenant_id=tenant_id, session_id=session_id):
-        return jobs.compact(tenant_id, session_id, seen_version, resources())
+        try:
+            return jobs.compact(tenant_id, session_id, seen_version, resources())
+        except SessionLocked as exc:
+            limit = int(resources().settings.lock_seconds / LOCKED_RETRY_SECONDS)
+            raise self.retry(exc=exc, countdown=LOCKED_RETRY_SECONDS, max_retries=limit) from exc
 
 
 @app.task(name="compactd.sweep", bind=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import structlog
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
@@ -15,6 +16,7 @@ from worker.store.db import is_sqlite
 from worker.store.prompts import fetch
 
 router = APIRouter(tags=["prompt"])
+log = structlog.get_logger("compactd.api")
 
 
 @router.get(
@@ -23,7 +25,9 @@ router = APIRouter(tags=["prompt"])
     responses={200: {"model": PromptResponse, "content": {"application/json": {}}}},
 )
 async def get_prompt(sid: SessionId, request: Request) -> Response:
-    """{system, messages} ready for anthropic.messages.create, with every appended turn in it."""
+    """{system, messages} ready for anthropic.messages.create, with every appended turn in it and
+    never more than budget_tokens; `fallback` says when the worker had not kept up ("pending":
+    the summary prepared ahead, "fit": compacted on the spot without an LLM)."""
     # the hot path: auth and resources without FastAPI's dependency solver (a third of the request's CPU)
     tenant = await get_tenant(request)
     res: Resources = request.app.state.resources
@@ -36,6 +40,14 @@ async def get_prompt(sid: SessionId, request: Request) -> Response:
         raise NotFound("no such session")
     request.app.state.metrics.fetches.labels(served.source).inc()
     pk = res.cache.pks.get((tenant, sid))
+    if served.fallback is not None:
+        # the worker is down or behind: say so, and make sure a job is on its way
+        log.warning(
+            "prompt.fallback_served", fallback=served.fallback, tokens=served.tokens, epoch=served.epoch
+        )
+        res.cache.count(f"fallbacks_{served.fallback}")
+        if pk is not None:
+            request.app.state.enqueue(tenant, pk, served.version)
     if pk is not None:
         # cache-reuse accounting: buffered here, written to Redis in batches by the app (api/app.py)
         request.app.state.fetch_log.append((pk, served.epoch, served.request_bytes, served.stable_bytes))

@@ -9,7 +9,7 @@ import importlib
 import sys
 import time
 
-PARTS = ("engine", "fidelity", "replay", "secrets", "service")
+PARTS = ("engine", "fidelity", "replay", "paced", "secrets", "service")
 
 
 def main(argv: list[str]) -> None:

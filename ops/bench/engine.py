@@ -37,7 +37,7 @@ def run_one(path: Path, window: int, redactor: Redactor) -> dict[str, Any]:
     policy = Policy(context_window=window)
     ingested = ingest(imported.messages, first_seq=1, redactor=redactor, policy=policy)
     t = Transcript(system=imported.system, turns=ingested.turns)
-    out = compact(t, policy, quiet=True)
+    out = compact(t, policy, summarize=True)
     cpu = time.process_time() - started
     request = assemble(out.transcript)
     served = count_request(request)

@@ -89,7 +89,7 @@ def served_fidelity(path: Path, window: int) -> dict[str, Any]:
     t = Transcript(
         imported.system, ingest(imported.messages, first_seq=1, redactor=Redactor(b"b"), policy=policy).turns
     )
-    out = compact(t, policy, quiet=True).transcript
+    out = compact(t, policy, summarize=True).transcript
     after = {x.seq: x for x in out.turns}
     touched = [x for x in t.turns if after.get(x.seq) != x]
     served = _plain_text(assemble(out))
@@ -163,3 +163,18 @@ def main() -> dict[str, Any]:
 
 if __name__ == "__main__":
     main()
+
+
+def final_fidelity(system: str, messages: list[dict[str, Any]], request: dict[str, Any]) -> dict[str, Any]:
+    """The same measure on a served prompt: of the turns not served verbatim, how many of their
+    files, commands, instructions and error lines the prompt still shows."""
+    policy = Policy()
+    turns = ingest(messages, first_seq=1, redactor=Redactor(b"b"), policy=policy).turns
+    served = _plain_text(request)
+    folded = fold(served)
+    touched = [
+        t
+        for t in turns
+        if not all(fold(block_text(b))[:200] in folded for b in t.content if block_text(b).strip())
+    ]
+    return {"compacted_turns": len(touched), **kept_share(span_items(touched), served)}

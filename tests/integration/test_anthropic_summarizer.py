@@ -312,7 +312,7 @@ def test_pipeline_uses_the_note_and_names_its_archive(
     api.script(reply("## Task\nKeep stepping.", input_tokens=900, output_tokens=40))
     policy = Policy(context_window=4_000, output_reserve=500)
 
-    out = compact(long_session(), policy, quiet=True, force=True, summarizer=make())
+    out = compact(long_session(), policy, summarize=True, force=True, summarizer=make())
 
     handoff = out.transcript.handoff
     assert out.error is None and handoff is not None
@@ -331,7 +331,7 @@ def test_pipeline_keeps_structural_result_when_the_api_is_down(
     t = long_session()
 
     out = compact(
-        t, Policy(context_window=4_000, output_reserve=500), quiet=True, force=True, summarizer=make()
+        t, Policy(context_window=4_000, output_reserve=500), summarize=True, force=True, summarizer=make()
     )
 
     assert out.transcript.handoff is None

@@ -19,6 +19,7 @@ from tests.integration.conftest import Worker, flush_prefix, make_settings, wait
 from tests.integration.realdata import claude_code_files, load_messages
 from worker import jobs
 from worker.compaction.model import Turn
+from worker.compaction.pricing import breakpoints
 from worker.compaction.validate import request_problems
 from worker.resources import Resources
 from worker.settings import Settings
@@ -118,8 +119,14 @@ def test_a_task_whose_worker_process_dies_is_redelivered_and_completes(
                 ).stdout.split()
                 assert len(children) == 1
                 os.kill(int(children[0]), signal.SIGKILL)
+                # usage is recorded just after the snapshot is published: wait for both
                 info = wait_for(
-                    lambda: (i := client.get("/v1/sessions/s", headers=auth).json())["epoch"] >= 1 and i, 90
+                    lambda: (
+                        (i := client.get("/v1/sessions/s", headers=auth).json())["epoch"] >= 1
+                        and i.get("summarizer_usage")
+                        and i
+                    ),
+                    90,
                 )
                 prompt = client.get("/v1/sessions/s/prompt", headers=auth).json()
         finally:
@@ -165,7 +172,8 @@ def test_a_late_result_never_overwrites_a_newer_snapshot(settings: Settings, res
     new = res.cache.get(b.session_pk)
     assert (old.through, new.through) == (1, 3)
     assert not res.cache.put(a.session_pk, old)  # the late cache write is refused
-    assert jobs.compact(tid, a.session_pk, a.version, res) == "superseded"
+    # a job sent by an older append compacts the latest version: nothing left to do
+    assert jobs.compact(tid, a.session_pk, a.version, res) == "current"
     assert jobs.compact(tid, b.session_pk, b.version, res) == "current"  # duplicate delivery: idempotent
     served = fetch(res.engine, res.cache, tid, "s", res.policy_for)
     body = orjson.loads(served.body)
@@ -193,23 +201,91 @@ def test_beat_sweep_compacts_a_session_whose_message_was_lost(
         worker.stop()
 
 
-def test_summarization_waits_for_a_quiet_point(settings: Settings, res: Resources) -> None:
-    """A busy session is only compacted structurally; an idle one past the trigger is also summarized."""
-    import time
-
+def _append_real(res: Resources, tid: int, sid: str, window: int, activity: str) -> sessions.Appended:
     from worker.compaction.pipeline import ingest
+
+    turns = ingest(real_messages(), first_seq=1, redactor=res.redactor, policy=res.base_policy).turns
+    return sessions.append_turns(
+        res.engine, tid, sid, turns, profile=sessions.Profile(context_window=window), activity=activity
+    )
+
+
+def _report(res: Resources, pk: int) -> dict:
     from worker.store.snapshots import load
 
-    messages = real_messages()
-    tid = create_tenant(res.engine, "quiet")[0]
-    reports = {}
-    for sid, activity in (("busy", "busy"), ("idle", "idle")):
-        turns = ingest(messages, first_seq=1, redactor=res.redactor, policy=res.base_policy).turns
-        a = sessions.append_turns(
-            res.engine, tid, sid, turns, profile=sessions.Profile(context_window=10_000), activity=activity
-        )
-        time.sleep(settings.idle_seconds + 0.1)
+    return orjson.loads(load(res.engine, pk).snapshot.report)
+
+
+def test_a_summary_is_prepared_while_busy_and_switched_in_at_the_next_quiet_point(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """Past the pre-trigger a busy session gets its summary computed and kept pending (not served);
+    once the client is idle the next job switches it in as a new epoch."""
+    settings = make_settings(tmp_path, f"sqlite:///{tmp_path / 'c.db'}", redis_url, summarize_trigger=0.3)
+    res = Resources.build(settings)
+    try:
+        tid = create_tenant(res.engine, "quiet")[0]
+        # ~15k tokens: past the pre-trigger (0.8 x 0.3 x 40,808 = 9.8k), short of the deadline (30.8k)
+        a = _append_real(res, tid, "s", 50_000, "busy")
         assert jobs.compact(tid, a.session_pk, a.version, res) == "published"
-        reports[sid] = orjson.loads(load(res.engine, a.session_pk).snapshot.report)
-    assert "Summarize" not in [s["stage"] for s in reports["busy"]["stages"]]
-    assert "Summarize" in [s["stage"] for s in reports["idle"]["stages"]]
+        busy = _report(res, a.session_pk)
+        assert busy["switch"] == "" and "Summarize" in [s["stage"] for s in busy["stages"]]
+        assert res.cache.pending_state(a.session_pk) is not None
+        epoch = sessions.session_info(res.engine, tid, "s")["epoch"]
+        sessions.set_activity(res.engine, tid, "s", "idle")
+        assert jobs.compact(tid, a.session_pk, a.version, res) == "published"
+        assert _report(res, a.session_pk)["switch"] == "quiet"
+        assert sessions.session_info(res.engine, tid, "s")["epoch"] == epoch + 1
+        assert res.cache.pending_state(a.session_pk) is None
+    finally:
+        res.close()
+        flush_prefix(redis_url, settings.redis_prefix)
+
+
+def test_past_the_deadline_a_busy_session_switches_at_once(settings: Settings, res: Resources) -> None:
+    """A busy session whose prompt is past the deadline (budget minus headroom) gets the summary now."""
+    tid = create_tenant(res.engine, "deadline")[0]
+    a = _append_real(res, tid, "s", 10_000, "busy")
+    assert jobs.compact(tid, a.session_pk, a.version, res) == "published"
+    assert _report(res, a.session_pk)["switch"] == "deadline"
+    assert res.cache.session_stats(a.session_pk)["switches"] == {"deadline": 1}
+
+
+def test_appends_faster_than_the_idle_interval_are_always_served_within_budget(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """200 turns of a real session appended every 0.1 s (far under the 5 s idle interval) with a real worker:
+    every fetch before a model call fits the budget, is a valid request and carries cache breakpoints."""
+    import time
+
+    settings = make_settings(tmp_path, f"sqlite:///{tmp_path / 'c.db'}", redis_url, idle_seconds=5.0)
+    res = Resources.build(settings)
+    worker = Worker(settings, "worker", "--concurrency=2", log=tmp_path / "worker.log")
+    try:
+        worker.wait_ready()
+        key = create_tenant(res.engine, "fast")[1]
+        auth = {"Authorization": f"Bearer {key}"}
+        files = [p for p in claude_code_files() if p.stat().st_size > 2_000_000]
+        require(bool(files), "no long Claude Code session in the shared data")
+        messages = load_messages(files[0])[:200]
+        served = []
+        with TestClient(create_app(settings)) as client:
+            for i, m in enumerate(messages):
+                body = {"messages": [m], "context_window": 16_000}
+                assert client.post("/v1/sessions/fast/turns", json=body, headers=auth).status_code == 200
+                if i + 1 < len(messages) and messages[i + 1]["role"] == "assistant":
+                    served.append(client.get("/v1/sessions/fast/prompt", headers=auth).json())
+                time.sleep(0.1)
+        over = [
+            (p["token_count"], p["budget_tokens"]) for p in served if p["token_count"] > p["budget_tokens"]
+        ]
+        invalid = [p["version"] for p in served if request_problems({"messages": p["messages"]})]
+        assert len(served) > 50 and not over and not invalid
+        # the provider caches up to explicit breakpoints: at most 4, one on the newest message
+        assert all(breakpoints(p) <= 4 for p in served)
+        assert all(any("cache_control" in b for b in p["messages"][-1]["content"]) for p in served)
+        assert max(p["epoch"] for p in served) >= 1  # the worker kept up: epochs, not only fallbacks
+    finally:
+        worker.stop()
+        res.close()
+        flush_prefix(redis_url, settings.redis_prefix)

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from tests.strategies import PLANTED_SECRETS, conversations
 from worker.compaction.assemble import assemble
+from worker.compaction.fit import fit
 from worker.compaction.model import Policy, Transcript, canonical_json
 from worker.compaction.pipeline import compact, ingest
 from worker.compaction.ports import SummarizerError, SummaryRequest, SummaryResult
@@ -41,7 +42,7 @@ def test_compacted_prompt_is_a_valid_request(
 ) -> None:
     """Whatever the stages do, the assembled prompt passes the Messages API's pairing rules."""
     policy = policy_for(window)
-    out = compact(transcript(messages, policy), policy, quiet=quiet)
+    out = compact(transcript(messages, policy), policy, summarize=quiet)
     assert request_problems(assemble(out.transcript), allow_pending_tool_use=True) == []
 
 
@@ -51,7 +52,7 @@ def test_every_seq_is_accounted_for(messages: list[dict[str, Any]], window: int)
     """Each appended seq is still a turn or lies in a range the handoff note archives."""
     policy = policy_for(window)
     t = transcript(messages, policy)
-    out = compact(t, policy, quiet=True).transcript
+    out = compact(t, policy, summarize=True).transcript
     kept = {turn.seq for turn in out.turns}
     for turn in t.turns:
         assert turn.seq in kept or (out.handoff is not None and out.handoff.covers(turn.seq))
@@ -68,10 +69,10 @@ def test_deterministic_idempotent_and_never_grows(
     """Same input gives the same bytes; compacting the output changes nothing; tokens never grow."""
     policy = policy_for(window)
     t = transcript(messages, policy)
-    first = compact(t, policy, quiet=quiet)
-    again = compact(t, policy, quiet=quiet)
+    first = compact(t, policy, summarize=quiet)
+    again = compact(t, policy, summarize=quiet)
     assert canonical_json(assemble(first.transcript)) == canonical_json(assemble(again.transcript))
-    twice = compact(first.transcript, policy, quiet=quiet)
+    twice = compact(first.transcript, policy, summarize=quiet)
     assert canonical_json(assemble(twice.transcript)) == canonical_json(assemble(first.transcript))
     assert first.tokens <= t.tokens()
 
@@ -82,7 +83,7 @@ def test_keep_window_and_thinking_stay_verbatim(messages: list[dict[str, Any]], 
     """Turns in the keep window, the first task and every surviving thinking block are untouched."""
     policy = policy_for(window)
     t = transcript(messages, policy)
-    out = compact(t, policy, quiet=True).transcript
+    out = compact(t, policy, summarize=True).transcript
     by_seq = {turn.seq: turn for turn in out.turns}
     for turn in t.turns[keep_start(t.turns, policy.keep_tokens) :]:
         assert by_seq[turn.seq] == turn
@@ -102,7 +103,7 @@ def test_below_the_structural_trigger_nothing_changes(messages: list[dict[str, A
     """Under the structural trigger the output equals the ingested input."""
     policy = policy_for(2_000_000)
     t = transcript(messages, policy)
-    assert compact(t, policy, quiet=True).transcript == t
+    assert compact(t, policy, summarize=True).transcript == t
 
 
 @FAST
@@ -111,7 +112,7 @@ def test_no_planted_secret_survives_anywhere(messages: list[dict[str, Any]], win
     """Secrets planted in tool outputs appear neither in the prompt nor in any file written."""
     policy = policy_for(window)
     t = transcript(messages, policy)
-    out = compact(t, policy, quiet=True).transcript
+    out = compact(t, policy, summarize=True).transcript
     blobs = [canonical_json(assemble(out)).decode(), *(f.content for f in out.files)]
     for secret in PLANTED_SECRETS:
         assert not any(secret in blob for blob in blobs)
@@ -119,17 +120,16 @@ def test_no_planted_secret_survives_anywhere(messages: list[dict[str, Any]], win
 
 @FAST
 @given(conversations(), WINDOWS)
-def test_no_summary_while_a_tool_call_is_pending_or_the_client_is_busy(
+def test_a_pending_tool_call_is_never_summarized_or_edited(
     messages: list[dict[str, Any]], window: int
 ) -> None:
-    """A pending tool_use or a busy client leaves at most structural changes: nothing is evicted."""
+    """Summarizing past a pending tool_use evicts only the settled span: the call stays verbatim."""
     policy = policy_for(window)
     t = transcript(messages, policy)
-    pending = bool(t.turns[-1].role == "assistant" and t.turns[-1].tool_use_ids())
-    out = compact(t, policy, quiet=not pending and False).transcript
-    assert out.handoff is None and len(out.turns) == len(t.turns)
-    if pending:
-        assert compact(t, policy, quiet=True).transcript.handoff is None
+    out = compact(t, policy, summarize=True).transcript
+    assert out.turns[-1] == t.turns[-1]
+    if t.turns[-1].role == "assistant" and t.turns[-1].tool_use_ids():
+        assert request_problems(assemble(out), allow_pending_tool_use=True) == []
 
 
 @FAST
@@ -137,7 +137,7 @@ def test_no_summary_while_a_tool_call_is_pending_or_the_client_is_busy(
 def test_exactly_one_handoff_note(messages: list[dict[str, Any]], window: int) -> None:
     """However many rounds ran, the prompt carries at most one handoff note."""
     policy = policy_for(window)
-    out = compact(transcript(messages, policy), policy, quiet=True, force=True).transcript
+    out = compact(transcript(messages, policy), policy, summarize=True, force=True).transcript
     text = canonical_json(assemble(out)).decode()
     assert text.count("[compactd handoff note]") == (1 if out.handoff else 0)
 
@@ -153,7 +153,7 @@ def test_summarizer_failure_loses_nothing(messages: list[dict[str, Any]], window
     """A failing summarizer leaves every turn in place (structurally compacted) and records the error."""
     policy = policy_for(window)
     t = transcript(messages, policy)
-    out = compact(t, policy, quiet=True, force=True, summarizer=FailingSummarizer())
+    out = compact(t, policy, summarize=True, force=True, summarizer=FailingSummarizer())
     assert [x.seq for x in out.transcript.turns] == [x.seq for x in t.turns]
     assert out.transcript.handoff is None
     assert out.error in (None, "the model is overloaded")
@@ -177,7 +177,7 @@ def test_rounds_of_compaction_archive_append_only(
         state = Transcript(
             system=state.system, turns=state.turns + full.turns[start : start + size], handoff=state.handoff
         )
-        out = compact(state, policy, quiet=True).transcript
+        out = compact(state, policy, summarize=True).transcript
         new_refs = out.handoff.archive_refs if out.handoff else ()
         assert new_refs[: len(refs)] == refs
         archived += [
@@ -191,8 +191,8 @@ def test_rounds_of_compaction_archive_append_only(
 
 
 @pytest.mark.parametrize("window", [4_000, 16_000])
-def test_a_pending_tool_call_vetoes_summarization_even_when_quiet(window: int) -> None:
-    """The engine's own quiet check: the last assistant turn waiting on a tool blocks eviction."""
+def test_a_summary_prepared_past_a_pending_tool_call_keeps_the_call(window: int) -> None:
+    """The settled span before a tool call in flight is summarized; the call itself stays verbatim."""
     messages: list[dict[str, Any]] = [{"role": "user", "content": "task"}]
     for n in range(30):
         messages += [
@@ -217,7 +217,18 @@ def test_a_pending_tool_call_vetoes_summarization_even_when_quiet(window: int) -
     )
     policy = policy_for(window)
     t = transcript(messages, policy)
-    assert compact(t, policy, quiet=True).transcript.handoff is None
-    assert compact(t.with_turns(t.turns[:-1]), policy, quiet=True).transcript.handoff is not None
-    failed = compact(t.with_turns(t.turns[:-1]), policy, quiet=True, summarizer=FailingSummarizer())
+    out = compact(t, policy, summarize=True).transcript
+    assert out.handoff is not None and out.turns[-1] == t.turns[-1]
+    assert request_problems(assemble(out), allow_pending_tool_use=True) == []
+    failed = compact(t.with_turns(t.turns[:-1]), policy, summarize=True, summarizer=FailingSummarizer())
     assert failed.error == "the model is overloaded" and failed.transcript.handoff is None
+
+
+@FAST
+@given(conversations(), st.sampled_from([2_000, 4_000, 8_000, 32_000]))
+def test_fit_always_fits_and_stays_valid(messages: list[dict[str, Any]], window: int) -> None:
+    """The fetch fallback's fit is within the budget whatever the session, and still a valid request."""
+    policy = policy_for(window)
+    out = fit(transcript(messages, policy), policy).transcript
+    assert out.tokens() <= policy.budget_tokens
+    assert request_problems(assemble(out), allow_pending_tool_use=True) == []

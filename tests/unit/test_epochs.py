@@ -19,7 +19,7 @@ from worker.compaction.epochs import (
 from worker.compaction.model import Policy, Transcript, Turn
 from worker.compaction.pipeline import compact
 from worker.compaction.tokens import count_message
-from worker.replay import replay
+from worker.replay import Pace, replay
 
 
 def turns_of(*bodies: str) -> tuple[Turn, ...]:
@@ -44,7 +44,7 @@ def test_small_savings_are_skipped_and_big_ones_published() -> None:
     """A rewrite must save worth_it tokens and share, else the cached prefix is kept."""
     policy = Policy(context_window=20_000, output_reserve=1_000, worth_it_tokens=500, worth_it_share=0.05)
     t = Transcript("s", turns_of(text_of(1, 900), *["x"] * 6))
-    out = compact(t, policy, quiet=False).transcript
+    out = compact(t, policy, summarize=False).transcript
     assert decide(t, out, policy).decision is Decision.NEW_EPOCH
     stingy = Policy(context_window=20_000, output_reserve=1_000, worth_it_tokens=10**9)
     assert decide(t, out, stingy).decision is Decision.SKIP
@@ -54,7 +54,7 @@ def test_over_the_trigger_any_saving_is_published() -> None:
     """Past the summarization trigger the prompt must shrink, whatever the cache costs."""
     policy = Policy(context_window=4_000, output_reserve=500, worth_it_tokens=10**9)
     t = Transcript("s", turns_of(*[text_of(n, 60) for n in range(8)]))
-    out = compact(t, policy, quiet=True).transcript
+    out = compact(t, policy, summarize=True).transcript
     assert t.tokens() > policy.summarize_trigger_tokens
     assert decide(t, out, policy).decision is Decision.NEW_EPOCH
 
@@ -85,10 +85,19 @@ def test_extend_appends_the_tail() -> None:
 @settings(
     max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
 )
-@given(conversations(max_units=40), st.sampled_from([8_000, 16_000, 32_000]))
-def test_a_replayed_session_is_always_valid_and_complete(messages: list[dict[str, Any]], window: int) -> None:
-    """Every fetch in a replay is a valid request; the budget holds whenever no single append overflows it."""
+@given(
+    conversations(max_units=40),
+    st.sampled_from([8_000, 16_000, 32_000]),
+    st.sampled_from([0.0, 0.05, 1.0]),
+    st.sampled_from([0.0, 0.2, 3.0]),
+)
+def test_a_replayed_session_always_fits_at_any_pace(
+    messages: list[dict[str, Any]], window: int, pace: float, job_seconds: float
+) -> None:
+    """At any append pace and job duration (a worker that keeps up or one far behind), every
+    fetch is a valid request within the budget, carrying at most 4 cache breakpoints."""
     policy = Policy(context_window=window, output_reserve=window // 8)
-    report = replay("system", messages, policy)
+    report = replay("system", messages, policy, pace=Pace(seconds=pace), job_seconds=job_seconds)
     assert all(f.valid for f in report.fetches)
-    assert all(f.prompt_tokens <= f.raw_tokens + 200 for f in report.fetches)
+    assert report.over_budget == 0
+    assert all(f.request_tokens <= f.budget_tokens for f in report.fetches)

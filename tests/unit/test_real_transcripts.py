@@ -26,7 +26,7 @@ def compacted(path: Path, window: int) -> tuple[Transcript, Transcript, Policy]:
     policy = Policy(context_window=window)
     ingested = ingest(imported.messages, first_seq=1, redactor=Redactor(b"k"), policy=policy)
     t = Transcript(imported.system, ingested.turns)
-    return t, compact(t, policy, quiet=True).transcript, policy
+    return t, compact(t, policy, summarize=True).transcript, policy
 
 
 @pytest.mark.data
@@ -40,7 +40,7 @@ def test_real_transcript_invariants(shared_data: Path, path: Path, window: int) 
     kept = {x.seq for x in out.turns}
     assert all(x.seq in kept or (out.handoff and out.handoff.covers(x.seq)) for x in t.turns)
     assert out.tokens() <= t.tokens()
-    again = compact(out, policy, quiet=True).transcript
+    again = compact(out, policy, summarize=True).transcript
     assert canonical_json(assemble(again)) == canonical_json(request)
     thinking_before = {orjson.dumps(b) for x in t.turns for b in x.content if b["type"] == "thinking"}
     assert all(

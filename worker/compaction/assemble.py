@@ -3,6 +3,10 @@
 system -> working memory -> handoff note -> compacted turns -> verbatim tail -> status note.
 The stable parts come first so the prefix stays byte-identical between epochs; the status note,
 the only volatile part, is added at serving time to the last user message.
+
+Prompt-cache breakpoints (at most 4, the provider's limit): the end of the system prompt and
+memory, the end of the compacted snapshot (stored with it), and per fetch the newest message and
+the user message the previous fetch ended with, so each fetch reads the previous one's prefix.
 """
 
 from __future__ import annotations
@@ -12,23 +16,80 @@ from dataclasses import dataclass
 from typing import Any
 
 from worker.compaction.model import Block, Transcript
+from worker.compaction.tokens import count_text
 
 CACHE_CONTROL = {"type": "ephemeral"}
+# Room the engine leaves in the budget for the status note a fetch adds (at most 20 file lines).
+STATUS_NOTE_TOKENS = 400
+# blocks the API refuses a cache_control on
+_UNMARKABLE = {"thinking", "redacted_thinking"}
 
 
 def assemble(t: Transcript) -> dict[str, Any]:
-    """{"system": [text blocks], "messages": [...]}, with cache_control on the stable prefix."""
-    system: list[Block] = []
-    if t.system:
-        system.append({"type": "text", "text": t.system})
-    if t.memory:
-        system.append({"type": "text", "text": f"<working_memory>\n{t.memory}\n</working_memory>"})
+    """{"system": [text blocks], "messages": [...]}, with breakpoints after the system prompt and
+    memory and at the end of the messages (the stable prefix of everything served until the next epoch)."""
+    system = system_blocks(t)
     if system:
         system[-1] = {**system[-1], "cache_control": CACHE_CONTROL}
     messages = [turn.as_message() for turn in t.turns]
     if t.handoff is not None:
         messages = _insert_handoff(messages, t.handoff.text)
-    return {"system": system, "messages": merge_roles(messages)}
+    merged = merge_roles(messages)
+    if merged:
+        merged[-1] = mark_message(merged[-1])
+    return {"system": system, "messages": merged}
+
+
+def system_blocks(t: Transcript) -> list[Block]:
+    system: list[Block] = []
+    if t.system:
+        system.append({"type": "text", "text": t.system})
+    if t.memory:
+        system.append({"type": "text", "text": f"<working_memory>\n{t.memory}\n</working_memory>"})
+    return system
+
+
+def prefix_tokens(t: Transcript) -> int:
+    """Tokens of the system prompt and the memory block (Transcript.tokens() counts the turns)."""
+    return sum(count_text(b["text"]) for b in system_blocks(t))
+
+
+def mark_message(message: dict[str, Any]) -> dict[str, Any]:
+    """The message with a cache_control breakpoint on its last block that may carry one."""
+    blocks = list(message["content"])
+    for i in range(len(blocks) - 1, -1, -1):
+        if blocks[i].get("type") not in _UNMARKABLE:
+            if "cache_control" not in blocks[i]:
+                blocks[i] = {**blocks[i], "cache_control": CACHE_CONTROL}
+            return {"role": message["role"], "content": blocks}
+    return message
+
+
+def mark_fetch_breakpoints(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A fetch's own breakpoints, on the part it renders: the newest message, and the user message
+    before the newest assistant message, where the previous fetch (one model call ago) put its
+    newest breakpoint, so its cached prefix is found exactly, whatever the lookback."""
+    if not messages:
+        return messages
+    out = list(messages)
+    out[-1] = mark_message(out[-1])
+    last_assistant = next((i for i in range(len(out) - 1, -1, -1) if out[i]["role"] == "assistant"), None)
+    if last_assistant is not None and last_assistant > 0:
+        out[last_assistant - 1] = mark_message(out[last_assistant - 1])
+    return out
+
+
+def finish(end: list[dict[str, Any]], note: str) -> list[dict[str, Any]]:
+    """The part of a prompt rendered per fetch: the snapshot's last message with the tail merged
+    on, the fetch's breakpoints, and the status note last (after every breakpoint: it changes)."""
+    return add_status(mark_fetch_breakpoints(merge_roles(end)), note)
+
+
+def strip_cache_control(block: Block) -> Block:
+    """A client's own breakpoint is dropped at ingest: compactd places them (the API allows 4)."""
+    if "cache_control" not in block:
+        return block
+    return {k: v for k, v in block.items() if k != "cache_control"}
 
 
 def _insert_handoff(messages: list[dict[str, Any]], note: str) -> list[dict[str, Any]]:
@@ -56,16 +117,6 @@ def merge_roles(messages: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         else:
             out.append({"role": m["role"], "content": content})
     return out
-
-
-def mark_cache_breakpoint(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Put a cache_control breakpoint on the last block of the last message (end of the stable prefix)."""
-    if not messages:
-        return messages
-    last = messages[-1]
-    blocks = list(last["content"])
-    blocks[-1] = {**blocks[-1], "cache_control": CACHE_CONTROL}
-    return [*messages[:-1], {"role": last["role"], "content": blocks}]
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,9 +25,15 @@ class Clip:
     head_share: float = 0.6
     arg_clip_chars: int = 2_000
     keep_tokens: int = 19_000
+    # last resort of a fetch that must fit: every turn, the task and keep window included, and
+    # text blocks too (the full text stays readable through the marker's ref)
+    whole: bool = False
 
     def __call__(self, t: Transcript) -> Transcript:
-        start, end = first_kept(t.turns), keep_start(t.turns, self.keep_tokens)
+        if self.whole:
+            start, end = 0, len(t.turns)
+        else:
+            start, end = first_kept(t.turns), keep_start(t.turns, self.keep_tokens)
         files: list[FileWrite] = []
         turns = [self._turn(turn, files) if start <= i < end else turn for i, turn in enumerate(t.turns)]
         return t.with_turns(turns).add_files(*files)
@@ -42,6 +48,10 @@ class Clip:
             text = block_text(block)
             new = self._output(text, files)
             return block if new is text else with_text(block, new)
+        if kind == "text" and self.whole:
+            text = block_text(block)
+            new = self._output(text, files)
+            return block if new is text else with_text(block, new)
         if kind == "tool_use" and WRITE_LIKE.search(str(block.get("name", ""))):
             data = block.get("input", {})
             new_input = {k: self._argument(v, files) if isinstance(v, str) else v for k, v in data.items()}
@@ -50,7 +60,7 @@ class Clip:
 
     def _output(self, text: str, files: list[FileWrite]) -> str:
         limit = self.clip_tokens + _MARGIN_TOKENS
-        if len(text) <= limit or pointers.is_marked(text):
+        if len(text) <= limit or (pointers.is_marked(text) and not self.whole):
             return text
         ids = encoding().encode_ordinary(text)
         if len(ids) <= limit:

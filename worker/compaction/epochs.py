@@ -13,8 +13,10 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-from worker.compaction.assemble import add_status, assemble, merge_roles
-from worker.compaction.model import Policy, Transcript, Turn, canonical_json
+from worker.compaction.assemble import assemble, finish
+from worker.compaction.model import FileWrite, Policy, StageReport, Transcript, Turn, canonical_json
+from worker.compaction.pipeline import compact, summarized
+from worker.compaction.ports import Summarizer
 
 
 class Decision(StrEnum):
@@ -45,6 +47,110 @@ def decide(current: Transcript, compacted: Transcript, policy: Policy) -> Verdic
     return Verdict(Decision.NEW_EPOCH if (must_shrink or worth_it) else Decision.SKIP, before, after)
 
 
+class Switch(StrEnum):
+    """Why a prepared summary was switched in (or that it was not)."""
+
+    NONE = ""
+    QUIET = "quiet"  # past the summarize trigger, at a quiet point
+    DEADLINE = "deadline"  # past the deadline: the next turns could overflow the budget
+    FORCED = "forced"  # a user's /compact, at a quiet point
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """What one compaction job publishes, and the next epoch it keeps prepared for later."""
+
+    publish: Transcript  # the snapshot state to publish now
+    verdict: Verdict
+    pending: Transcript | None  # a summarized next epoch, prepared ahead, not switched in yet
+    prepared: bool  # this job computed `pending` (its archive must be stored)
+    switch: Switch
+    files: tuple[FileWrite, ...]  # virtual files this job produced, for the job to persist
+    reports: tuple[StageReport, ...]
+    error: str | None = None
+
+
+def step(
+    current: Transcript,
+    policy: Policy,
+    *,
+    pending: Transcript | None = None,
+    quiet: bool,
+    force: bool = False,
+    focus: str | None = None,
+    summarizer: Summarizer | None = None,
+) -> Step:
+    """One job's decision: structural layers on every run; past the pre-trigger a summary of the
+    settled span is prepared (or the one prepared earlier is reused) and switched in at a quiet
+    point past the trigger, at once past the deadline, or kept pending for later.
+
+    `current` is the served state (snapshot + tail); `pending` a summary an earlier job prepared.
+    """
+    structural = compact(current, policy)
+    tokens = structural.tokens
+    if force or (pending is not None and not advances(pending, current)):
+        pending = None  # a forced round summarizes afresh, with its focus
+    prepared_files: tuple[FileWrite, ...] = ()
+    error, reports = None, structural.reports
+    over_turns = policy.turn_trigger > 0 and len(current.turns) > policy.turn_trigger
+    if pending is None and (force or over_turns or tokens > policy.pretrigger_tokens):
+        result = compact(current, policy, summarize=True, force=force, focus=focus, summarizer=summarizer)
+        error, reports = result.error, result.reports
+        if summarized(result):
+            pending, prepared_files = replace(result.transcript, files=()), result.transcript.files
+    prepared = bool(prepared_files)
+    switch = _switch(tokens, policy, quiet=quiet, force=force, over_turns=over_turns)
+    if pending is not None and switch is not Switch.NONE:
+        after = compact(catch_up(pending, current), policy)
+        new = replace(after.transcript, files=())
+        verdict = Verdict(Decision.NEW_EPOCH, current.tokens(), new.tokens())
+        files = (*prepared_files, *after.transcript.files)
+        return Step(new, verdict, None, prepared, switch, files, reports + after.reports, error)
+    verdict = decide(current, structural.transcript, policy)
+    if force and quiet and verdict.decision is Decision.SKIP:
+        verdict = replace(verdict, decision=Decision.NEW_EPOCH)  # the user asked: even a small saving
+    if verdict.decision is Decision.NEW_EPOCH:
+        publish, files = (
+            replace(structural.transcript, files=()),
+            (*prepared_files, *structural.transcript.files),
+        )
+    else:
+        publish, files = current, prepared_files
+    return Step(publish, verdict, pending, prepared, Switch.NONE, files, reports, error)
+
+
+def _switch(tokens: int, policy: Policy, *, quiet: bool, force: bool, over_turns: bool) -> Switch:
+    if force and quiet:
+        return Switch.FORCED
+    if quiet and (tokens > policy.summarize_trigger_tokens or over_turns):
+        return Switch.QUIET
+    if tokens > policy.deadline_tokens:
+        return Switch.DEADLINE
+    return Switch.NONE
+
+
+def archived_through(t: Transcript) -> int:
+    """The last seq a transcript's handoff note covers (0: none)."""
+    return max((b for _, b in t.handoff.archived_seqs), default=0) if t.handoff else 0
+
+
+def advances(pending: Transcript, current: Transcript) -> bool:
+    """A prepared summary is still worth switching in: it covers more than the current note and
+    none of its turns is newer than the current state."""
+    last = pending.turns[-1].seq if pending.turns else 0
+    newest = current.turns[-1].seq if current.turns else 0
+    return archived_through(pending) > archived_through(current) and last <= newest
+
+
+def catch_up(pending: Transcript, current: Transcript) -> Transcript:
+    """A summary prepared earlier, plus the turns appended since, with the current system and memory."""
+    last = pending.turns[-1].seq if pending.turns else archived_through(pending)
+    newer = tuple(t for t in current.turns if t.seq > last)
+    return replace(
+        pending, system=current.system, memory=current.memory, turns=pending.turns + newer, files=()
+    )
+
+
 def extend(snapshot: Transcript, tail: Sequence[Turn]) -> Transcript:
     """The snapshot state plus turns appended after it."""
     return replace(snapshot, turns=snapshot.turns + tuple(tail), files=())
@@ -53,8 +159,9 @@ def extend(snapshot: Transcript, tail: Sequence[Turn]) -> Transcript:
 def served_request(snapshot: Transcript, tail: Sequence[Turn], note: str = "") -> dict[str, Any]:
     """What a fetch returns as {system, messages}: the snapshot, the tail merged on, the status note last."""
     request = assemble(snapshot)
-    messages = merge_roles([*request["messages"], *(t.as_message() for t in tail)])
-    return {"system": request["system"], "messages": add_status(messages, note)}
+    head, last = request["messages"][:-1], request["messages"][-1:]
+    messages = head + finish([*last, *(t.as_message() for t in tail)], note)
+    return {"system": request["system"], "messages": messages}
 
 
 def shared_prefix_share(previous: bytes, current: bytes) -> float:

@@ -164,6 +164,7 @@ class Policy:
     worth_it_tokens: int = 2_000
     worth_it_share: float = 0.05
     turn_trigger: int = 0  # summarize past this many turns (0: off)
+    pretrigger_share: float = 0.8  # prepare the summary ahead from this share of the summarize trigger
 
     @property
     def budget_tokens(self) -> int:
@@ -191,6 +192,21 @@ class Policy:
         return min(
             int(self.budget_tokens * self.summarize_trigger), self.budget_tokens - self.headroom_tokens
         )
+
+    @property
+    def pretrigger_tokens(self) -> int:
+        """Past this the worker prepares the next epoch's summary ahead, to switch it in later."""
+        return int(self.summarize_trigger_tokens * self.pretrigger_share)
+
+    @property
+    def deadline_tokens(self) -> int:
+        """Past this a prepared summary is switched in at once, quiet point or not: the next turns
+        could otherwise push the served prompt over the budget before the next job runs."""
+        return self.budget_tokens - self.headroom_tokens
+
+    def reserving(self, tokens: int) -> Policy:
+        """The policy for the turns when `tokens` of the budget are taken by the system prompt and memory."""
+        return replace(self, output_reserve=self.output_reserve + max(0, tokens))
 
     @property
     def summary_target_tokens(self) -> int:

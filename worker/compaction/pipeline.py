@@ -2,7 +2,7 @@
 
 Public entry points (the worker, the API and the CLI call only these):
     ingest(messages, first_seq=, redactor=, policy=) -> Ingested   (normalize, redact, offload, count)
-    compact(transcript, policy, quiet=, force=, focus=, summarizer=) -> Compacted  (dedup, clip, summarize)
+    compact(transcript, policy, summarize=, force=, focus=, summarizer=) -> Compacted  (dedup, clip, summarize)
 and, in assemble.py, assemble(transcript) -> {"system": [...], "messages": [...]}.
 """
 
@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from worker.compaction.assemble import strip_cache_control
 from worker.compaction.clip import Clip
 from worker.compaction.dedup import Dedup
 from worker.compaction.model import FileWrite, Policy, StageReport, Transcript, Turn
@@ -52,7 +53,7 @@ def ingest(messages: Sequence[Any], *, first_seq: int, redactor: Redactor, polic
     turns = []
     for i, message in enumerate(messages):
         role, blocks = normalize_message(message, f"messages[{i}]")
-        blocks = tuple(redactor.redact_block(b) for b in blocks)
+        blocks = tuple(redactor.redact_block(strip_cache_control(b)) for b in blocks)
         turns.append(Turn(seq=first_seq + i, role=role, content=blocks, tokens=count_message(blocks)))  # type: ignore[arg-type]
     offloaded = Offload(policy.offload_tokens, policy.preview_tokens)(
         Transcript(system="", turns=tuple(turns))
@@ -63,18 +64,18 @@ def ingest(messages: Sequence[Any], *, first_seq: int, redactor: Redactor, polic
 def default_stages(
     policy: Policy,
     *,
-    quiet: bool = False,
+    summarize: bool = False,
     force: bool = False,
     focus: str | None = None,
     summarizer: Summarizer | None = None,
 ) -> list[Stage]:
-    """The compaction recipe, cheapest layer first; summarization only at a quiet point."""
+    """The compaction recipe, cheapest layer first; summarization only when asked for."""
     keep = policy.keep_tokens
     stages: list[Stage] = [
         Dedup(min_tokens=policy.dedup_min_tokens, keep_tokens=keep),
         Clip(policy.clip_tokens, policy.clip_head_share, policy.arg_clip_chars, keep_tokens=keep),
     ]
-    if quiet:
+    if summarize:
         stages.append(
             Summarize(
                 trigger_tokens=policy.summarize_trigger_tokens,
@@ -122,29 +123,35 @@ def compact(
     t: Transcript,
     policy: Policy,
     *,
-    quiet: bool = False,
+    summarize: bool = False,
     force: bool = False,
     focus: str | None = None,
     summarizer: Summarizer | None = None,
 ) -> Compacted:
     """Compact a transcript. Below the structural trigger (and unforced) it comes back unchanged.
 
-    `quiet` is the caller's view (client idle, debounce passed); a pending tool call always
-    vetoes summarization. A failing summarizer leaves the structural result and reports why.
+    `summarize` lets the Summarize stage run (it acts only past its trigger, or when forced). It
+    evicts only the settled span: the keep window holds at least the last tool unit, so a tool
+    call still waiting for its result is never summarized. A failing summarizer leaves the
+    structural result and reports why.
     """
     over_turns = policy.turn_trigger > 0 and len(t.turns) > policy.turn_trigger
     if t.tokens() <= policy.structural_trigger_tokens and not force and not over_turns:
         return Compacted(t, ())
-    quiet = quiet and is_quiet(t)
     try:
         out = run_stages(
-            t, default_stages(policy, quiet=quiet, force=force, focus=focus, summarizer=summarizer)
+            t, default_stages(policy, summarize=summarize, force=force, focus=focus, summarizer=summarizer)
         )
     except SummarizerError as exc:
-        structural = run_stages(t, default_stages(policy, quiet=False))
+        structural = run_stages(t, default_stages(policy))
         failed = StageReport("Summarize", structural.tokens, structural.tokens, {"failed": 1})
         return Compacted(
             structural.transcript, (*structural.reports, failed), error=str(exc) or type(exc).__name__
         )
     # Safety net for the "never grows" invariant: a stage that would grow the prompt is undone.
     return out if out.tokens <= t.tokens() else Compacted(t, out.reports)
+
+
+def summarized(result: Compacted) -> bool:
+    """Whether a compaction evicted turns into a handoff note."""
+    return any(r.stage == "Summarize" and r.counts.get("turns_evicted") for r in result.reports)

@@ -6,6 +6,7 @@ import contextlib
 import secrets
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import redis
 from redis.backoff import NoBackoff
@@ -90,6 +91,19 @@ class Entry:
     files: bytes  # JSON: [[ref, kind, lines, [read ranges]], ...]
 
 
+def _entry_values(entry: Entry) -> list[bytes | int]:
+    """An entry's values in FIELDS order."""
+    e = entry
+    return [e.epoch, e.through, e.memver, e.system, e.head, e.last, e.tokens, e.files]
+
+
+def _entry(values: list[Any]) -> Entry | None:
+    if values[0] is None:
+        return None
+    e, t, m, system, head, last, tokens, files = values
+    return Entry(int(e), int(t), int(m), system, head, last, int(tokens), files)
+
+
 class PromptCache:
     """Per-session prompt entries, locks and service counters under one key prefix."""
 
@@ -116,24 +130,11 @@ class PromptCache:
         except redis.RedisError:
             self._down_until = time.monotonic() + self.cooldown_seconds
             return None
-        if values[0] is None:
-            return None
-        e, t, m, system, head, last, tokens, files = values
-        return Entry(int(e), int(t), int(m), system, head, last, int(tokens), files)  # type: ignore[arg-type]
+        return _entry(values)
 
     def put(self, session_pk: int, entry: Entry) -> bool:
         """Guarded write; False when a newer entry is already cached."""
-        args: list[bytes | int] = [
-            entry.epoch,
-            entry.through,
-            entry.memver,
-            entry.system,
-            entry.head,
-            entry.last,
-            entry.tokens,
-            entry.files,
-        ]
-        return bool(self._publish(keys=[self.key(session_pk)], args=args))
+        return bool(self._publish(keys=[self.key(session_pk)], args=_entry_values(entry)))
 
     def position(self, session_pk: int) -> tuple[int, int, int] | None:
         """(epoch, through, memver) of the cached entry; None when there is none or Redis is down."""
@@ -158,7 +159,7 @@ class PromptCache:
 
     def drop(self, session_pk: int) -> None:
         with contextlib.suppress(redis.RedisError):
-            kinds = ("force", "shared", "reuse", "usage")
+            kinds = ("force", "shared", "reuse", "usage", "pending", "job", "switches")
             self.client.delete(self.key(session_pk), *(f"{self.prefix}{k}:{session_pk}" for k in kinds))
 
     def acquire(self, session_pk: int, ttl_seconds: float) -> str | None:
@@ -170,6 +171,60 @@ class PromptCache:
     def release(self, session_pk: int, token: str) -> bool:
         """Release only if still the owner (the lock may have expired and been taken)."""
         return bool(self._release(keys=[f"{self.prefix}lock:{session_pk}"], args=[token]))
+
+    def claim_job(self, session_pk: int, ttl_seconds: float) -> bool:
+        """True when no compaction job is pending for the session (the caller then sends one).
+
+        At most one job waits per session: appends while it waits add nothing; the job compacts
+        the latest version when it runs. The claim expires, so a lost message costs at most
+        `ttl_seconds` (and the beat sweep finds the session anyway). Redis down: True (send).
+        """
+        try:
+            return bool(
+                self.client.set(f"{self.prefix}job:{session_pk}", 1, nx=True, px=int(ttl_seconds * 1000))
+            )
+        except redis.RedisError:
+            return True
+
+    def release_job_claim(self, session_pk: int) -> None:
+        """A job has started: the next append must send a new one (it would see a newer version)."""
+        with contextlib.suppress(redis.RedisError):
+            self.client.delete(f"{self.prefix}job:{session_pk}")
+
+    def put_pending(self, session_pk: int, state: bytes, entry: Entry) -> None:
+        """Keep a summarized next epoch prepared ahead: its state (for the job that switches it in)
+        and its prompt fragments (for a fetch that would otherwise pass the budget)."""
+        key = f"{self.prefix}pending:{session_pk}"
+        mapping = {"state": state, **dict(zip(FIELDS, _entry_values(entry), strict=True))}
+        with contextlib.suppress(redis.RedisError):
+            pipe = self.client.pipeline()
+            pipe.delete(key)
+            pipe.hset(key, mapping=mapping)  # type: ignore[arg-type]
+            pipe.execute()
+
+    def has_pending(self, session_pk: int) -> bool:
+        with contextlib.suppress(redis.RedisError):
+            return bool(self.client.exists(f"{self.prefix}pending:{session_pk}"))
+        return False
+
+    def pending_state(self, session_pk: int) -> bytes | None:
+        with contextlib.suppress(redis.RedisError):
+            return self.client.hget(f"{self.prefix}pending:{session_pk}", "state")  # type: ignore[return-value]
+        return None
+
+    def pending_entry(self, session_pk: int) -> Entry | None:
+        """The prepared epoch's prompt fragments; None when there is none or Redis is down."""
+        if time.monotonic() < self._down_until:
+            return None
+        try:
+            values = self.client.hmget(f"{self.prefix}pending:{session_pk}", FIELDS)
+        except redis.RedisError:
+            return None
+        return _entry(values)
+
+    def drop_pending(self, session_pk: int) -> None:
+        with contextlib.suppress(redis.RedisError):
+            self.client.delete(f"{self.prefix}pending:{session_pk}")
 
     def request_compaction(self, session_pk: int, focus: str) -> None:
         """Remember a user-driven compaction (with its redacted focus) until a job carries it out."""
@@ -219,11 +274,17 @@ class PromptCache:
                 pipe.hincrbyfloat(key, "cost_usd", cost_usd)
             pipe.execute()
 
+    def count_switch(self, session_pk: int, reason: str) -> None:
+        """A prepared summary was switched in (reason: quiet, deadline or forced)."""
+        with contextlib.suppress(redis.RedisError):
+            self.client.hincrby(f"{self.prefix}switches:{session_pk}", reason, 1)
+
     def session_stats(self, session_pk: int) -> dict[str, dict[str, float]]:
-        """{"cache_reuse": {...}, "summarizer_usage": {...}} for GET /v1/sessions/{sid}."""
+        """{"cache_reuse", "summarizer_usage", "switches"} for GET /v1/sessions/{sid}."""
         try:
             reuse = self.client.hgetall(f"{self.prefix}reuse:{session_pk}")
             usage = self.client.hgetall(f"{self.prefix}usage:{session_pk}")
+            switches = self.client.hgetall(f"{self.prefix}switches:{session_pk}")
         except redis.RedisError:
             return {}
         r = {k.decode(): float(v) for k, v in reuse.items()}  # type: ignore[union-attr]
@@ -235,6 +296,7 @@ class PromptCache:
                 "share_of_fetches_reusing_90pct": round(r.get("reused_90", 0.0) / n, 4) if n else 0.0,
             },
             "summarizer_usage": {k.decode(): float(v) for k, v in usage.items()},  # type: ignore[union-attr]
+            "switches": {k.decode(): int(v) for k, v in switches.items()},  # type: ignore[union-attr]
         }
 
     def count(self, field: str, amount: int = 1) -> None:

@@ -3,6 +3,10 @@
 The big, stable part (system and all snapshot messages but the last) is stored as final JSON bytes
 and copied into the response unchanged; only the last snapshot message, the tail and the status
 note are parsed and serialized per fetch, so the cost follows the tail, not the session.
+
+A fetch never serves more than the budget: when the snapshot plus the tail would pass it (the
+worker down or behind), it serves the summary prepared ahead plus its tail if that fits, else a
+deterministic fit computed on the spot (no LLM), and says so in `fallback`.
 """
 
 from __future__ import annotations
@@ -14,15 +18,25 @@ from typing import Any
 import orjson
 from sqlalchemy import Connection, Engine, and_, bindparam, select
 
-from worker.compaction.assemble import FileInfo, add_status, assemble, merge_roles, status_note
+from worker.compaction.assemble import (
+    STATUS_NOTE_TOKENS,
+    FileInfo,
+    assemble,
+    finish,
+    prefix_tokens,
+    status_note,
+)
 from worker.compaction.codec import transcript_from_json
+from worker.compaction.epochs import extend
+from worker.compaction.fit import fit
 from worker.compaction.model import Policy, Transcript
+from worker.compaction.tokens import count_text
 from worker.store.cache import Entry, PromptCache
 from worker.store.db import read_tx
-from worker.store.files import file_infos, last_read_id
+from worker.store.files import file_infos, last_read_id, save_files
 from worker.store.memory import load_items, render
 from worker.store.sessions import TT, S, load_turns
-from worker.store.snapshots import latest_snapshot
+from worker.store.snapshots import latest_snapshot, load
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +47,13 @@ class Served:
     version: int
     request_bytes: int = 0  # system + messages, as a provider reads them for caching
     stable_bytes: int = 0  # of which before the volatile status note: what the next fetch repeats
+    tokens: int = 0
+    budget_tokens: int = 0
+    fallback: str | None = None  # "pending" or "fit" when the published snapshot + tail would not fit
+
+    @property
+    def fits(self) -> bool:
+        return self.tokens <= self.budget_tokens
 
 
 def entry_from_prompt(
@@ -71,31 +92,40 @@ def refresh_status_files(engine: Engine, cache: PromptCache, session_pk: int) ->
 
 
 def render_body(
-    client_id: str, version: int, entry: Entry, tail: Sequence[tuple[str, Any, int]], policy: Policy
-) -> tuple[bytes, int, int]:
+    client_id: str,
+    version: int,
+    entry: Entry,
+    tail: Sequence[tuple[str, Any, int]],
+    policy: Policy,
+    fallback: str | None = None,
+) -> tuple[bytes, int, int, int]:
     """The prompt response: snapshot fragments + tail merged onto the last message + status note.
 
-    Also returns the request's byte length and how many of its leading bytes come before the note.
+    Also returns the request's byte length, how many of its leading bytes come before the note,
+    and its tokens (snapshot, tail and note).
     """
     end = [orjson.loads(entry.last)] if entry.last else []
     end += [{"role": role, "content": content} for role, content, _ in tail]
     tokens = entry.tokens + sum(t for _, _, t in tail)
     files = [FileInfo(r, k, n, tuple(reads)) for r, k, n, reads in orjson.loads(entry.files)]
     note = status_note(tokens, policy.budget_tokens, files)
-    merged = merge_roles(end)
-    end = add_status(merged, note)
+    end = finish(end, note)
+    has_note = bool(end) and end[-1]["role"] == "user" and end[-1]["content"][-1].get("text") == note
+    tokens += count_text(note) if has_note else 0
     parts = [entry.head] if entry.head else []
     parts += [orjson.dumps(m) for m in end]
     messages = b",".join(parts)
     request_bytes = len(entry.system) + len(messages)
     # the note is the last block of the last message: `,{note}]}` is all that differs next time
-    note_bytes = len(orjson.dumps({"type": "text", "text": note})) + 3 if end is not merged else 0
+    note_bytes = len(orjson.dumps({"type": "text", "text": note})) + 3 if has_note else 0
     body = b"".join(
         (
             b'{"session_id":',
             orjson.dumps(client_id),
             b',"version":%d,"epoch":%d,"compacted_through":%d,"token_count":%d,"budget_tokens":%d'
             % (version, entry.epoch, entry.through, tokens, policy.budget_tokens),
+            b',"fallback":',
+            orjson.dumps(fallback),
             b',"system":',
             entry.system,
             b',"messages":[',
@@ -103,7 +133,20 @@ def render_body(
             b"]}",
         )
     )
-    return body, request_bytes, request_bytes - note_bytes
+    return body, request_bytes, request_bytes - note_bytes, tokens
+
+
+def _served(
+    client_id: str,
+    version: int,
+    entry: Entry,
+    tail: Sequence[tuple[str, Any, int]],
+    policy: Policy,
+    source: str,
+    fallback: str | None = None,
+) -> Served:
+    body, total, stable, tokens = render_body(client_id, version, entry, tail, policy, fallback)
+    return Served(body, source, entry.epoch, version, total, stable, tokens, policy.budget_tokens, fallback)
 
 
 # Built once: constructing a select per request costs more than running it.
@@ -129,7 +172,17 @@ _PK = select(S.c.id).where(S.c.tenant_id == bindparam("tenant_id"), S.c.client_i
 def fetch(
     engine: Engine, cache: PromptCache | None, tenant_id: int, client_id: str, policy_for: Any
 ) -> Served | None:
-    """The session's prompt: every appended turn, from the cache when it is current, else from the DB."""
+    """The session's prompt: every appended turn, from the cache when it is current, else from the
+    DB; within the budget always (see the module docstring)."""
+    served = _fetch(engine, cache, tenant_id, client_id, policy_for)
+    if served is None or served.fits:
+        return served
+    return _fallback(engine, cache, tenant_id, client_id, policy_for) or served
+
+
+def _fetch(
+    engine: Engine, cache: PromptCache | None, tenant_id: int, client_id: str, policy_for: Any
+) -> Served | None:
     entry, pk = None, None
     if cache is not None:
         pk = session_pk(engine, tenant_id, client_id, cache)
@@ -145,14 +198,59 @@ def fetch(
         if head[0] == pk and entry.epoch >= head[2] and entry.memver >= head[3]:
             policy = policy_for(head[4], head[5])
             tail = [(r[6], orjson.loads(r[7]), r[8]) for r in rows if r[6] is not None]
-            body, total, stable = render_body(client_id, head[1], entry, tail, policy)
-            return Served(body, "cache", entry.epoch, head[1], total, stable)
+            return _served(client_id, head[1], entry, tail, policy, "cache")
     with read_tx(engine) as conn:
         rows = conn.execute(_TAIL, {"tenant_id": tenant_id, "client_id": client_id, "after": after}).all()
         if not rows:
             return None
         head = rows[0]
         return _from_db(conn, client_id, head, policy_for(head.context_window, head.output_reserve))
+
+
+def _fallback(
+    engine: Engine, cache: PromptCache | None, tenant_id: int, client_id: str, policy_for: Any
+) -> Served | None:
+    """Snapshot + tail would pass the budget: the summary prepared ahead plus its tail, if that
+    fits; else a fit computed now from the snapshot state and the tail (deterministic, no LLM)."""
+    pk = session_pk(engine, tenant_id, client_id, cache) if cache is not None else None
+    pending = cache.pending_entry(pk) if cache is not None and pk is not None else None
+    if pending is not None:
+        rows = _tail_rows(engine, tenant_id, client_id, pending.through)
+        if rows and rows[0][0] == pk and pending.memver >= rows[0][3]:
+            head = rows[0]
+            tail = [(r[6], orjson.loads(r[7]), r[8]) for r in rows if r[6] is not None]
+            served = _served(
+                client_id, head[1], pending, tail, policy_for(head[4], head[5]), "pending", "pending"
+            )
+            if served.fits:
+                return served
+    with read_tx(engine) as conn:
+        pk = conn.execute(_PK, {"tenant_id": tenant_id, "client_id": client_id}).scalar()
+    loaded = load(engine, pk) if pk is not None else None
+    if loaded is None:
+        return None
+    row, snap = loaded.session, loaded.snapshot
+    state = (
+        transcript_from_json(orjson.loads(snap.state)) if snap else Transcript(system=row.system, turns=())
+    )
+    current = replace(extend(state, loaded.tail), system=row.system, memory=loaded.memory)
+    policy = policy_for(row.context_window, row.output_reserve)
+    fitted = fit(current, policy.reserving(prefix_tokens(current) + STATUS_NOTE_TOKENS)).transcript
+    if fitted.files:
+        save_files(engine, row.tenant_id, row.id, fitted.files)  # content-addressed: a repeat writes nothing
+    with read_tx(engine) as conn:
+        files = file_infos(conn, row.id)
+    epoch = snap.epoch if snap else 0
+    through = loaded.tail[-1].seq if loaded.tail else (snap.through_seq if snap else 0)
+    entry = entry_from_prompt(
+        assemble(replace(fitted, files=())),
+        epoch=epoch,
+        through=through,
+        memver=row.memory_version,
+        tokens=fitted.tokens() + prefix_tokens(fitted),
+        files=files,
+    )
+    return _served(client_id, row.version, entry, [], policy, "fit", "fit")
 
 
 def _tail_rows(engine: Engine, tenant_id: int, client_id: str, after: int) -> Sequence[Any]:
@@ -190,14 +288,16 @@ def _from_db(conn: Connection, client_id: str, session: Any, policy: Policy) -> 
     items = load_items(conn, session.id)
     memory = render(items)
     if snap is None:
-        state, through, epoch, tokens = Transcript(system=row.system, turns=()), 0, 0, 0
+        state, through, epoch = Transcript(system=row.system, turns=()), 0, 0
     else:
         state = transcript_from_json(orjson.loads(snap.state))
-        through, epoch, tokens = snap.through_seq, snap.epoch, snap.tokens
+        through, epoch = snap.through_seq, snap.epoch
+    state = replace(state, system=row.system, memory=memory)
+    tokens = state.tokens() + prefix_tokens(state)
     if snap is not None and snap.memory_version == session.memory_version:
         prompt = orjson.loads(snap.prompt)
     else:
-        prompt = assemble(replace(state, system=row.system, memory=memory))
+        prompt = assemble(state)
     entry = entry_from_prompt(
         prompt,
         epoch=epoch,
@@ -207,8 +307,7 @@ def _from_db(conn: Connection, client_id: str, session: Any, policy: Policy) -> 
         files=file_infos(conn, session.id),
     )
     tail = [(t.role, list(t.content), t.tokens) for t in load_turns(conn, session.id, through)]
-    body, total, stable = render_body(client_id, session.version, entry, tail, policy)
-    return Served(body, "db", epoch, session.version, total, stable)
+    return _served(client_id, session.version, entry, tail, policy, "db")
 
 
 def session_pk(engine: Engine, tenant_id: int, client_id: str, cache: PromptCache) -> int | None:

@@ -23,7 +23,9 @@ Mapping (FORMATS.md §2):
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
+from datetime import datetime
 from typing import Any
 
 from worker.compaction.formats.blocks import content_blocks
@@ -64,8 +66,10 @@ def load(data: bytes) -> Imported:
     kept = [(n, v) for n, v in lines if not (main_session and v.get("isSidechain"))]
     entries = _entries(kept, warnings)
     skipped += len(kept) - len(entries) - sum(1 for _, v in kept if _is_boundary(v))
-    messages, boundaries = shape(entries, warnings)
+    sources: list[str] = []
+    messages, boundaries = shape(entries, warnings, sources)
     meta = {
+        "timestamps": _timestamps(kept, sources),
         "compact_boundaries": [i for i, _ in boundaries],
         "compact_boundary_blocks": [list(b) for b in boundaries],
         "skipped_lines": skipped,
@@ -74,6 +78,17 @@ def load(data: bytes) -> Imported:
         "meta_lines": sum(1 for _, v in kept if v.get("isMeta")),
     }
     return Imported("", messages, "claude_code", tuple(warnings), meta)
+
+
+def _timestamps(lines: list[tuple[int, dict[str, Any]]], sources: list[str]) -> list[float | None]:
+    """Per message, when it was complete (its last source line's time, POSIX seconds), if known."""
+    times: dict[str, float] = {}
+    for number, value in lines:
+        stamp = value.get("timestamp")
+        if isinstance(stamp, str):
+            with contextlib.suppress(ValueError):
+                times[f"line {number}"] = datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    return [times.get(where) for where in sources]
 
 
 def _line_problem(value: Any) -> str | None:

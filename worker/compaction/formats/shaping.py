@@ -56,12 +56,13 @@ class _Message:
 
 
 def shape(
-    entries: Iterable[Entry], warnings: list[str]
+    entries: Iterable[Entry], warnings: list[str], sources: list[str] | None = None
 ) -> tuple[list[dict[str, Any]], list[tuple[int, int]]]:
     """(valid alternating messages, (message, block) index where each compaction boundary starts).
 
     A boundary's block index is > 0 when the first entry after it was merged into a message that
-    already held blocks (e.g. the last tool results before Claude Code compacted).
+    already held blocks (e.g. the last tool results before Claude Code compacted). `sources`, if
+    given, receives where each message's last block came from (when the message was complete).
     """
     placed = [_placed(e, warnings) for e in entries]
     merged = _merged(_nonempty(_merged(_folded(placed)), warnings))
@@ -75,6 +76,8 @@ def shape(
         )
         paired.insert(0, _Message("user", [({"type": "text", "text": START_TEXT}, "synthesized")]))
     messages = [{"role": m.role, "content": [b for b, _ in m.items]} for m in paired]
+    if sources is not None:
+        sources.extend(m.items[-1][1] if m.items else "" for m in paired)
     return messages, [
         (i, next((j for j, (_, w) in enumerate(m.items) if w == where), 0))
         for i, m in enumerate(paired)

@@ -1,0 +1,116 @@
+"""Paced replay benchmark: the two long Claude Code sessions appended over HTTP to a real
+`compactd up` (default settings: SQLite, embedded Redis, a Celery worker) at an agent's pace.
+
+Run: python -m ops.bench.paced [--paces 0.25,1,recordedx0.1] [--windows 200000,64000,32000]
+Every (session, window, pace) replay runs at once, each in its own session of one service, as
+concurrent agents would. Per replay: fetches over budget (must be 0), validity, fetch p50/p99,
+epochs, deadline switches, fallbacks served, the provider cache's read share and the cost under
+cache pricing against the uncompacted history, and the fidelity of the final prompt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from api.replay_http import replay_http
+from ops.bench.common import data_dir, table
+from ops.bench.fidelity import final_fidelity
+from ops.bench.replay import SESSIONS
+from ops.bench.service import _free_port, _wait_port
+from worker.compaction.formats import load_transcript
+from worker.replay import parse_pace
+
+KEY = "bench-paced-key-0123456789"
+
+
+def run(paces: list[str], windows: list[int]) -> list[dict[str, Any]]:
+    root = data_dir() / "transcripts" / "claude-code" / "spotter"
+    workdir = Path(tempfile.mkdtemp(prefix="compactd-paced-"))
+    port = _free_port()
+    env = {
+        **os.environ,
+        "COMPACTD_PORT": str(port),
+        "COMPACTD_VAR_DIR": str(workdir / "var"),
+        "COMPACTD_DATABASE_URL": f"sqlite:///{workdir / 'compactd.db'}",
+        "COMPACTD_DEFAULT_API_KEY": KEY,
+        "COMPACTD_LOG_LEVEL": "WARNING",
+    }
+    env.pop("COMPACTD_REDIS_URL", None)
+    log = (workdir / "up.log").open("wb")
+    up = subprocess.Popen(
+        [sys.executable, "-m", "api.cli", "up"], env=env, stdout=log, stderr=subprocess.STDOUT
+    )
+    jobs = [(name, window, pace) for name in SESSIONS for window in windows for pace in paces]
+    try:
+        _wait_port(port, up, timeout=120)
+        time.sleep(2)  # the worker comes up after the API
+        with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+            futures = [pool.submit(_one, root / name, window, pace, port) for name, window, pace in jobs]
+            rows = [f.result() for f in futures]
+    finally:
+        up.terminate()
+        up.wait(timeout=60)
+        log.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+    return rows
+
+
+def _one(path: Path, window: int, pace: str, port: int) -> dict[str, Any]:
+    imported = load_transcript(path)
+    report = replay_http(
+        f"http://127.0.0.1:{port}",
+        KEY,
+        imported.system,
+        imported.messages,
+        pace=parse_pace(pace),
+        timestamps=imported.meta.get("timestamps"),
+        context_window=window,
+    )
+    summary = report.summary()
+    fidelity = final_fidelity(imported.system, imported.messages, report.final_request)
+    return {"session": path.name[:8], "window": window, **summary, "final_fidelity": fidelity["all"]}
+
+
+COLUMNS = [
+    "session",
+    "window",
+    "pace",
+    "fetches",
+    "over_budget",
+    "all_valid",
+    "max_prompt_tokens",
+    "budget_tokens",
+    "fetch_p50_ms",
+    "fetch_p99_ms",
+    "epochs",
+    "deadline_switches",
+    "fallbacks_pending",
+    "fallbacks_fit",
+    "cache_read_share",
+    "cost_usd",
+    "cost_usd_uncompacted",
+    "final_fidelity",
+]
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--paces", default="0.25,1,recordedx0.1")
+    parser.add_argument("--windows", default="200000,64000,32000")
+    args = parser.parse_args(argv or [])
+    rows = run(args.paces.split(","), [int(w) for w in args.windows.split(",")])
+    print(table(rows, COLUMNS))
+    return {"rows": rows}
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
