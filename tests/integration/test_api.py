@@ -338,3 +338,36 @@ def test_sub_agent_sessions_link_to_their_parent(api: Api) -> None:
     info = api.get("/v1/sessions/child").json()
     assert (info["parent_session_id"], info["parent_tool_use_id"]) == ("parent", "toolu_task")
     assert "sub task" not in api.get("/v1/sessions/parent/prompt").text
+
+
+def test_an_assistant_reply_appended_as_the_api_returned_it_is_accepted(api: Api) -> None:
+    """A reply dumped from the SDK (a blank text block before the tool call, None-valued fields,
+    a signed thinking block) is appended, and the served prompt is a valid request."""
+    import anthropic.types as at
+
+    reply = at.Message.model_validate(
+        {
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude-sonnet-4-5",
+            "stop_reason": "tool_use",
+            "stop_sequence": None,
+            "usage": {"input_tokens": 10, "output_tokens": 5},
+            "content": [
+                {"type": "thinking", "thinking": "look first", "signature": "sig=="},
+                {"type": "text", "text": "\n\n", "citations": None},
+                {"type": "tool_use", "id": "toolu_9", "name": "Bash", "input": {"command": "ls"}},
+            ],
+        }
+    )
+    message = {"role": "assistant", "content": reply.model_dump()["content"]}
+    assert api.append("sdk", user("task"), message).status_code == 200
+    api.append("sdk", result("toolu_9"))
+    p = api.get("/v1/sessions/sdk/prompt").json()
+    assert request_problems({"system": p["system"], "messages": p["messages"]}) == []
+    assert p["messages"][1]["content"][0] == {
+        "type": "thinking",
+        "thinking": "look first",
+        "signature": "sig==",
+    }
