@@ -51,3 +51,21 @@ class _WorkerStats(Collector):
         saved = CounterMetricFamily("compactd_tokens_saved", "Tokens removed by new epochs")
         saved.add_metric([], values.get("tokens_saved", 0))
         yield saved
+        switches = CounterMetricFamily(
+            "compactd_summary_switches", "Prepared summaries switched in", labels=["reason"]
+        )
+        fallbacks = CounterMetricFamily(
+            "compactd_prompt_fallbacks",
+            "Fetches served a fallback (the worker had not kept up)",
+            labels=["kind"],
+        )
+        for key, value in sorted(values.items()):
+            if key.startswith("switches_"):
+                switches.add_metric([key.removeprefix("switches_")], value)
+            if key.startswith("fallbacks_"):
+                fallbacks.add_metric([key.removeprefix("fallbacks_")], value)
+        yield switches
+        yield fallbacks
+        over = CounterMetricFamily("compactd_prompt_over_budget", "Fetches served over budget (must stay 0)")
+        over.add_metric([], values.get("fetches_over_budget", 0))
+        yield over

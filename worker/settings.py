@@ -37,13 +37,14 @@ class Settings(BaseSettings):
     output_reserve: int = 8_192
     structural_trigger: float = 0.30
     summarize_trigger: float = 0.85
+    pretrigger_share: float = 0.8  # prepare the summary ahead from this share of the summarize trigger
     keep_share: float = 0.10
     clip_tokens: int = 1_500
     arg_clip_chars: int = 2_000
     offload_tokens: int = 10_000
     preview_tokens: int = 1_000
     worth_it_tokens: int = 2_000
-    worth_it_share: float = 0.05
+    worth_it_share: float = 0.25  # of the tokens a rewrite makes the provider cache again
     turn_trigger: int = 0
 
     idle_seconds: float = 5.0

@@ -40,6 +40,10 @@ async def get_prompt(sid: SessionId, request: Request) -> Response:
         raise NotFound("no such session")
     request.app.state.metrics.fetches.labels(served.source).inc()
     pk = res.cache.pks.get((tenant, sid))
+    if not served.fits:
+        # never expected (fit clips everything but a tiny system prompt); counted where operators look
+        log.error("prompt.over_budget", tokens=served.tokens, budget_tokens=served.budget_tokens)
+        res.cache.count("fetches_over_budget")
     if served.fallback is not None:
         # the worker is down or behind: say so, and make sure a job is on its way
         log.warning(

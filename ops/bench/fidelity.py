@@ -79,7 +79,8 @@ def kept_share(items: dict[str, list[str]], haystack: str) -> dict[str, Any]:
         n = len(items[k])
         out[k] = f"{sum(x in text for x in items[k])}/{n}"
     total = sum(len(v) for v in items.values())
-    out["all"] = round(sum(x in text for v in items.values() for x in v) / max(1, total), 3)
+    # nothing compacted: nothing lost
+    out["all"] = round(sum(x in text for v in items.values() for x in v) / total, 3) if total else 1.0
     return out
 
 

@@ -1,8 +1,9 @@
-"""Replay benchmark: the two long Claude Code sessions fed turn by turn at 200k and 64k windows.
+"""Replay benchmark, offline: the two long Claude Code sessions at 200k, 64k and 32k windows,
+appended every 0.25 s with the worker simulated on the same clock (jobs take their measured time).
 
-Run: python -m ops.bench.replay [--plots DIR]
-Per session and window: fetches, epochs, the largest prompt served vs the budget, the share of
-fetches reusing >= 90% of the previous prompt byte for byte, and input cost with and without.
+Run: python -m ops.bench.replay [--plots DIR]   (over HTTP against the real service: ops.bench.paced)
+Per session and window: fetches over budget, epochs, switches, fallbacks, the largest prompt vs the
+budget, and the cost under the provider's cache prices against the uncompacted history.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ from typing import Any
 from ops.bench.common import data_dir, table
 from worker.compaction.formats import load_transcript
 from worker.compaction.model import Policy
-from worker.replay import plot, replay
+from worker.replay import Pace, plot, replay
 
 SESSIONS = ("fa812bfe-b295-4cca-9c2f-fdf01028cb46.jsonl", "258c7280-ae70-4798-800f-63464d01a85d.jsonl")
-WINDOWS = (200_000, 64_000)
+WINDOWS = (200_000, 64_000, 32_000)
 
 
 def main(plots: Path | None = None) -> dict[str, Any]:
@@ -26,7 +27,9 @@ def main(plots: Path | None = None) -> dict[str, Any]:
     for name in SESSIONS:
         imported = load_transcript(root / name)
         for window in WINDOWS:
-            report = replay(imported.system, imported.messages, Policy(context_window=window))
+            report = replay(
+                imported.system, imported.messages, Policy(context_window=window), pace=Pace(0.25)
+            )
             rows.append({"session": name[:8], "window": window, **report.summary()})
             if plots:
                 plots.mkdir(parents=True, exist_ok=True)
@@ -39,17 +42,19 @@ def main(plots: Path | None = None) -> dict[str, Any]:
         "session",
         "window",
         "fetches",
+        "over_budget",
+        "all_valid",
         "epochs",
+        "quiet_switches",
+        "deadline_switches",
+        "fallbacks_pending",
+        "fallbacks_fit",
         "max_prompt_tokens",
         "budget_tokens",
-        "all_under_budget",
-        "all_valid",
-    ]
-    columns += [
-        "fetches_reusing_90pct",
-        "mean_reused_share",
-        "input_cost_usd_compacted",
-        "input_cost_usd_uncompacted",
+        "fetches_reading_cache",
+        "cache_read_share",
+        "cost_usd",
+        "cost_usd_uncompacted",
     ]
     print(table(rows, columns))
     return {"rows": rows}

@@ -2,7 +2,8 @@
 
 Between epochs the served prompt only grows at the end (the same prefix bytes, so a provider's
 prompt cache keeps hitting). A new epoch rewrites the middle, so it must save enough to pay for
-the cache it throws away: at least `worth_it_tokens` and `worth_it_share` of the prompt, or the
+the cache it throws away: at least `worth_it_tokens`, and `worth_it_share` of the tokens it makes the
+provider write to its cache again (from the first changed turn on), or the
 prompt must be over the summarization trigger (it has to shrink, whatever the cache).
 """
 
@@ -43,8 +44,22 @@ def decide(current: Transcript, compacted: Transcript, policy: Policy) -> Verdic
         return Verdict(Decision.EXTEND, before, after)
     saved = before - after
     must_shrink = before > policy.summarize_trigger_tokens and saved > 0
-    worth_it = saved >= policy.worth_it_tokens and saved >= policy.worth_it_share * before
+    worth_it = saved >= policy.worth_it_tokens and saved >= policy.worth_it_share * rewritten_tokens(
+        current, compacted
+    )
     return Verdict(Decision.NEW_EPOCH if (must_shrink or worth_it) else Decision.SKIP, before, after)
+
+
+def rewritten_tokens(current: Transcript, compacted: Transcript) -> int:
+    """Tokens of the current prompt from its first changed turn on: what the provider must write
+    to its cache again (at 1.25x, instead of reading at 0.1x) if the compaction is published."""
+    if compacted.handoff != current.handoff:
+        return current.tokens()
+    new = {t.seq: t for t in compacted.turns}
+    for i, turn in enumerate(current.turns):
+        if new.get(turn.seq) != turn:
+            return sum(t.tokens for t in current.turns[i:])
+    return 0
 
 
 class Switch(StrEnum):

@@ -162,7 +162,7 @@ class Policy:
     summary_target_share: float = 0.5  # after summarizing, aim for this share of the budget
     handoff_max_share: float = 0.15  # the handoff note's own ceiling, as a share of the budget
     worth_it_tokens: int = 2_000
-    worth_it_share: float = 0.05
+    worth_it_share: float = 0.25  # of the tokens a rewrite makes the provider cache again
     turn_trigger: int = 0  # summarize past this many turns (0: off)
     pretrigger_share: float = 0.8  # prepare the summary ahead from this share of the summarize trigger
 
