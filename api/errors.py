@@ -51,6 +51,12 @@ class InvalidAppend(ApiError):
     status, title = 422, "Invalid append"
 
 
+class Unavailable(ApiError):
+    """Raised when a request cannot be served right now but may be on a retry (503, Retry-After)."""
+
+    status, title = 503, "Service unavailable"
+
+
 class PayloadTooLarge(ApiError):
     """Raised when a request body is over max_request_bytes."""
 
@@ -62,7 +68,9 @@ def problem(status: int, title: str, detail: str | None = None, **extensions: An
     if detail:
         body["detail"] = detail
     body.update(extensions)
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    headers = (
+        {"WWW-Authenticate": "Bearer"} if status == 401 else {"Retry-After": "1"} if status == 503 else None
+    )
     return Response(orjson.dumps(body), status_code=status, media_type=PROBLEM, headers=headers)
 
 

@@ -78,7 +78,8 @@ def _compact(tenant_id: int, session_pk: int, res: Resources) -> str:
         engine_policy,
         pending=_pending(res, session_pk),
         quiet=quiet,
-        force=forced,
+        # a user's /compact runs at the next quiet point (never mid tool call, never per busy append)
+        force=forced and quiet,
         focus=focus or None,
         summarizer=res.summarizer,
     )
@@ -110,15 +111,16 @@ def _compact(tenant_id: int, session_pk: int, res: Resources) -> str:
             "error": s.error,
         },
     )
+    with read_tx(res.engine) as conn:
+        files = file_infos(conn, session_pk)
+    # a summary prepared here is kept even if the snapshot itself was already current
+    _keep_pending(res, session_pk, s, epoch, row.memory_version, files)
     if not won:
         log.info("snapshot.stale", epoch=epoch, through_seq=new_through)
         return "stale"
-    with read_tx(res.engine) as conn:
-        files = file_infos(conn, session_pk)
     entry = entry_from_prompt(
         prompt, epoch=epoch, through=new_through, memver=row.memory_version, tokens=tokens, files=files
     )
-    _keep_pending(res, session_pk, s, epoch, row.memory_version, files)
     _account(res, session_pk, entry, s, forced and quiet)
     try:
         res.cache.put(session_pk, entry)
@@ -141,7 +143,7 @@ def _compact(tenant_id: int, session_pk: int, res: Resources) -> str:
         epoch=epoch,
         through_seq=new_through,
         quiet=quiet,
-        tokens_before=verdict.tokens_before,
+        tokens_before=verdict.tokens_before + prefix_tokens(current),
         tokens_after=tokens,
         budget_tokens=policy.budget_tokens,
         stages=reports,

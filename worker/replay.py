@@ -109,7 +109,8 @@ class ReplayReport:
 
     @property
     def over_budget(self) -> int:
-        return sum(f.prompt_tokens > f.budget_tokens for f in self.fetches)
+        """Fetches over budget by the service's token_count or by counting the request itself."""
+        return sum(max(f.prompt_tokens, f.request_tokens) > f.budget_tokens for f in self.fetches)
 
     def summary(self) -> dict[str, Any]:
         read = sum(f.billed.read_tokens for f in self.fetches)

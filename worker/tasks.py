@@ -11,6 +11,8 @@ from worker.errors import SessionLocked, TransientError
 
 # A job that finds its session locked waits for the running one: briefly, it has newer turns to add.
 LOCKED_RETRY_SECONDS = 0.25
+LOCKED_MAX_SECONDS = 2.0
+LOCKED_MAX_RETRIES = 200  # past lock_seconds (120 s) at 2 s a try: the lock has expired by then
 
 
 @app.task(
@@ -28,8 +30,10 @@ def compact(self: Task, tenant_id: int, session_id: int, seen_version: int) -> s
         try:
             return jobs.compact(tenant_id, session_id, seen_version, resources())
         except SessionLocked as exc:
-            limit = int(resources().settings.lock_seconds / LOCKED_RETRY_SECONDS)
-            raise self.retry(exc=exc, countdown=LOCKED_RETRY_SECONDS, max_retries=limit) from exc
+            # SessionLocked is transient but not autoretried (dont_autoretry_for): it waits here,
+            # briefly at first, then backing off to 2 s (the running job may be an LLM summary)
+            countdown = min(LOCKED_MAX_SECONDS, LOCKED_RETRY_SECONDS * 2**self.request.retries)
+            raise self.retry(exc=exc, countdown=countdown, max_retries=LOCKED_MAX_RETRIES) from exc
 
 
 @app.task(name="compactd.sweep", bind=True)

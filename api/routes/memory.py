@@ -79,6 +79,6 @@ def delete_memory(
 
 def _republish(res: Resources, tenant: int, sid: str, row: object, enqueue: object) -> None:
     # the cached prompt now has old memory: fetches assemble from the DB until the worker republishes
-    res.cache.drop(row.id)  # type: ignore[attr-defined]
+    res.cache.invalidate(row.id)  # type: ignore[attr-defined]
     prompts.forget(res.cache, tenant, sid)
     enqueue(tenant, row.id, row.version)  # type: ignore[attr-defined,operator]

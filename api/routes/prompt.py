@@ -8,12 +8,12 @@ from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
 from api.deps import get_tenant
-from api.errors import NotFound
+from api.errors import NotFound, Unavailable
 from api.routes.paths import SessionId
 from api.schemas import PromptResponse
 from worker.resources import Resources
 from worker.store.db import is_sqlite
-from worker.store.prompts import fetch
+from worker.store.prompts import Served, fallback, fetch_ready
 
 router = APIRouter(tags=["prompt"])
 log = structlog.get_logger("compactd.api")
@@ -33,11 +33,22 @@ async def get_prompt(sid: SessionId, request: Request) -> Response:
     res: Resources = request.app.state.resources
     if is_sqlite(res.engine):
         # a local file read plus one Redis round trip with a 0.25 s ceiling: cheaper inline than a thread hop
-        served = fetch(res.engine, res.cache, tenant, sid, res.policy_for)
+        served = fetch_ready(res.engine, res.cache, tenant, sid, res.policy_for)
     else:
-        served = await run_in_threadpool(fetch, res.engine, res.cache, tenant, sid, res.policy_for)
+        served = await run_in_threadpool(fetch_ready, res.engine, res.cache, tenant, sid, res.policy_for)
     if served is None:
         raise NotFound("no such session")
+    if not served.fits:
+        # the worker is down or behind: the pending summary or a fit, computed off the event loop
+        try:
+            served = await run_in_threadpool(fallback, res.engine, res.cache, tenant, sid, res.policy_for)
+        except Exception as exc:
+            log.error("prompt.fallback_failed", error=type(exc).__name__)
+            raise Unavailable(
+                "the prompt does not fit yet and no fallback could be computed; retry"
+            ) from None
+        if served is None:
+            raise NotFound("no such session")
     request.app.state.metrics.fetches.labels(served.source).inc()
     pk = res.cache.pks.get((tenant, sid))
     if not served.fits:
@@ -45,14 +56,19 @@ async def get_prompt(sid: SessionId, request: Request) -> Response:
         log.error("prompt.over_budget", tokens=served.tokens, budget_tokens=served.budget_tokens)
         res.cache.count("fetches_over_budget")
     if served.fallback is not None:
-        # the worker is down or behind: say so, and make sure a job is on its way
+        # say so, and make sure a job is on its way
         log.warning(
             "prompt.fallback_served", fallback=served.fallback, tokens=served.tokens, epoch=served.epoch
         )
-        res.cache.count(f"fallbacks_{served.fallback}")
-        if pk is not None:
-            request.app.state.enqueue(tenant, pk, served.version)
-    if pk is not None:
+        await run_in_threadpool(_after_fallback, request, res, tenant, pk, served)
+    elif pk is not None:
         # cache-reuse accounting: buffered here, written to Redis in batches by the app (api/app.py)
         request.app.state.fetch_log.append((pk, served.epoch, served.request_bytes, served.stable_bytes))
     return Response(served.body, media_type="application/json")
+
+
+def _after_fallback(request: Request, res: Resources, tenant: int, pk: int | None, served: Served) -> None:
+    """Count the fallback and send a job (Redis calls: off the event loop)."""
+    res.cache.count(f"fallbacks_{served.fallback}")
+    if pk is not None:
+        request.app.state.enqueue(tenant, pk, served.version)

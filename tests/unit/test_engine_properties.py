@@ -10,12 +10,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.strategies import PLANTED_SECRETS, conversations
-from worker.compaction.assemble import assemble
+from worker.compaction.assemble import STATUS_NOTE_TOKENS, assemble, prefix_tokens
 from worker.compaction.fit import fit
 from worker.compaction.model import Policy, Transcript, canonical_json
 from worker.compaction.pipeline import compact, ingest
 from worker.compaction.ports import SummarizerError, SummaryRequest, SummaryResult
 from worker.compaction.redact import Redactor
+from worker.compaction.tokens import count_request
 from worker.compaction.validate import request_problems
 from worker.compaction.zones import keep_start
 
@@ -229,6 +230,35 @@ def test_a_summary_prepared_past_a_pending_tool_call_keeps_the_call(window: int)
 def test_fit_always_fits_and_stays_valid(messages: list[dict[str, Any]], window: int) -> None:
     """The fetch fallback's fit is within the budget whatever the session, and still a valid request."""
     policy = policy_for(window)
-    out = fit(transcript(messages, policy), policy).transcript
-    assert out.tokens() <= policy.budget_tokens
-    assert request_problems(assemble(out), allow_pending_tool_use=True) == []
+    t = transcript(messages, policy)
+    out = fit(t, policy.reserving(prefix_tokens(t) + STATUS_NOTE_TOKENS)).transcript
+    request = assemble(out)
+    assert count_request(request) <= policy.budget_tokens
+    assert request_problems(request, allow_pending_tool_use=True) == []
+
+
+def test_fit_drops_old_thinking_and_clips_any_bulky_tool_input() -> None:
+    """A session whose older assistant turn holds a huge thinking block and a huge command still
+    fits a small window: the thinking goes whole, the command is clipped with a pointer."""
+    big = "word " * 9_000
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": "task"},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "thinking", "thinking": big, "signature": "sig"},
+                {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": big}},
+            ],
+        },
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "ok"}]},
+        {"role": "assistant", "content": "done"},
+        {"role": "user", "content": "next"},
+    ]
+    policy = policy_for(8_000)
+    t = transcript(messages, policy)
+    out = fit(t, policy.reserving(prefix_tokens(t) + STATUS_NOTE_TOKENS))
+    request = assemble(out.transcript)
+    assert count_request(request) <= policy.budget_tokens
+    assert request_problems(request) == []
+    assert not any(b.get("type") == "thinking" for m in request["messages"] for b in m["content"])
+    assert any(f.content == big for f in out.transcript.files)  # the full command stays readable

@@ -4,21 +4,26 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.strategies import conversations, text_of
+from worker.compaction.assemble import assemble
 from worker.compaction.epochs import (
     Decision,
+    Switch,
     decide,
     extend,
     request_bytes,
     served_request,
     shared_prefix_share,
+    step,
 )
 from worker.compaction.model import Policy, Transcript, Turn
 from worker.compaction.pipeline import compact
 from worker.compaction.tokens import count_message
+from worker.compaction.validate import request_problems
 from worker.replay import Pace, replay
 
 
@@ -101,3 +106,51 @@ def test_a_replayed_session_always_fits_at_any_pace(
     assert all(f.valid for f in report.fetches)
     assert report.over_budget == 0
     assert all(f.request_tokens <= f.budget_tokens for f in report.fetches)
+
+
+def _session_of(tokens: int) -> Transcript:
+    """A task plus tool units of ~500 tokens each, about `tokens` in all."""
+    return Transcript("s", turns_of(*[text_of(n, 45) for n in range(max(1, tokens // 500))]))
+
+
+@pytest.mark.parametrize(
+    ("share_of_trigger", "quiet", "prepared", "switch"),
+    [
+        (0.5, True, False, Switch.NONE),  # under the pre-trigger: nothing to prepare
+        (0.9, True, True, Switch.NONE),  # pre-trigger < tokens < trigger: prepared, kept pending
+        (1.1, True, True, Switch.QUIET),  # past the trigger at a quiet point: switched in
+        (1.1, False, True, Switch.NONE),  # past the trigger, busy: pending until a quiet point
+        (1.95, False, True, Switch.DEADLINE),  # past the deadline, busy: switched in at once
+    ],
+)
+def test_a_summary_is_prepared_ahead_and_switched_by_the_rules(
+    share_of_trigger: float, quiet: bool, prepared: bool, switch: Switch
+) -> None:
+    """Pre-trigger prepares, a quiet point past the trigger switches, the deadline switches anyway."""
+    policy = Policy(
+        context_window=200_000, output_reserve=8_000, summarize_trigger=0.5, structural_trigger=0.2
+    )
+    assert policy.pretrigger_tokens < policy.summarize_trigger_tokens < policy.deadline_tokens
+    t = _session_of(int(policy.summarize_trigger_tokens * share_of_trigger))
+    s = step(t, policy, quiet=quiet)
+    assert (s.prepared, s.switch) == (prepared, switch)
+    if switch is Switch.NONE:
+        assert s.publish.handoff is None and (s.pending is not None) == prepared
+    else:
+        assert s.publish.handoff is not None and s.pending is None
+        assert request_problems(assemble(s.publish), allow_pending_tool_use=True) == []
+
+
+def test_a_pending_summary_catches_up_with_the_turns_appended_since() -> None:
+    """A summary prepared earlier is switched in with every turn appended after it, verbatim."""
+    policy = Policy(
+        context_window=200_000, output_reserve=8_000, summarize_trigger=0.5, structural_trigger=0.2
+    )
+    early = _session_of(int(policy.summarize_trigger_tokens * 0.9))
+    pending = step(early, policy, quiet=False).pending
+    assert pending is not None
+    later = Transcript("s", turns_of(*[text_of(n, 45) for n in range(len(early.turns) // 2 + 20)]))
+    s = step(later, policy, pending=pending, quiet=True)
+    assert s.switch is Switch.QUIET and s.publish.handoff == pending.handoff
+    assert [t.seq for t in s.publish.turns][-40:] == [t.seq for t in later.turns][-40:]
+    assert request_problems(assemble(s.publish), allow_pending_tool_use=True) == []

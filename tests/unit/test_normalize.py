@@ -403,3 +403,29 @@ def test_text_blocks_always_normalize_to_non_empty_text_without_nones(
     assert all(b["type"] == "text" and b["text"].strip() for b in out)
     assert nones(list(out)) == []
     assert [b["text"] for b in out] in ([b["text"] for b in blocks if b["text"].strip()], [EMPTY_TEXT])
+
+
+def test_client_cache_breakpoints_are_dropped_at_ingest_even_nested() -> None:
+    """compactd places the (at most 4) breakpoints itself: a client's own, top-level or inside a
+    tool_result's content, are removed before anything is stored."""
+    from worker.compaction.model import Policy
+    from worker.compaction.pipeline import ingest
+    from worker.compaction.pricing import breakpoints
+    from worker.compaction.redact import Redactor
+
+    marker = {"type": "ephemeral"}
+    message = {
+        "role": "user",
+        "content": [
+            {
+                "type": "tool_result",
+                "tool_use_id": "toolu_1",
+                "content": [{"type": "text", "text": "out", "cache_control": marker}],
+                "cache_control": marker,
+            },
+            {"type": "text", "text": "next", "cache_control": marker},
+        ],
+    }
+    assert breakpoints({"messages": [message]}) == 3
+    turns = ingest([message], first_seq=1, redactor=Redactor(b"k"), policy=Policy()).turns
+    assert breakpoints({"messages": [turns[0].as_message()]}) == 0

@@ -21,6 +21,7 @@ from worker.compaction.tokens import count_text
 CACHE_CONTROL = {"type": "ephemeral"}
 # Room the engine leaves in the budget for the status note a fetch adds (at most 20 file lines).
 STATUS_NOTE_TOKENS = 400
+MAX_RANGES_SHOWN = 4  # read ranges listed per file, so the note stays within its room
 # blocks the API refuses a cache_control on
 _UNMARKABLE = {"thinking", "redacted_thinking"}
 
@@ -87,6 +88,9 @@ def finish(end: list[dict[str, Any]], note: str) -> list[dict[str, Any]]:
 
 def strip_cache_control(block: Block) -> Block:
     """A client's own breakpoint is dropped at ingest: compactd places them (the API allows 4)."""
+    content = block.get("content")
+    if isinstance(content, list) and any(isinstance(p, dict) and "cache_control" in p for p in content):
+        block = {**block, "content": [strip_cache_control(p) if isinstance(p, dict) else p for p in content]}
     if "cache_control" not in block:
         return block
     return {k: v for k, v in block.items() if k != "cache_control"}
@@ -135,7 +139,10 @@ def status_note(tokens_used: int, budget_tokens: int, files: Sequence[FileInfo])
     if files:
         lines.append("Virtual files (read with the read_file / grep tools):")
         for f in files[:20]:
-            read = f"; read: {', '.join(f.read_ranges)}" if f.read_ranges else "; not read yet"
+            ranges = list(f.read_ranges[:MAX_RANGES_SHOWN])
+            if len(f.read_ranges) > MAX_RANGES_SHOWN:
+                ranges.append(f"+{len(f.read_ranges) - MAX_RANGES_SHOWN} more")
+            read = f"; read: {', '.join(ranges)}" if ranges else "; not read yet"
             lines.append(f"- {f.ref} ({f.kind}, {f.lines:,} lines{read})")
         if len(files) > 20:
             lines.append(f"- … and {len(files) - 20} more (GET /files lists them all)")

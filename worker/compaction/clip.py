@@ -52,7 +52,7 @@ class Clip:
             text = block_text(block)
             new = self._output(text, files)
             return block if new is text else with_text(block, new)
-        if kind == "tool_use" and WRITE_LIKE.search(str(block.get("name", ""))):
+        if kind == "tool_use" and (self.whole or WRITE_LIKE.search(str(block.get("name", "")))):
             data = block.get("input", {})
             new_input = {k: self._argument(v, files) if isinstance(v, str) else v for k, v in data.items()}
             return block if all(new_input[k] is data[k] for k in data) else {**block, "input": new_input}

@@ -109,7 +109,15 @@ def step(
     error, reports = None, structural.reports
     over_turns = policy.turn_trigger > 0 and len(current.turns) > policy.turn_trigger
     if pending is None and (force or over_turns or tokens > policy.pretrigger_tokens):
-        result = compact(current, policy, summarize=True, force=force, focus=focus, summarizer=summarizer)
+        result = compact(
+            current,
+            policy,
+            summarize=True,
+            force=force,
+            focus=focus,
+            summarizer=summarizer,
+            trigger_tokens=policy.pretrigger_tokens,
+        )
         error, reports = result.error, result.reports
         if summarized(result):
             pending, prepared_files = replace(result.transcript, files=()), result.transcript.files
@@ -120,7 +128,16 @@ def step(
         new = replace(after.transcript, files=())
         verdict = Verdict(Decision.NEW_EPOCH, current.tokens(), new.tokens())
         files = (*prepared_files, *after.transcript.files)
-        return Step(new, verdict, None, prepared, switch, files, reports + after.reports, error)
+        return Step(
+            publish=new,
+            verdict=verdict,
+            pending=None,
+            prepared=prepared,
+            switch=switch,
+            files=files,
+            reports=reports + after.reports,
+            error=error,
+        )
     verdict = decide(current, structural.transcript, policy)
     if force and quiet and verdict.decision is Decision.SKIP:
         verdict = replace(verdict, decision=Decision.NEW_EPOCH)  # the user asked: even a small saving
@@ -131,7 +148,16 @@ def step(
         )
     else:
         publish, files = current, prepared_files
-    return Step(publish, verdict, pending, prepared, Switch.NONE, files, reports, error)
+    return Step(
+        publish=publish,
+        verdict=verdict,
+        pending=pending,
+        prepared=prepared,
+        switch=Switch.NONE,
+        files=files,
+        reports=reports,
+        error=error,
+    )
 
 
 def _switch(tokens: int, policy: Policy, *, quiet: bool, force: bool, over_turns: bool) -> Switch:

@@ -7,9 +7,14 @@ summary prepared ahead fits either. Each layer runs only if the previous one was
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from worker.compaction.clip import Clip
-from worker.compaction.model import Policy, Transcript
+from worker.compaction.model import Policy, Transcript, Turn
 from worker.compaction.pipeline import Compacted, compact
+from worker.compaction.tokens import count_message
+
+_THINKING = ("thinking", "redacted_thinking")
 
 # The last resort clips everything, ever tighter (the full texts stay readable by ref).
 SQUEEZE_CLIP_TOKENS = (400, 100, 20)
@@ -19,7 +24,8 @@ def fit(t: Transcript, policy: Policy) -> Compacted:
     """The transcript compacted until its tokens are within policy.budget_tokens.
 
     Layers: the usual stages with an extractive summary; a forced summary that keeps only the
-    last tool unit; then clipping every block, the keep window and task included.
+    last tool unit; then thinking dropped from all but the newest assistant turn (the API needs
+    only that one) and every block clipped, the keep window and task included, ever tighter.
     """
     budget = policy.budget_tokens
     out = compact(t, policy, summarize=True)
@@ -28,8 +34,25 @@ def fit(t: Transcript, policy: Policy) -> Compacted:
     forced = compact(out.transcript, policy, summarize=True, force=True)
     reports = out.reports + forced.reports
     current = forced.transcript
+    if current.tokens() > budget:
+        current = drop_old_thinking(current)
     for clip_tokens in SQUEEZE_CLIP_TOKENS:
         if current.tokens() <= budget:
             break
         current = Clip(clip_tokens, policy.clip_head_share, arg_clip_chars=200, whole=True)(current)
     return Compacted(current, reports)
+
+
+def drop_old_thinking(t: Transcript) -> Transcript:
+    """Thinking blocks removed whole (never edited) from every assistant turn but the newest."""
+    last = max((i for i, turn in enumerate(t.turns) if turn.role == "assistant"), default=-1)
+    turns = [turn if i == last else _without_thinking(turn) for i, turn in enumerate(t.turns)]
+    return t.with_turns(turns)
+
+
+def _without_thinking(turn: Turn) -> Turn:
+    if turn.role != "assistant" or not any(b.get("type") in _THINKING for b in turn.content):
+        return turn
+    content = tuple(b for b in turn.content if b.get("type") not in _THINKING)
+    content = content or ({"type": "text", "text": "(thinking omitted)"},)
+    return replace(turn, content=content, tokens=count_message(content))

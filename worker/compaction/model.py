@@ -202,7 +202,8 @@ class Policy:
     def deadline_tokens(self) -> int:
         """Past this a prepared summary is switched in at once, quiet point or not: the next turns
         could otherwise push the served prompt over the budget before the next job runs."""
-        return self.budget_tokens - self.headroom_tokens
+        # half the headroom past the trigger, so a busy session still has a gap before it
+        return self.budget_tokens - self.headroom_tokens // 2
 
     def reserving(self, tokens: int) -> Policy:
         """The policy for the turns when `tokens` of the budget are taken by the system prompt and memory."""

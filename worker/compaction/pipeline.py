@@ -68,8 +68,10 @@ def default_stages(
     force: bool = False,
     focus: str | None = None,
     summarizer: Summarizer | None = None,
+    trigger_tokens: int | None = None,
 ) -> list[Stage]:
-    """The compaction recipe, cheapest layer first; summarization only when asked for."""
+    """The compaction recipe, cheapest layer first; summarization only when asked for (from
+    `trigger_tokens`, default the policy's summarize trigger)."""
     keep = policy.keep_tokens
     stages: list[Stage] = [
         Dedup(min_tokens=policy.dedup_min_tokens, keep_tokens=keep),
@@ -78,7 +80,7 @@ def default_stages(
     if summarize:
         stages.append(
             Summarize(
-                trigger_tokens=policy.summarize_trigger_tokens,
+                trigger_tokens=policy.summarize_trigger_tokens if trigger_tokens is None else trigger_tokens,
                 target_tokens=policy.summary_target_tokens,
                 keep_tokens=keep,
                 max_note_tokens=int(policy.budget_tokens * policy.handoff_max_share),
@@ -127,10 +129,12 @@ def compact(
     force: bool = False,
     focus: str | None = None,
     summarizer: Summarizer | None = None,
+    trigger_tokens: int | None = None,
 ) -> Compacted:
     """Compact a transcript. Below the structural trigger (and unforced) it comes back unchanged.
 
-    `summarize` lets the Summarize stage run (it acts only past its trigger, or when forced). It
+    `summarize` lets the Summarize stage run (it acts only past its trigger, or when forced; a
+    summary prepared ahead passes the pre-trigger as `trigger_tokens`). It
     evicts only the settled span: the keep window holds at least the last tool unit, so a tool
     call still waiting for its result is never summarized. A failing summarizer leaves the
     structural result and reports why.
@@ -140,7 +144,15 @@ def compact(
         return Compacted(t, ())
     try:
         out = run_stages(
-            t, default_stages(policy, summarize=summarize, force=force, focus=focus, summarizer=summarizer)
+            t,
+            default_stages(
+                policy,
+                summarize=summarize,
+                force=force,
+                focus=focus,
+                summarizer=summarizer,
+                trigger_tokens=trigger_tokens,
+            ),
         )
     except SummarizerError as exc:
         structural = run_stages(t, default_stages(policy))

@@ -79,7 +79,11 @@ def breakpoints(request: dict[str, Any]) -> int:
     for message in request.get("messages", []):
         if isinstance(message["content"], list):
             blocks += message["content"]
-    return sum(1 for b in blocks if isinstance(b, dict) and "cache_control" in b)
+    # a tool_result's own content blocks may carry markers too, and the API counts them
+    nested = [
+        p for b in blocks if isinstance(b, dict) and isinstance(b.get("content"), list) for p in b["content"]
+    ]
+    return sum(1 for b in blocks + nested if isinstance(b, dict) and "cache_control" in b)
 
 
 @dataclass(frozen=True, slots=True)

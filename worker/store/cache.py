@@ -222,6 +222,12 @@ class PromptCache:
             return None
         return _entry(values)
 
+    def invalidate(self, session_pk: int) -> None:
+        """Forget the cached prompt and any prepared summary (the memory block changed); the
+        session's counters, claim and /compact request stay."""
+        with contextlib.suppress(redis.RedisError):
+            self.client.delete(self.key(session_pk), f"{self.prefix}pending:{session_pk}")
+
     def drop_pending(self, session_pk: int) -> None:
         with contextlib.suppress(redis.RedisError):
             self.client.delete(f"{self.prefix}pending:{session_pk}")

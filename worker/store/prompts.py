@@ -174,15 +174,16 @@ def fetch(
 ) -> Served | None:
     """The session's prompt: every appended turn, from the cache when it is current, else from the
     DB; within the budget always (see the module docstring)."""
-    served = _fetch(engine, cache, tenant_id, client_id, policy_for)
+    served = fetch_ready(engine, cache, tenant_id, client_id, policy_for)
     if served is None or served.fits:
         return served
-    return _fallback(engine, cache, tenant_id, client_id, policy_for) or served
+    return fallback(engine, cache, tenant_id, client_id, policy_for)
 
 
-def _fetch(
+def fetch_ready(
     engine: Engine, cache: PromptCache | None, tenant_id: int, client_id: str, policy_for: Any
 ) -> Served | None:
+    """Snapshot + tail as published, whether or not it fits (the cheap path, a bounded read)."""
     entry, pk = None, None
     if cache is not None:
         pk = session_pk(engine, tenant_id, client_id, cache)
@@ -207,7 +208,7 @@ def _fetch(
         return _from_db(conn, client_id, head, policy_for(head.context_window, head.output_reserve))
 
 
-def _fallback(
+def fallback(
     engine: Engine, cache: PromptCache | None, tenant_id: int, client_id: str, policy_for: Any
 ) -> Served | None:
     """Snapshot + tail would pass the budget: the summary prepared ahead plus its tail, if that
