@@ -105,6 +105,8 @@ def step(
     tokens = structural.tokens
     if force or (pending is not None and not advances(pending, current)):
         pending = None  # a forced round summarizes afresh, with its focus
+    elif pending is not None and catch_up(pending, current).tokens() > policy.pretrigger_tokens:
+        pending = None  # so many turns came since that switching it in would leave too little room: again
     prepared_files: tuple[FileWrite, ...] = ()
     error, reports = None, structural.reports
     over_turns = policy.turn_trigger > 0 and len(current.turns) > policy.turn_trigger
