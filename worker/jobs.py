@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from datetime import timedelta
 
 import orjson
 import structlog
 
 from worker.compaction import epochs
-from worker.compaction.assemble import STATUS_NOTE_TOKENS, FileInfo, assemble, prefix_tokens
+from worker.compaction.assemble import FileInfo, assemble, prefix_tokens, served_tokens, turn_policy
 from worker.compaction.codec import transcript_from_json, transcript_to_json
-from worker.compaction.epochs import Decision, Switch, common_prefix_bytes, extend
+from worker.compaction.epochs import Decision, Switch, common_prefix_bytes
 from worker.compaction.model import Transcript
 from worker.compaction.ports import SummaryResult
 from worker.compaction.validate import pending_tool_use_ids
@@ -64,12 +63,10 @@ def _compact(tenant_id: int, session_pk: int, res: Resources) -> str:
         and not res.cache.has_pending(session_pk)  # a prepared summary may be due at this quiet point
     ):
         return "current"
-    state = (
-        transcript_from_json(orjson.loads(snap.state)) if snap else Transcript(system=row.system, turns=())
-    )
-    current = replace(extend(state, loaded.tail), system=row.system, memory=loaded.memory)
+    state = loaded.state()
+    current = loaded.current(state)
     policy = res.policy_for(row.context_window, row.output_reserve)
-    engine_policy = policy.reserving(prefix_tokens(current) + STATUS_NOTE_TOKENS)
+    engine_policy = turn_policy(policy, current)
     pending_tool = pending_tool_use_ids([t.as_message() for t in current.turns[-1:]])
     # a quiet point: no tool call in flight and the client has not said it is busy
     quiet = row.activity != "busy" and not pending_tool
@@ -93,7 +90,7 @@ def _compact(tenant_id: int, session_pk: int, res: Resources) -> str:
         epoch += 1  # the system prompt and memory block are the prefix: it changed, so a new epoch
     new_through = loaded.tail[-1].seq if loaded.tail else through
     prompt = assemble(publish)
-    tokens = publish.tokens() + prefix_tokens(publish)
+    tokens = served_tokens(publish)
     reports = [r.as_dict() for r in s.reports]
     won = snapshots.publish(
         res.engine,
@@ -174,7 +171,7 @@ def _keep_pending(
         epoch=epoch + 1,
         through=through,
         memver=memver,
-        tokens=pending.tokens() + prefix_tokens(pending),
+        tokens=served_tokens(pending),
         files=files,
     )
     res.cache.put_pending(session_pk, orjson.dumps(transcript_to_json(pending)), entry)

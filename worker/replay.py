@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from worker.compaction.assemble import STATUS_NOTE_TOKENS, assemble, finish, prefix_tokens, status_note
+from worker.compaction.assemble import assemble, finish, served_tokens, status_note, turn_policy
 from worker.compaction.epochs import Decision, Step, Switch, extend, served_request, step
 from worker.compaction.fit import fit
 from worker.compaction.model import Policy, Transcript, Turn
@@ -266,7 +266,7 @@ def _advance(sim: _Sim, until: float, job_seconds: float | None) -> None:
             start = max(sim.claimed_at, sim.free_at)
             sim.claimed_at = None
             current = extend(sim.snapshot, sim.tail)
-            policy = sim.policy.reserving(prefix_tokens(current) + STATUS_NOTE_TOKENS)
+            policy = turn_policy(sim.policy, current)
             began = time.perf_counter()
             result = step(current, policy, pending=sim.pending, quiet=is_quiet(current))
             assemble(result.publish)
@@ -300,14 +300,14 @@ def _serve(sim: _Sim) -> tuple[dict[str, Any], int, str | None]:
         if tokens <= budget:
             return request, tokens, "pending"
     current = extend(sim.snapshot, sim.tail)
-    policy = sim.policy.reserving(prefix_tokens(current) + STATUS_NOTE_TOKENS)
+    policy = turn_policy(sim.policy, current)
     fitted = replace(fit(current, policy).transcript, files=())
     request, tokens = _rendered(fitted, [], budget)
     return request, tokens, "fit"
 
 
 def _rendered(snapshot: Transcript, tail: Sequence[Turn], budget: int) -> tuple[dict[str, Any], int]:
-    tokens = snapshot.tokens() + prefix_tokens(snapshot) + sum(t.tokens for t in tail)
+    tokens = served_tokens(snapshot) + sum(t.tokens for t in tail)
     note = status_note(tokens, budget, ())
     request = served_request(snapshot, tail, note)
     return request, tokens + count_text(note)

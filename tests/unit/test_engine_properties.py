@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.strategies import PLANTED_SECRETS, conversations
-from worker.compaction.assemble import STATUS_NOTE_TOKENS, assemble, prefix_tokens
+from worker.compaction.assemble import assemble, turn_policy
 from worker.compaction.fit import fit
 from worker.compaction.model import Policy, Transcript, canonical_json
 from worker.compaction.pipeline import compact, ingest
@@ -231,7 +231,7 @@ def test_fit_always_fits_and_stays_valid(messages: list[dict[str, Any]], window:
     """The fetch fallback's fit is within the budget whatever the session, and still a valid request."""
     policy = policy_for(window)
     t = transcript(messages, policy)
-    out = fit(t, policy.reserving(prefix_tokens(t) + STATUS_NOTE_TOKENS)).transcript
+    out = fit(t, turn_policy(policy, t)).transcript
     request = assemble(out)
     assert count_request(request) <= policy.budget_tokens
     assert request_problems(request, allow_pending_tool_use=True) == []
@@ -256,7 +256,7 @@ def test_fit_drops_old_thinking_and_clips_any_bulky_tool_input() -> None:
     ]
     policy = policy_for(8_000)
     t = transcript(messages, policy)
-    out = fit(t, policy.reserving(prefix_tokens(t) + STATUS_NOTE_TOKENS))
+    out = fit(t, turn_policy(policy, t))
     request = assemble(out.transcript)
     assert count_request(request) <= policy.budget_tokens
     assert request_problems(request) == []

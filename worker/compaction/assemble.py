@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from worker.compaction.model import Block, Transcript
+from worker.compaction.model import Block, Policy, Transcript
 from worker.compaction.tokens import count_text
 
 CACHE_CONTROL = {"type": "ephemeral"}
@@ -53,6 +53,17 @@ def system_blocks(t: Transcript) -> list[Block]:
 def prefix_tokens(t: Transcript) -> int:
     """Tokens of the system prompt and the memory block (Transcript.tokens() counts the turns)."""
     return sum(count_text(b["text"]) for b in system_blocks(t))
+
+
+def served_tokens(t: Transcript) -> int:
+    """Tokens of the prompt assembled from t, before a fetch adds its tail and status note."""
+    return t.tokens() + prefix_tokens(t)
+
+
+def turn_policy(policy: Policy, t: Transcript) -> Policy:
+    """The policy t's turns are compacted with: the budget less the system prompt, the memory
+    block and the room kept for the status note."""
+    return policy.reserving(prefix_tokens(t) + STATUS_NOTE_TOKENS)
 
 
 def mark_message(message: dict[str, Any]) -> dict[str, Any]:

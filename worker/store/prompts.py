@@ -19,15 +19,14 @@ import orjson
 from sqlalchemy import Connection, Engine, and_, bindparam, select
 
 from worker.compaction.assemble import (
-    STATUS_NOTE_TOKENS,
     FileInfo,
     assemble,
     finish,
-    prefix_tokens,
+    served_tokens,
     status_note,
+    turn_policy,
 )
 from worker.compaction.codec import transcript_from_json
-from worker.compaction.epochs import extend
 from worker.compaction.fit import fit
 from worker.compaction.model import Policy, Transcript
 from worker.compaction.tokens import count_text
@@ -225,18 +224,17 @@ def fallback(
             )
             if served.fits:
                 return served
-    with read_tx(engine) as conn:
-        pk = conn.execute(_PK, {"tenant_id": tenant_id, "client_id": client_id}).scalar()
+    if pk is None:
+        with read_tx(engine) as conn:
+            pk = conn.execute(_PK, {"tenant_id": tenant_id, "client_id": client_id}).scalar()
     loaded = load(engine, pk) if pk is not None else None
-    if loaded is None:
+    # the pk may come from the API process's memo: it must still be this tenant's session
+    if loaded is None or (loaded.session.tenant_id, loaded.session.client_id) != (tenant_id, client_id):
         return None
     row, snap = loaded.session, loaded.snapshot
-    state = (
-        transcript_from_json(orjson.loads(snap.state)) if snap else Transcript(system=row.system, turns=())
-    )
-    current = replace(extend(state, loaded.tail), system=row.system, memory=loaded.memory)
+    current = loaded.current()
     policy = policy_for(row.context_window, row.output_reserve)
-    fitted = fit(current, policy.reserving(prefix_tokens(current) + STATUS_NOTE_TOKENS)).transcript
+    fitted = fit(current, turn_policy(policy, current)).transcript
     if fitted.files:
         save_files(engine, row.tenant_id, row.id, fitted.files)  # content-addressed: a repeat writes nothing
     with read_tx(engine) as conn:
@@ -248,7 +246,7 @@ def fallback(
         epoch=epoch,
         through=through,
         memver=row.memory_version,
-        tokens=fitted.tokens() + prefix_tokens(fitted),
+        tokens=served_tokens(fitted),
         files=files,
     )
     return _served(client_id, row.version, entry, [], policy, "fit", "fit")
@@ -294,7 +292,7 @@ def _from_db(conn: Connection, client_id: str, session: Any, policy: Policy) -> 
         state = transcript_from_json(orjson.loads(snap.state))
         through, epoch = snap.through_seq, snap.epoch
     state = replace(state, system=row.system, memory=memory)
-    tokens = state.tokens() + prefix_tokens(state)
+    tokens = served_tokens(state)
     if snap is not None and snap.memory_version == session.memory_version:
         prompt = orjson.loads(snap.prompt)
     else:

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 import orjson
 from sqlalchemy import Connection, Engine, and_, delete, insert, or_, select, update
 
-from worker.compaction.model import Turn
+from worker.compaction.codec import transcript_from_json
+from worker.compaction.epochs import extend
+from worker.compaction.model import Transcript, Turn
 from worker.store.db import read_tx, write_tx
 from worker.store.memory import load_items, render
 from worker.store.sessions import SN, S, delete_session_rows, load_turns
@@ -25,6 +27,18 @@ class Loaded:
     snapshot: Any
     tail: list[Turn]
     memory: str
+
+    def state(self) -> Transcript:
+        """The published snapshot's state (empty before the first publish)."""
+        if self.snapshot is None:
+            return Transcript(system=self.session.system, turns=())
+        return transcript_from_json(orjson.loads(self.snapshot.state))
+
+    def current(self, state: Transcript | None = None) -> Transcript:
+        """What is served now, as a transcript: the snapshot state, the tail, the session's
+        system prompt and memory."""
+        base = self.state() if state is None else state
+        return replace(extend(base, self.tail), system=self.session.system, memory=self.memory)
 
 
 def latest_snapshot(conn: Connection, session_pk: int) -> Any:
