@@ -23,7 +23,7 @@ from worker.compaction.fit import fit
 from worker.compaction.model import Policy, Transcript, Turn
 from worker.compaction.normalize import normalize_message
 from worker.compaction.pipeline import ingest, is_quiet
-from worker.compaction.pricing import Billed, PromptCache
+from worker.compaction.pricing import Billed, PromptCache, total
 from worker.compaction.redact import Redactor
 from worker.compaction.tokens import count_message, count_request, count_text
 from worker.compaction.validate import request_problems
@@ -113,10 +113,8 @@ class ReplayReport:
         return sum(max(f.prompt_tokens, f.request_tokens) > f.budget_tokens for f in self.fetches)
 
     def summary(self) -> dict[str, Any]:
-        read = sum(f.billed.read_tokens for f in self.fetches)
-        total = sum(f.billed.input_tokens for f in self.fetches)
-        raw_read = sum(f.raw_billed.read_tokens for f in self.fetches)
-        raw_total = sum(f.raw_billed.input_tokens for f in self.fetches)
+        bill = total(f.billed for f in self.fetches)
+        raw_bill = total(f.raw_billed for f in self.fetches)
         fallbacks = [f.fallback for f in self.fetches if f.fallback]
         later = self.fetches[1:]
         out = {
@@ -134,14 +132,12 @@ class ReplayReport:
             "fetches_reading_cache": round(
                 sum(f.billed.read_tokens > 0 for f in later) / max(1, len(later)), 3
             ),
-            "cache_read_share": round(read / max(1, total), 3),
-            "cost_usd": round(sum(f.billed.cost_usd(self.price_per_mtok) for f in self.fetches), 4),
-            "cost_usd_uncompacted": round(
-                sum(f.raw_billed.cost_usd(self.price_per_mtok) for f in self.fetches), 4
-            ),
-            "uncompacted_cache_read_share": round(raw_read / max(1, raw_total), 3),
-            "input_tokens": total,
-            "input_tokens_uncompacted": raw_total,
+            "cache_read_share": round(bill.read_share, 3),
+            "cost_usd": round(bill.cost_usd(self.price_per_mtok), 4),
+            "cost_usd_uncompacted": round(raw_bill.cost_usd(self.price_per_mtok), 4),
+            "uncompacted_cache_read_share": round(raw_bill.read_share, 3),
+            "input_tokens": bill.input_tokens,
+            "input_tokens_uncompacted": raw_bill.input_tokens,
             "price_per_mtok": self.price_per_mtok,
         }
         latencies = sorted(f.latency_ms for f in self.fetches if f.latency_ms)
