@@ -14,9 +14,9 @@ from worker.compaction.assemble import assemble
 from worker.compaction.errors import CompactionError
 from worker.compaction.model import Policy, Transcript
 from worker.compaction.pipeline import compact, ingest
-from worker.compaction.redact import Redactor
 from worker.compaction.tokens import count_request
 from worker.compaction.validate import request_problems
+from worker.redaction import Redactor
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

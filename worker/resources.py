@@ -12,7 +12,7 @@ from sqlalchemy import Engine
 
 from worker.compaction.model import Policy
 from worker.compaction.ports import Summarizer
-from worker.compaction.redact import Redactor
+from worker.redaction import Redactor
 from worker.settings import Settings
 from worker.store.cache import PromptCache, make_redis
 from worker.store.db import make_engine, migrate

@@ -17,7 +17,7 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 
 from worker.compaction.ports import Summarizer, SummarizerError, SummaryRequest, SummaryResult
-from worker.compaction.redact import Redactor
+from worker.redaction import Redactor
 from worker.settings import Settings
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"

@@ -16,9 +16,9 @@ from worker.compaction.assemble import assemble
 from worker.compaction.formats import load_transcript
 from worker.compaction.model import Policy, Transcript
 from worker.compaction.pipeline import compact, ingest
-from worker.compaction.redact import Redactor
 from worker.compaction.tokens import count_request, encoding
 from worker.compaction.validate import request_problems
+from worker.redaction import Redactor
 
 WINDOWS = (200_000, 32_000)
 

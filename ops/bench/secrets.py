@@ -44,7 +44,7 @@ from typing import Any
 import orjson
 
 from ops.bench.common import data_dir, table
-from worker.compaction.redact import Redactor
+from worker.redaction import Redactor
 
 TRANSCRIPT = "transcripts/claude-code/spotter/fa812bfe-b295-4cca-9c2f-fdf01028cb46.jsonl"
 CORPORA = (

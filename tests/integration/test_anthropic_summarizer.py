@@ -12,7 +12,7 @@ from tests.fakes.messages_api import FakeMessagesAPI, Reply, drop, error, hang, 
 from worker.compaction.model import Policy, Transcript
 from worker.compaction.pipeline import compact, ingest
 from worker.compaction.ports import SummarizerError, SummaryRequest
-from worker.compaction.redact import Redactor
+from worker.redaction import Redactor
 from worker.settings import Settings
 from worker.summarizers import (
     SECTIONS,

@@ -15,10 +15,10 @@ from worker.compaction.fit import fit
 from worker.compaction.model import Policy, Transcript, canonical_json
 from worker.compaction.pipeline import compact, ingest
 from worker.compaction.ports import SummarizerError, SummaryRequest, SummaryResult
-from worker.compaction.redact import Redactor
 from worker.compaction.tokens import count_request
 from worker.compaction.validate import request_problems
 from worker.compaction.zones import keep_start
+from worker.redaction import Redactor
 
 REDACTOR = Redactor(b"test-key")
 WINDOWS = st.sampled_from([4_000, 8_000, 16_000, 64_000])

@@ -411,7 +411,7 @@ def test_client_cache_breakpoints_are_dropped_at_ingest_even_nested() -> None:
     from worker.compaction.model import Policy
     from worker.compaction.pipeline import ingest
     from worker.compaction.pricing import breakpoints
-    from worker.compaction.redact import Redactor
+    from worker.redaction import Redactor
 
     marker = {"type": "ephemeral"}
     message = {

@@ -11,9 +11,9 @@ from tests.conftest import transcript_files
 from worker.compaction.assemble import assemble
 from worker.compaction.model import Policy, Transcript, canonical_json
 from worker.compaction.pipeline import compact, ingest
-from worker.compaction.redact import Redactor
 from worker.compaction.tokens import count_request
 from worker.compaction.validate import request_problems
+from worker.redaction import Redactor
 
 FILES = transcript_files()
 LONG = [p for p in FILES if p.name.startswith(("fa812bfe", "258c7280")) and p.parent.name == "spotter"]

@@ -9,7 +9,7 @@ from urllib.parse import quote
 
 import pytest
 
-from worker.compaction.redact import THINKING_REMOVED, Redactor
+from worker.redaction import THINKING_REMOVED, Redactor
 
 R = Redactor(b"test-key")
 PLACEHOLDER = re.compile(r"\[REDACTED:[a-z0-9_]+:[0-9a-f]{8}\]")

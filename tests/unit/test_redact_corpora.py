@@ -9,7 +9,7 @@ import pytest
 
 from ops.bench.secrets import CORPORA, overall, score_corpus
 from tests.conftest import transcript_files
-from worker.compaction.redact import Redactor
+from worker.redaction import Redactor
 
 R = Redactor(b"corpus-key")
 IDS = re.compile(

@@ -10,7 +10,7 @@ import string
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from worker.compaction.redact import Redactor
+from worker.redaction import Redactor
 
 R = Redactor(b"property-key")
 PLACEHOLDER = r"\[REDACTED:[a-z0-9_]+:[0-9a-f]{8}\]"

@@ -19,9 +19,9 @@ from worker.compaction.model import FileWrite, Policy, StageReport, Transcript, 
 from worker.compaction.normalize import normalize_message
 from worker.compaction.offload import Offload
 from worker.compaction.ports import Summarizer, SummarizerError
-from worker.compaction.redact import Redactor
 from worker.compaction.summarize import Summarize
 from worker.compaction.tokens import count_message
+from worker.redaction import Redactor
 
 
 class Stage(Protocol):

@@ -18,8 +18,8 @@ from urllib.parse import unquote_to_bytes
 
 import re2
 
-from worker.compaction.detectors import DETECTORS, Detector
-from worker.compaction.manifests import kubernetes_secret_spans
+from worker.redaction.detectors import DETECTORS, Detector
+from worker.redaction.manifests import kubernetes_secret_spans
 
 
 @dataclass(frozen=True, slots=True)

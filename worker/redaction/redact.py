@@ -33,9 +33,9 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
-from worker.compaction.keywords import is_assigned_secret, secret_kind_of_key
 from worker.compaction.model import Block
-from worker.compaction.scanner import Finding, find, find_spans
+from worker.redaction.keywords import is_assigned_secret, secret_kind_of_key
+from worker.redaction.scanner import Finding, find, find_spans
 
 __all__ = ["THINKING_REMOVED", "Finding", "Redactor"]
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from worker.compaction.keywords import echoes_key, is_assigned_secret, names_other_value, secret_kind_of_key
 from worker.compaction.shapes import (
     char_classes,
     entropy_bits,
@@ -21,6 +20,7 @@ from worker.compaction.shapes import (
     is_uuid,
     looks_random,
 )
+from worker.redaction.keywords import echoes_key, is_assigned_secret, names_other_value, secret_kind_of_key
 
 Judged = tuple[str, int, int] | None
 Judge = Callable[[str, str | None], Judged]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from worker.compaction.judges import (
+from worker.redaction.judges import (
     Judge,
     anthropic_key,
     argument,
