@@ -1,0 +1,31 @@
+"""Sample families and folds, for family-held-out secret figures.
+
+A sample's family is the vendor or shape its rule is about, read from the rule id the same way in
+every corpus: `aws-access-token` (gitleaks), `np.aws.2` (noseyparker) and `aws_key`
+(detect-secrets) are all family `aws`. Families go to K folds by a stable hash, so a family is
+always in one fold and the split never changes when samples are added.
+Lines of detect-secrets' test files have no rule: they are one family, `detect-secrets-files`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Any
+
+K = 5
+FILES_FAMILY = "detect-secrets-files"
+
+
+def family(row: dict[str, Any]) -> str:
+    """The family of a labelled sample: the first word of its rule id, lowercased."""
+    rule = row.get("rule_id")
+    if not isinstance(rule, str) or not rule:
+        return FILES_FAMILY
+    rule = rule.lower().removeprefix("np.")
+    return re.split(r"[-_.]", rule, maxsplit=1)[0]
+
+
+def fold(name: str, k: int = K) -> int:
+    """The fold of a family: sha256 of its name modulo k."""
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "big") % k
