@@ -74,19 +74,30 @@ def problem(status: int, title: str, detail: str | None = None, **extensions: An
     return Response(orjson.dumps(body), status_code=status, media_type=PROBLEM, headers=headers)
 
 
-def _api_error(_: Request, exc: Exception) -> Response:
+def _redacted(request: Request, value: Any) -> Any:
+    """`value` with every secret replaced: the last guard for messages that quote part of a request."""
+    resources = getattr(request.app.state, "resources", None)
+    return value if resources is None else resources.redactor.redact_value(value)
+
+
+def _api_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ApiError)
-    return problem(exc.status, exc.title, exc.detail, **exc.extensions)
+    return problem(
+        exc.status, exc.title, _redacted(request, exc.detail), **_redacted(request, exc.extensions)
+    )
 
 
-def _validation(_: Request, exc: Exception) -> Response:
+def _validation(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestValidationError)
     # field path, message and error type only: never the submitted value (pydantic's "input"/"ctx")
     errors = [
         {"loc": [str(p) for p in e.get("loc", ())], "msg": _safe_msg(e), "type": e.get("type", "")}
         for e in exc.errors()[:20]
     ]
-    return problem(422, "Invalid request", "the request does not match the schema", errors=errors)
+    # a location can name a submitted key (an unknown field): redacted like any request content
+    return problem(
+        422, "Invalid request", "the request does not match the schema", errors=_redacted(request, errors)
+    )
 
 
 def _safe_msg(error: dict[str, Any]) -> str:
@@ -95,8 +106,9 @@ def _safe_msg(error: dict[str, Any]) -> str:
     return str(error.get("msg", ""))[:200]
 
 
-def _invalid_transcript(_: Request, exc: Exception) -> Response:
-    return problem(422, "Invalid messages", str(exc)[:500])
+def _invalid_transcript(request: Request, exc: Exception) -> Response:
+    # redacted before cut: a cut through a secret would leave a piece no detector recognises
+    return problem(422, "Invalid messages", _redacted(request, str(exc))[:500])
 
 
 def _idempotency(_: Request, exc: Exception) -> Response:
@@ -112,8 +124,8 @@ def _memory_cap(_: Request, exc: Exception) -> Response:
     )
 
 
-def _bad_read(_: Request, exc: Exception) -> Response:
-    message = str(exc)
+def _bad_read(request: Request, exc: Exception) -> Response:
+    message = _redacted(request, str(exc))
     # an invalid pattern's message quotes the pattern: keep only the rule
     detail = (
         "pattern must be a valid RE2 regular expression of 1-1000 characters"

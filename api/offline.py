@@ -108,8 +108,10 @@ def run_compact(args: argparse.Namespace) -> int:
     policy = policy_from(args)
     imported = _load(args)
     started = time.perf_counter()
-    ingested = ingest(imported.messages, first_seq=1, redactor=Redactor(b"offline"), policy=policy)
-    t = Transcript(system=imported.system, turns=ingested.turns, files=ingested.files)
+    redactor = Redactor(b"offline")
+    ingested = ingest(imported.messages, first_seq=1, redactor=redactor, policy=policy)
+    system = redactor.redact_text(imported.system)
+    t = Transcript(system=system, turns=ingested.turns, files=ingested.files)
     result = compact(t, policy, summarize=True)
     seconds = time.perf_counter() - started
     request = assemble(result.transcript)

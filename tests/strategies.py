@@ -103,3 +103,64 @@ def conversations(draw: st.DrawFn, max_units: int = 30) -> list[dict[str, Any]]:
             }
         )
     return messages
+
+
+# Where else a secret can ride in a message: tool-input keys, nested values and JSON strings,
+# documents (text and content sources) and search results inside tool results.
+PLANT_SPOTS = (
+    "input_key",
+    "input_nested",
+    "input_json",
+    "document_text",
+    "document_content",
+    "search_result",
+)
+
+
+def _plant_input(spot: str, secret: str, tool_input: dict[str, Any]) -> dict[str, Any]:
+    if spot == "input_key":
+        return {**tool_input, "env": {secret: "prod"}}
+    if spot == "input_nested":
+        return {**tool_input, "options": [{"headers": [["X-Trace", secret]]}]}
+    return {**tool_input, "payload": f'{{"note": "creds", "value": "{secret}"}}'}
+
+
+def _plant_part(spot: str, secret: str) -> dict[str, Any]:
+    text = f"copied from the vault: {secret}"
+    if spot == "document_text":
+        return {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": text}}
+    if spot == "document_content":
+        return {
+            "type": "document",
+            "source": {"type": "content", "content": [{"type": "text", "text": text}]},
+        }
+    return {
+        "type": "search_result",
+        "source": "https://wiki.example",
+        "title": "vault",
+        "content": [{"type": "text", "text": text}],
+    }
+
+
+def _plant(block: dict[str, Any], spot: str, secret: str) -> dict[str, Any]:
+    if block["type"] == "tool_use" and spot.startswith("input_"):
+        return {**block, "input": _plant_input(spot, secret, block["input"])}
+    if block["type"] == "tool_result" and not spot.startswith("input_"):
+        body = block["content"]
+        parts = [{"type": "text", "text": body}] if isinstance(body, str) else list(body)
+        return {**block, "content": [*parts, _plant_part(spot, secret)]}
+    return block
+
+
+@st.composite
+def planted_conversations(draw: st.DrawFn, max_units: int = 30) -> list[dict[str, Any]]:
+    """conversations() with PLANTED_SECRETS hidden in tool inputs, documents and search results."""
+    messages = draw(conversations(max_units))
+    planted = []
+    for message in messages:
+        content = message["content"]
+        if isinstance(content, list) and draw(st.integers(0, 2)) == 0:
+            spot, secret = draw(st.sampled_from(PLANT_SPOTS)), draw(st.sampled_from(PLANTED_SECRETS))
+            content = [_plant(b, spot, secret) for b in content]
+        planted.append({**message, "content": content})
+    return planted

@@ -8,6 +8,7 @@ from api.deps import ResourcesDep, SenderDep, TenantDep
 from api.errors import NotFound
 from api.routes.paths import SessionId
 from api.schemas import MemoryItemOut, MemoryPut, MemoryResponse
+from worker.redaction import Redactor
 from worker.resources import Resources
 from worker.store import memory, prompts, sessions
 
@@ -55,8 +56,7 @@ def put_memory(
 ) -> MemoryResponse:
     """Upsert items (redacted like turns); 422 past memory_hard_cap_tokens."""
     row = _session(res, tenant, sid)
-    red = res.redactor.redact_text
-    new = [(red(i.key), red(i.value), i.pinned) for i in body.items]
+    new = [(*_redacted_item(res.redactor, i.key, i.value), i.pinned) for i in body.items]
     items = memory.put_items(res.engine, row.id, new, hard_cap_tokens=res.settings.memory_hard_cap_tokens)  # type: ignore[attr-defined]
     _republish(res, tenant, sid, row, enqueue)
     return _response(res, sid, items)
@@ -72,9 +72,17 @@ def delete_memory(
 ) -> MemoryResponse:
     """Delete one item (?key=) or all of them."""
     row = _session(res, tenant, sid)
-    memory.delete_items(res.engine, row.id, key)  # type: ignore[attr-defined]
+    # items are stored under their redacted key: look the key up the same way
+    stored_key = res.redactor.redact_text(key) if key is not None else None
+    memory.delete_items(res.engine, row.id, stored_key)  # type: ignore[attr-defined]
     _republish(res, tenant, sid, row, enqueue)
     return _response(res, sid, memory.items(res.engine, row.id))  # type: ignore[attr-defined]
+
+
+def _redacted_item(redactor: Redactor, key: str, value: str) -> tuple[str, str]:
+    """(key, value) redacted like a tool argument: both scanned, the value also judged by its key."""
+    ((red_key, red_value),) = redactor.redact_value({key: value}).items()
+    return red_key, red_value
 
 
 def _republish(res: Resources, tenant: int, sid: str, row: object, enqueue: object) -> None:

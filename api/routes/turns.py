@@ -46,7 +46,8 @@ def append(
     # a known model name fills in its window and output reserve unless the client gives them
     known = profile_for(body.model, body.context_window, body.output_reserve) if body.model else None
     profile = Profile(
-        model=body.model,
+        # stored and shown back: a key pasted into the wrong field must not ride along
+        model=res.redactor.redact_text(body.model) if body.model else body.model,
         context_window=body.context_window or (known.context_window if known else None),
         output_reserve=body.output_reserve
         if body.output_reserve is not None
@@ -63,7 +64,8 @@ def append(
         files=ingested.files,
         profile=profile,
         activity=x_compactd_activity.value if x_compactd_activity else None,
-        idempotency_key=idempotency_key,
+        # stored: redacted like content (the same key always maps to the same stored value)
+        idempotency_key=res.redactor.redact_text(idempotency_key) if idempotency_key else idempotency_key,
         body_hash=request_hash(body.model_dump(mode="json")) if idempotency_key else "",
         validate=_check,
     )

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.strategies import PLANTED_SECRETS, conversations
+from tests.strategies import PLANTED_SECRETS, conversations, planted_conversations
 from worker.compaction.assemble import assemble, turn_policy
 from worker.compaction.fit import fit
 from worker.compaction.model import Policy, Transcript, canonical_json
@@ -117,6 +117,22 @@ def test_no_planted_secret_survives_anywhere(messages: list[dict[str, Any]], win
     blobs = [canonical_json(assemble(out)).decode(), *(f.content for f in out.files)]
     for secret in PLANTED_SECRETS:
         assert not any(secret in blob for blob in blobs)
+
+
+@FAST
+@given(planted_conversations(), WINDOWS)
+def test_no_secret_planted_in_inputs_documents_or_search_results_survives(
+    messages: list[dict[str, Any]], window: int
+) -> None:
+    """Secrets in tool-input keys, nested values and JSON strings, documents and search results
+    appear neither in the prompt nor in any file written, and the prompt stays a valid request."""
+    policy = policy_for(window)
+    out = compact(transcript(messages, policy), policy, summarize=True).transcript
+    prompt = assemble(out)
+    blobs = [canonical_json(prompt).decode(), *(f.content for f in out.files)]
+    for secret in PLANTED_SECRETS:
+        assert not any(secret in blob for blob in blobs)
+    assert request_problems(prompt, allow_pending_tool_use=True) == []
 
 
 @FAST

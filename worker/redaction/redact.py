@@ -1,8 +1,8 @@
 """Redaction: every secret becomes a typed, keyed placeholder before anything is persisted.
 
     Redactor(key).redact_text(text)     "[REDACTED:<kind>:<8 hex>]" per secret, hex = HMAC-SHA256
-    Redactor(key).redact_value(value)   any JSON value: strings redacted, keys kept, shape kept
-    Redactor(key).redact_block(block)   an Anthropic content block
+    Redactor(key).redact_value(value)   any JSON value: strings and string keys redacted, shape kept
+    Redactor(key).redact_block(block)   an Anthropic content block of any type, at any depth
     Redactor(key).findings(text)        [Finding(kind, start, end)], for tests and the bench
 
 The placeholder names the kind and an HMAC of the secret under a per-deployment key: the same
@@ -13,7 +13,11 @@ placeholder matches no detector, so redacting twice changes nothing.
 
 What is not a secret, by policy: tool-use, message and request ids (`toolu_…`, `call_…`,
 `msg_…`, `req_…`), git SHAs, UUIDs, hex content hashes, and base64 image/document payloads
-(`{"type": "image"|"document", "source": {"type": "base64", …}}` are skipped whole).
+(`{"type": "image"|"document", "source": {"type": "base64", …}}` are skipped whole). In a block,
+the fields the API reads as ids, verifies or decrypts (`id`, `tool_use_id`, `signature`,
+`encrypted_content`, `file_id`, …) are kept as they are; every other string is scanned, whatever
+the block type: documents (text and content sources, titles), search results, citations,
+server-tool and MCP blocks, and tool inputs, keys included.
 
 Thinking blocks are signed by the API: editing one invalidates its signature, and a forged
 `redacted_thinking` block is rejected too. A thinking block without secrets is kept untouched.
@@ -41,6 +45,21 @@ __all__ = ["THINKING_REMOVED", "Finding", "Redactor"]
 
 THINKING_REMOVED = "[compactd: a thinking block was removed because it contained a secret]"
 _ESCAPES = (("\\/", "/"), ('\\"', '"'), ("\\n", "\n"), ("\\\\", "\\"))
+# Block fields the API reads as ids, verifies or decrypts: not secrets by policy, never edited.
+_OPAQUE_FIELDS = frozenset(
+    {
+        "type",
+        "id",
+        "tool_use_id",
+        "signature",
+        "encrypted_content",
+        "encrypted_index",
+        "file_id",
+        "media_type",
+    }
+)
+# Sources whose payload is binary (base64) or a reference to an uploaded file: passed through whole.
+_OPAQUE_SOURCES = frozenset({"base64", "file"})
 
 
 def _unescaped(secret: str) -> str:
@@ -89,7 +108,8 @@ class Redactor:
         return b"".join(out).decode("utf-8", "surrogatepass")
 
     def redact_value(self, value: Any) -> Any:
-        """Any JSON value with its strings redacted; a string under a credential key is judged whole."""
+        """Any JSON value with its strings redacted, dict keys included; a string under a credential
+        key is judged whole."""
         if isinstance(value, str):
             return self.redact_text(value)
         if isinstance(value, list):
@@ -97,8 +117,12 @@ class Redactor:
         if isinstance(value, dict):
             if _is_base64_source(value):
                 return value
-            return {k: self._redact_field(k, v) for k, v in value.items()}
+            return {self._redact_key(k): self._redact_field(k, v) for k, v in value.items()}
         return value
+
+    def _redact_key(self, key: Any) -> Any:
+        # a key is data too: {"AKIA...": "prod"} or a header line used as a key
+        return self.redact_text(key) if isinstance(key, str) else key
 
     def _redact_field(self, key: Any, value: Any) -> Any:
         if isinstance(value, str) and isinstance(key, str):
@@ -108,38 +132,32 @@ class Redactor:
         return self.redact_value(value)
 
     def redact_block(self, block: Block) -> Block:
-        """A content block with secrets replaced; ids, images and clean thinking are untouched."""
+        """A content block with every secret replaced, whatever its type (text and citations, tool
+        inputs, results, documents, search results, server-tool and MCP blocks); ids, signatures,
+        encrypted and base64 payloads and clean thinking are untouched."""
         kind = block.get("type")
-        if kind == "text":
-            text = block.get("text", "")
-            return {**block, "text": self.redact_text(text)} if isinstance(text, str) else block
-        if kind == "tool_use":
-            return {**block, "input": self.redact_value(block.get("input", {}))}
-        if kind == "tool_result":
-            content = block.get("content", "")
-            if isinstance(content, str):
-                return {**block, "content": self.redact_text(content)}
-            if isinstance(content, list):
-                return {**block, "content": [self._redact_part(p) for p in content]}
-            return block
         if kind == "thinking":
             if find_spans(str(block.get("thinking", "")).encode("utf-8", "surrogatepass")):
                 return {"type": "text", "text": THINKING_REMOVED}
             return block
-        if kind == "document":
-            return self._redact_part(block)
-        return block
+        if kind == "redacted_thinking":
+            return block
+        return self._redact_part(block)
 
     def _redact_part(self, part: Any) -> Any:
-        if not isinstance(part, dict):
+        """Any piece of a block: every string redacted except opaque fields; `input` is a tool
+        argument (judged by key); unchanged parts are returned as they are."""
+        if isinstance(part, str):
+            return self.redact_text(part)
+        if isinstance(part, list):
+            out: Any = [self._redact_part(p) for p in part]
+        elif isinstance(part, dict) and part.get("type") not in _OPAQUE_SOURCES:
+            out = {k: self._redact_member(k, v) for k, v in part.items()}
+        else:
             return part
-        if part.get("type") == "text":
-            return self.redact_block(part)
-        if _is_base64_source(part) or part.get("type") == "image":
-            return part
-        if part.get("type") == "document":
-            source = part.get("source")
-            if isinstance(source, dict) and isinstance(source.get("data"), str):
-                return {**part, "source": {**source, "data": self.redact_text(source["data"])}}
-            return part
-        return self.redact_value(part)
+        return part if out == part else out
+
+    def _redact_member(self, key: str, value: Any) -> Any:
+        if key in _OPAQUE_FIELDS:
+            return value
+        return self.redact_value(value) if key == "input" else self._redact_part(value)
