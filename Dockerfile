@@ -7,7 +7,7 @@ COPY pyproject.toml uv.lock README.md ./
 RUN uv sync --frozen --no-dev --no-install-project
 COPY api ./api
 COPY worker ./worker
-RUN uv sync --frozen --no-dev
+RUN uv sync --frozen --no-dev && uv run --frozen --no-dev compactd prewarm
 
 FROM python:3.11-slim
 RUN useradd --system --uid 10001 --home /app compactd

@@ -13,6 +13,7 @@ $(UV):
 
 $(VENV)/.synced: $(UV) pyproject.toml uv.lock
 	$(UV) sync --frozen
+	$(UV) run --frozen compactd prewarm
 	@touch $@
 
 sync: $(VENV)/.synced

@@ -20,6 +20,9 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("--concurrency", type=int, default=None)
     w.add_argument("--pool", default="prefork")
     w.set_defaults(func=run_worker)
+    sub.add_parser(
+        "prewarm", help="compile Kingfisher's secret rules into COMPACTD_RULE_CACHE_DIR (install/start-up)"
+    ).set_defaults(func=run_prewarm)
     sub.add_parser("beat", help="run Celery beat (exactly one per deployment)").set_defaults(func=run_beat)
     f = sub.add_parser("flower", help="run Flower, the Celery monitor")
     f.add_argument("--port", type=int, default=5555)
@@ -97,6 +100,14 @@ def run_worker(args: argparse.Namespace) -> int:
             "--without-mingle",
         ]
     )
+    return 0
+
+
+def run_prewarm(args: argparse.Namespace) -> int:
+    from worker.redaction import kingfisher
+
+    settings = Settings()
+    print(f"kingfisher rule cache {settings.rule_cache_dir}: {kingfisher.prewarm(settings.rule_cache_dir)}")
     return 0
 
 

@@ -12,7 +12,7 @@ from sqlalchemy import Engine
 
 from worker.compaction.model import Policy
 from worker.compaction.ports import Summarizer
-from worker.redaction import Redactor
+from worker.redaction import Redactor, kingfisher
 from worker.settings import Settings
 from worker.store.cache import PromptCache, make_redis
 from worker.store.db import make_engine, migrate
@@ -55,6 +55,7 @@ class Resources:
 
     @classmethod
     def build(cls, settings: Settings, *, run_migrations: bool = True) -> Resources:
+        kingfisher.prewarm(settings.rule_cache_dir)
         engine = make_engine(settings.database_url)
         if run_migrations:
             migrate(engine)

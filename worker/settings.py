@@ -7,6 +7,7 @@ from pathlib import Path
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from worker.compaction.model import Policy
+from worker.redaction import kingfisher
 
 
 class Settings(BaseSettings):
@@ -19,6 +20,8 @@ class Settings(BaseSettings):
     redis_url: str | None = None
     broker_url: str | None = None  # defaults to redis_url
     var_dir: Path = Path("./var")
+    # Kingfisher's compiled rule catalog: built once at install (make sync, the image) or first start
+    rule_cache_dir: Path = kingfisher.DEFAULT_CACHE_DIR
 
     host: str = "127.0.0.1"
     port: int = 8700

@@ -5,6 +5,7 @@ every corpus: `aws-access-token` (gitleaks), `np.aws.2` (noseyparker) and `aws_k
 (detect-secrets) are all family `aws`. Families go to K folds by a stable hash, so a family is
 always in one fold and the split never changes when samples are added.
 Lines of detect-secrets' test files have no rule: they are one family, `detect-secrets-files`.
+A few names of one vendor are one family (`vault` is `hashicorp`, `pem` is `private`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,23 @@ from typing import Any
 
 K = 5
 FILES_FAMILY = "detect-secrets-files"
+_SAME = {
+    "vault": "hashicorp",
+    "pem": "private",
+    "sonarqube": "sonar",
+    "gcp": "google",
+    "gcs": "google",
+    "s3": "aws",
+    "arn": "aws",
+    "onepassword": "1password",
+    "msteams": "teams",
+    "terraform": "hashicorp",
+}
+
+
+def canonical(word: str) -> str:
+    """One name per vendor: `vault` -> `hashicorp`."""
+    return _SAME.get(word, word)
 
 
 def family(row: dict[str, Any]) -> str:
@@ -23,7 +41,7 @@ def family(row: dict[str, Any]) -> str:
     if not isinstance(rule, str) or not rule:
         return FILES_FAMILY
     rule = rule.lower().removeprefix("np.")
-    return re.split(r"[-_.]", rule, maxsplit=1)[0]
+    return canonical(re.split(r"[-_.]", rule, maxsplit=1)[0])
 
 
 def fold(name: str, k: int = K) -> int:

@@ -29,6 +29,14 @@ Corpora: ../shared/data/secrets/*.jsonl (FORMATS.md §5). Definitions:
   "Hex High Entropy String" (bare hex digests are not secrets by policy); its secret is the
   longest quoted string, else the value after `=`/`:` without a YAML tag (`!!binary`). Caught
   when a finding covers it.
+- **Family-held-out** figures (ops/bench/families.py, ops/bench/tuning.py): samples are grouped by
+  family (the vendor in their rule id) into 5 folds; each fold is scored without our rules that
+  were tuned on one of its families (worker/redaction/TUNING.md). `held_out`: Kingfisher's whole
+  catalog stays (we did not tune it); `strict`: our generic rules from before the log count as
+  tuned on every family, so they are left out everywhere; `new_vendor`: Kingfisher's rules of the
+  sample's own vendor are left out too (upstream wrote many with these very test cases), which is
+  what a vendor nobody has a rule for would meet; `ours_only`: no Kingfisher at all.
+  In-sample figures (`recall`, `fp_rate`) use every rule on every sample.
 - Throughput: MB of the Claude Code transcript file per CPU second through `redact_block` on
   every content block, and through `redact_text` on the raw file.
 """
@@ -43,8 +51,10 @@ from typing import Any
 
 import orjson
 
+from ops.bench import families, tuning
 from ops.bench.common import data_dir, table
 from worker.redaction import Redactor
+from worker.redaction.scanner import Ruleset
 
 TRANSCRIPT = "transcripts/claude-code/spotter/fa812bfe-b295-4cca-9c2f-fdf01028cb46.jsonl"
 CORPORA = (
@@ -239,12 +249,55 @@ def load_rows(path: Path) -> list[dict[str, Any]]:
     return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
 
 
-def score_corpus(root: Path, name: str, redactor: Redactor) -> dict[str, Any]:
-    """The figures of one corpus under ../shared/data/secrets."""
-    rows = load_rows(root / "secrets" / f"{name}.jsonl")
+def _score(name: str, rows: list[dict[str, Any]], redactor: Redactor) -> dict[str, Any]:
     if name == "detect_secrets_test_files":
         return score_test_files(rows, redactor)
     return score_rows(rows, redactor)
+
+
+def score_corpus(root: Path, name: str, redactor: Redactor) -> dict[str, Any]:
+    """The figures of one corpus under ../shared/data/secrets."""
+    return _score(name, load_rows(root / "secrets" / f"{name}.jsonl"), redactor)
+
+
+# figure -> (our generic rules from before the log count as tuned on every family,
+#            which of Kingfisher's rules are left out: none, the sample's own vendor's, all)
+HELD_OUT = {
+    "held_out": (False, "none"),
+    "strict": (True, "none"),
+    "new_vendor": (False, "vendor"),
+    "ours_only": (False, "all"),
+}
+
+
+def held_out_redactors(known: frozenset[str], strict: bool, theirs: str) -> dict[int, Redactor]:
+    """Per fold, a redactor without the rules tuned on that fold's families."""
+    out: dict[int, Redactor] = {}
+    for k in range(families.K):
+        fold = frozenset(f for f in known if families.fold(f) == k)
+        skip = {
+            "none": frozenset(),
+            "vendor": tuning.kingfisher_left_out(fold, known),
+            "all": tuning.kingfisher_left_out(frozenset({tuning.EVERY}), known),
+        }[theirs]
+        rules = Ruleset.without(tuning.left_out(fold, known, strict), skip)
+        out[k] = Redactor(b"bench", rules)
+    return out
+
+
+def score_held_out(root: Path, name: str, redactors: dict[int, Redactor]) -> dict[str, Any]:
+    """One corpus scored fold by fold, each with its own redactor, pooled."""
+    rows = load_rows(root / "secrets" / f"{name}.jsonl")
+    parts = []
+    for k, redactor in redactors.items():
+        mine = [r for r in rows if families.fold(families.family(r)) == k]
+        if mine:
+            parts.append(_score(name, mine, redactor))
+    return overall(parts)
+
+
+def known_families(root: Path) -> frozenset[str]:
+    return frozenset(families.family(r) for name in CORPORA for r in load_rows(root / "secrets" / f"{name}.jsonl"))
 
 
 def _blocks(path: Path) -> list[dict[str, Any]]:
@@ -288,7 +341,17 @@ def main() -> dict[str, Any]:
     speed = throughput(root / TRANSCRIPT, redactor)
     total = overall(rows)
     rows.append({"corpus": "overall", **total})
-    columns = ["corpus", "positives", "recall", "out_of_policy", "negatives", "fp_rate", "fp_rate_unlisted"]
+    known = known_families(root)
+    for label, (strict, theirs) in HELD_OUT.items():
+        redactors = held_out_redactors(known, strict, theirs)
+        parts = [score_held_out(root, name, redactors) for name in CORPORA]
+        for row, part in zip(rows, [*parts, overall(parts)], strict=True):
+            row[f"{label}_recall"], row[f"{label}_fp"] = part["recall"], part["fp_rate"]
+    columns = [
+        "corpus", "positives", "recall", "held_out_recall", "strict_recall", "new_vendor_recall",
+        "ours_only_recall", "negatives", "fp_rate", "held_out_fp", "strict_fp", "new_vendor_fp",
+        "ours_only_fp", "out_of_policy", "fp_rate_unlisted",
+    ]
     print(table(rows, columns))
     print(
         f"\nthroughput on {Path(TRANSCRIPT).name}: {speed['blocks_mb_s']} MB/s per block, "

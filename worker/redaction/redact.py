@@ -39,7 +39,7 @@ from urllib.parse import unquote
 
 from worker.compaction.model import Block
 from worker.redaction.keywords import is_assigned_secret, secret_kind_of_key
-from worker.redaction.scanner import Finding, find, find_spans
+from worker.redaction.scanner import ALL, KEYED_FIELD, Finding, Ruleset, find, find_spans
 
 __all__ = ["THINKING_REMOVED", "Finding", "Redactor"]
 
@@ -82,6 +82,7 @@ class Redactor:
     """Replaces secrets with `[REDACTED:<kind>:<hmac8>]` placeholders keyed by `key`."""
 
     key: bytes
+    rules: Ruleset = ALL
 
     def placeholder(self, kind: str, secret: str) -> str:
         """The placeholder of one secret: its kind and the first 8 hex of its keyed HMAC."""
@@ -90,12 +91,12 @@ class Redactor:
 
     def findings(self, text: str) -> list[Finding]:
         """Every secret in text with its kind and str offsets, left to right."""
-        return find(text)
+        return find(text, self.rules)
 
     def redact_text(self, text: str) -> str:
         """text with every secret replaced by its placeholder; unchanged text is returned as is."""
         data = text.encode("utf-8", "surrogatepass")
-        spans = find_spans(data)
+        spans = find_spans(data, self.rules)
         if not spans:
             return text
         out: list[bytes] = []
@@ -125,7 +126,7 @@ class Redactor:
         return self.redact_text(key) if isinstance(key, str) else key
 
     def _redact_field(self, key: Any, value: Any) -> Any:
-        if isinstance(value, str) and isinstance(key, str):
+        if isinstance(value, str) and isinstance(key, str) and self.rules.has(KEYED_FIELD):
             named = secret_kind_of_key(key)
             if named is not None and is_assigned_secret(named[0], named[1], value, quoted=True):
                 return self.placeholder(named[0], value)
@@ -137,7 +138,7 @@ class Redactor:
         encrypted and base64 payloads and clean thinking are untouched."""
         kind = block.get("type")
         if kind == "thinking":
-            if find_spans(str(block.get("thinking", "")).encode("utf-8", "surrogatepass")):
+            if find_spans(str(block.get("thinking", "")).encode("utf-8", "surrogatepass"), self.rules):
                 return {"type": "text", "text": THINKING_REMOVED}
             return block
         if kind == "redacted_thinking":

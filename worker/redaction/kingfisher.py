@@ -1,0 +1,96 @@
+"""The second pass: Kingfisher's maintained rule catalog (betterleaks and veles rules, ~490).
+
+Our detectors know the formats we wrote them for; Kingfisher knows hundreds more and is kept up to
+date upstream. It scans bytes in memory (Vectorscan, about 1 ms per 200 KB) and returns byte
+offsets, rule ids and named captures; nothing here validates a credential or touches the network.
+
+Compiling the catalog takes ~4 s, loading it compiled ~0.5 s: `prewarm(dir)` compiles it once
+into the service's own directory (`compactd` does at start-up, `make sync` at install) and points
+`KF_RULE_CACHE_DIR` there, so every later process (API, Celery pool children) only loads it.
+The scanner is built lazily per process, never before a fork.
+
+A finding becomes a span of the credential itself: a rule that captures `password` (a URI) or a
+token group is narrowed to that capture, so user names and hosts stay readable. A value that is
+visibly a reference or a placeholder (`${VAR}`, `<password>`, `xxxx`) is left alone.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from functools import cache
+from pathlib import Path
+
+from kingfisher_sdk import Rules, Scanner
+
+__all__ = ["CACHE_ENV", "DEFAULT_CACHE_DIR", "kind_of", "prewarm", "spans"]
+
+CACHE_ENV = "KF_RULE_CACHE_DIR"
+# the service's own directory: inside its environment, beside the installed code
+DEFAULT_CACHE_DIR = Path(sys.prefix) / "share" / "compactd" / "kingfisher-rules"
+Span = tuple[str, int, int]
+
+# the capture that holds the credential, when a rule captures more than it (URIs, user + password)
+_SECRET_CAPTURES = ("password", "git_password", "token", "secret", "key")
+# kinds our own detectors already use for the same secrets, so one secret reads the same either way
+_KINDS = {
+    "generic-api-key": "assignment",
+    "generic-credential-uri": "url_password",
+    "mongodb-connection-string": "url_password",
+    "private-key": "private_key",
+    "jwt": "jwt",
+}
+_REFERENCE = re.compile(
+    r"^(?:\$\{[^}]*\}|\$\(?[A-Za-z_][A-Za-z0-9_]*\)?|%[sd]|%\([A-Za-z_]+\)s|\{\{.*\}\}|\{[A-Za-z_]+\}"
+    r"|<[A-Za-z_ -]+>|\*+|[xX]{4,})$"
+)
+
+
+def prewarm(cache_dir: Path) -> str:
+    """Make cache_dir every later process's rule cache; compile the catalog into it if it is empty."""
+    cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.environ[CACHE_ENV] = str(cache_dir.resolve())
+    if any(cache_dir.iterdir()):
+        return "present"  # a stale entry (another wheel or CPU) is recompiled by Kingfisher itself
+    return Rules(cache_dir=str(cache_dir)).cache_status
+
+
+def _is_reference(value: str) -> bool:
+    """`${TOKEN}`, `<password>`, `xxxx`, or `user:{password}`: a value that only names a secret."""
+    value = value.strip("\"'")
+    return any(_REFERENCE.match(v) for v in (value, value.split(":", 1)[-1]))
+
+
+@cache
+def _scanner() -> Scanner:
+    # base64=False: our own base64 view already looks inside encoded runs
+    return Scanner(Rules(cache_dir=os.environ.get(CACHE_ENV) or str(DEFAULT_CACHE_DIR)), base64=False)
+
+
+def kind_of(rule_id: str) -> str:
+    """The placeholder kind of a rule: `betterleaks.slack-bot-token` -> `slack_bot_token`."""
+    name = rule_id.split(".", 1)[-1].removeprefix("secrets/")
+    return _KINDS.get(name) or re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
+
+
+def _narrowed(data: bytes, start: int, end: int, captures: dict[str, str]) -> tuple[int, int]:
+    for name, value in captures.items():
+        if name.lower() in _SECRET_CAPTURES and value:
+            at = data.find(value.encode("utf-8", "surrogatepass"), start, end)
+            if at >= 0:
+                return at, at + len(value.encode("utf-8", "surrogatepass"))
+    return start, end
+
+
+def spans(data: bytes, skip: frozenset[str] = frozenset()) -> list[Span]:
+    """(kind, start, end) byte spans of every credential a rule not in `skip` finds, left to right."""
+    out: list[Span] = []
+    for finding in _scanner().scan(data):
+        if not finding.visible or finding.rule_id in skip:
+            continue
+        where = finding.location
+        start, end = _narrowed(data, where["start_offset"], where["end_offset"], finding.captures)
+        if end > start and not _is_reference(data[start:end].decode("utf-8", "replace")):
+            out.append((kind_of(finding.rule_id), start, end))
+    return sorted(out, key=lambda s: s[1])
