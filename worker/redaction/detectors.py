@@ -16,8 +16,11 @@ from worker.redaction.judges import (
     argument,
     assignment,
     auth_value,
+    authorization,
     azure_client_secret,
     block_value,
+    connection_password,
+    credential,
     credential_argument,
     digits_then,
     discord,
@@ -25,12 +28,14 @@ from worker.redaction.judges import (
     high_entropy,
     paired_password,
     private_key,
+    properties_password,
     sized,
     slack,
     stated_password,
     telegram,
     token,
     url_password,
+    user_password,
 )
 
 
@@ -61,6 +66,7 @@ _QUOTED = r"(\\*\"[^\"\\\r\n]{4,}|\\*'[^'\\\r\n]{4,})"
 _UNQUOTED = r"[^\s\"'`,;&]"
 # a call argument (quoted string or bare expression) and a quoted one
 _ARG = r"(?:\"[^\"\r\n]*\"|'[^'\r\n]*'|[^,()\"'\r\n]+)\s*"
+_CONN_VALUE = r"(\{(?:[^}\r\n]|\}\})*?\}|\"[^\"\r\n]*\"|'[^'\r\n]*'|[^;\"'<>\s{][^;\"'<>\s]*)"
 _QUOTED_ARG = r"(\"[^\"\r\n]{1,200}\"|'[^'\r\n]{1,200}')"
 # unquoted values: not a short number (`"input_tokens": 1234`), which no judge would accept
 _VALUE = (
@@ -237,7 +243,9 @@ DETECTORS: tuple[Detector, ...] = (
         r"\b[A-Za-z0-9][A-Za-z0-9_-]+\.[A-Za-z0-9_-]{6}\.[A-Za-z0-9_-]{27,38}\b",
         discord,
     ),
-    Detector("telegram_bot_token", r"(?:^|[^A-Za-z0-9:_-])(\d+:AA[A-Za-z0-9_-]{33})" + _END, telegram, 1),
+    Detector(
+        "telegram_bot_token", r"(?:^|[^A-Za-z0-9:_-]|/bot)(\d+:AA[A-Za-z0-9_-]{33})" + _END, telegram, 1
+    ),
     Detector("stripe_key", r"\b(?:sk|rk)_(?:live|test|prod)_[A-Za-z0-9]{10,99}\b", token("stripe_key", 2.5)),
     Detector("stripe_webhook_secret", r"\bwhsec_[A-Za-z0-9]{24,}\b", token("stripe_webhook_secret")),
     Detector(
@@ -313,7 +321,26 @@ DETECTORS: tuple[Detector, ...] = (
         "facebook_app_token", r"\b\d+\|[A-Za-z0-9_-]{27}\b", digits_then("facebook_app_token", "|", 15, 16)
     ),
     Detector("azure_devops_pat", r"\b[A-Za-z0-9]+AZDO[A-Za-z0-9]{4}\b", sized("azure_devops_pat", 84, 84)),
-    Detector("vault_unseal_key", r"\bunseal[ \t]+([A-Za-z0-9+/]{40,}={0,2})", token("vault_unseal_key"), 1),
+    # `vault operator unseal <key>` and `Unseal Key 1: <key>` (base64 of 32 bytes)
+    Detector(
+        "vault_unseal_key",
+        r"(?i:\bunseal(?:[ \t_-]*key(?:[ \t_-]*\d+)?[ \t]*[:=])?)[ \t]*[\"']?([A-Za-z0-9+/]{40,}={0,2})",
+        token("vault_unseal_key"),
+        1,
+    ),
+    Detector(
+        "okta_token",
+        r"(?:\bSSWS[ \t]+|(?i:okta)[A-Za-z0-9_.-]*[\"']?[ \t]*[:=][ \t]*[\"']?)(00[A-Za-z0-9_-]{40})" + _END,
+        token("okta_token", 3.0),
+        1,
+    ),
+    # ThingsBoard device tokens sit in the path: `/api/v1/<token>/telemetry`
+    Detector(
+        "thingsboard_token",
+        r"/api/v1/([A-Za-z0-9]{20})/(?:telemetry|attributes|rpc|claim)\b",
+        token("thingsboard_token"),
+        1,
+    ),
     Detector(
         "teams_webhook",
         r"https?:\\?/\\?/outlook\.office(?:365)?\.com\\?/webhook(?:b2)?\\?/[A-Za-z0-9@/._\\-]{40,}",
@@ -345,16 +372,27 @@ DETECTORS: tuple[Detector, ...] = (
         token("password_hash"),
     ),
     # Credentials in URLs, connection strings, headers and command lines
+    # `scheme://user:password@host`: the user may hold `@` (`administrator@vsphere.local`), and so
+    # may the password (`p@ss`): it runs to the last `@` before the host
     Detector(
         "url_password",
-        r"\b[A-Za-z][A-Za-z0-9+.-]*:\\?/\\?/[^\s:/@'\"`<>\\]*:([^\s/@'\"`<>\\]+)@[A-Za-z0-9\[_%-]",
+        r"\b[A-Za-z][A-Za-z0-9+.-]*:\\?/\\?/[^\s:/'\"`<>\\]*:([^\s/?#'\"`<>\\]+)@[A-Za-z0-9\[_%${-]",
         url_password,
         1,
     ),
+    Detector("url_password", r"\bjdbc:oracle:[a-z]+:[^\s/@:'\"]+/([^\s/@'\"]+)@", url_password, 1),
+    Detector(
+        "url_password",
+        r"[?&](?i:password|passwd|pwd)=([^&#\s\"'<>;`]+)",
+        credential("url_password"),
+        1,
+    ),
+    # any scheme (`Basic`, `Bearer`, `SSWS`, `Token`, unknown ones) then the credential
     Detector(
         "authorization",
-        r"(?i:\bauthorization\\?[\"']?[ \t]*[:=][ \t]*\\?[\"']?(?:bearer|basic|token|digest|apikey|sso-key|otoken|key)?[ \t]*)([A-Za-z0-9._~+/=:@-]{8,}(?:[ \t]+[A-Za-z0-9._~+/=-]{8,})?)",
-        auth_value("authorization"),
+        r"(?i:\bauthorization\\?[\"'`]?[ \t]*[:=][ \t]*\\?[\"'`]?)"
+        r"((?:[A-Za-z][A-Za-z0-9_-]*[ \t]+)?(?:<[^<>\r\n]*>|[^\s\"'`\\,;]+)(?:[ \t]+[A-Za-z0-9._~+/=-]{8,})?)",
+        authorization,
         1,
     ),
     Detector(
@@ -368,14 +406,25 @@ DETECTORS: tuple[Detector, ...] = (
     ),
     Detector(
         "basic_auth",
-        r"(?:\s|^)(?:-u|--user|--proxy-user|-U)[ \t]+[\"']?(?:[^\s:\"']+|\"[^\"]+\")[\"']?:([^\s]+)",
-        auth_value("basic_auth", 4),
+        r"(?:\s|^)(?:-u|--user|--proxy-user|-U)(?:[ \t]+|=)[\"']?([^\s:\"']+|\"[^\"]+\")[\"']?:([^\s]+)",
+        user_password,
+        2,
+        1,
+    ),
+    # ADO.NET / ODBC / JDBC: `;Password=x`, or a leading `Password=x;` before another `Key=`;
+    # values may be quoted or `{braced}` (`}}` escapes a brace)
+    Detector(
+        "connection_string_password",
+        r"(?i:;[ \t]*(?:password|pwd|secret|sharedaccesskey|accountkey)[ \t]*=[ \t]*)"
+        + _CONN_VALUE
+        + r"(?:[^}]|$)",
+        connection_password,
         1,
     ),
     Detector(
         "connection_string_password",
-        r"(?i:;[ \t]*(?:password|pwd|secret|sharedaccesskey|accountkey)[ \t]*=[ \t]*)([^;\"'<>\s]+)",
-        auth_value("connection_string_password", 4),
+        r"(?i:\b(?:password|pwd)[ \t]*=[ \t]*)" + _CONN_VALUE + r"[ \t]*;[ \t]*[A-Za-z][A-Za-z ]*=",
+        connection_password,
         1,
     ),
     Detector(
@@ -418,6 +467,25 @@ DETECTORS: tuple[Detector, ...] = (
         r"(?:[ \t]*(?://|#|;)[^\r\n]*\r?\n){0,3}[ \t]*((?i:password|passwd|pass|pwd))[ \t]*[=:][ \t]*"
         r"([^\s\"'][^\s]*)[ \t]*(?:\r?\n|$)",
         paired_password,
+        2,
+        1,
+        lane=1,
+    ),
+    # gradle.properties and Java properties: `signing.password=x`, `mavenPassword=x` to end of line
+    Detector(
+        "password",
+        r"(?m:^)[ \t]*((?:systemProp\.)?[a-z][A-Za-z0-9.]*(?:Password|Passwd|\.password|\.passwd))"
+        r"[ \t]*=[ \t]*([^\s\"'`][^\r\n]*)",
+        properties_password,
+        2,
+        1,
+        lane=1,
+    ),
+    # an attribute set to a string literal: PHPMailer's `$mail->Password = '…';`, C# `.Password = "…"`
+    Detector(
+        "password",
+        r"(?:->|\.)[ \t]*((?i:password|passwd|pwd))[ \t]*=[ \t]*(\"[^\"\r\n]*\"|'[^'\r\n]*')",
+        credential("password"),
         2,
         1,
         lane=1,

@@ -11,6 +11,7 @@ import re
 from collections.abc import Callable
 
 from worker.compaction.shapes import (
+    PLACEHOLDER_MARK,
     char_classes,
     entropy_bits,
     is_code,
@@ -20,7 +21,13 @@ from worker.compaction.shapes import (
     is_uuid,
     looks_random,
 )
-from worker.redaction.keywords import echoes_key, is_assigned_secret, names_other_value, secret_kind_of_key
+from worker.redaction.keywords import (
+    echoes_key,
+    is_assigned_secret,
+    key_words,
+    names_other_value,
+    secret_kind_of_key,
+)
 
 Judged = tuple[str, int, int] | None
 Judge = Callable[[str, str | None], Judged]
@@ -52,14 +59,58 @@ def _strip_quotes(region: str) -> tuple[int, int, bool]:
     return lo, hi, quoted
 
 
+# Visible references and placeholders: `${VAR}`, `$VAR`, `$(cmd)`, `%s`, `%(name)s`, `%VAR%`,
+# `$1`, `{{ x }}`, `{name}`, `{0}`, `<password>`, `[PASSWORD]`, masks (`****`, `xxxxxxxx`) and metavars.
+_REFERENCE = re.compile(
+    r"\$\{[^}]*\}?|\$\(.*\)?|\$[A-Za-z_][\w.]*|\$[\d@*#]|%\(?\w*\)?[sd]|%[A-Za-z_]\w*%|\{\{.*\}\}|\{%.*%\}"
+    r"|\{\s*[A-Za-z_][\w.]*\s*\}|\{\d*\}|<[^<>]*>|\[[A-Z _-]+\]|[*xX\u2022]+|[A-Z][A-Z_]*[A-Z]",
+    re.DOTALL,
+)
+# a value that a quote closed early: `"Password=" + pw + ";"`, `"Pwd=" . $pw . ";"`
+_JOINED = re.compile(r"^\s*(?:\+|\.|&|\|\|)\s|\s(?:\+|\.|&|\|\|)\s*$|^\$[A-Za-z_{(]")
+
+
+def is_reference(value: str) -> bool:
+    """Whether a value in a credential position visibly stands in for one (or is empty).
+
+    Structure before looks: anything else there is a credential, `hunter2` and `password` too.
+    """
+    v = value.strip()
+    if not v or PLACEHOLDER_MARK in v or _REFERENCE.fullmatch(v) is not None or _JOINED.search(v) is not None:
+        return True
+    if len(v) >= 3 and len(set(v)) == 1:
+        # one character repeated (`yyy`, `0000`, `----`): a mask, like `****`
+        return True
+    # `your_password`, `example-token`, `dummy.secret`: words that say the value is made up
+    return _LETTERS.fullmatch(v) is not None and not _MADE_UP.isdisjoint(key_words(v))
+
+
+_LETTERS = re.compile(r"[A-Za-z_.-]+")
+_MADE_UP = frozenset(["your", "here", "example", "sample", "dummy", "fake", "placeholder", "redacted"])
+
+
+def credential(kind: str) -> Judge:
+    """Judge for a value in a credential position: a secret unless it is a visible reference."""
+
+    def judge(secret: str, key: str | None) -> Judged:
+        lo, hi, _ = _strip_quotes(secret)
+        return None if is_reference(secret[lo:hi]) else (kind, lo, hi)
+
+    return judge
+
+
 def assignment(secret: str, key: str | None) -> Judged:
     """Judge for `key = value` in any syntax: the key names the kind, the value must fit it."""
     named = secret_kind_of_key(key or "")
     if named is None:
         return None
+    if (key or "").lstrip().startswith("-") and named[0] == "password":
+        return password_flag(secret, key)
     kind, strong = named
     lo, hi, quoted = _strip_quotes(secret)
     value = secret[lo:hi]
+    if _JOINED.search(value) is not None:
+        return None
     if secret.lstrip("\\").startswith("`") and any(c.isspace() for c in value):
         # `KEY=`cmd arg``: shell command substitution, the value is computed at run time
         return None
@@ -74,6 +125,11 @@ def assignment(secret: str, key: str | None) -> Judged:
 
 
 _ENV_KEY = re.compile(r"^(?:[A-Z][A-Z0-9_]*|[A-Z][a-z]+)$")
+
+
+def _looks_assigned(secret: str, key: str | None) -> Judged:
+    """The assignment judge without the flag shortcut: `--password-stdin x` is judged by looks."""
+    return assignment(secret, (key or "").lstrip().lstrip("-"))
 
 
 def flag_assignment(secret: str, key: str | None) -> Judged:
@@ -123,12 +179,78 @@ def high_entropy(secret: str, key: str | None) -> Judged:
 
 
 def url_password(secret: str, key: str | None) -> Judged:
-    """Judge for `scheme://user:password@host`: only the password, unless it is a template."""
+    """Judge for `scheme://user:password@host`: only the password, whatever it looks like."""
     if len(secret) > 200:
         return None
-    if (is_placeholder(secret) and not secret.isalnum()) or secret.startswith(("$", "%", "{", "<")):
+    return credential("url_password")(secret, key)
+
+
+_SCHEMES = frozenset(["basic", "bearer", "token", "ssws", "apikey", "api-key", "sso-key", "otoken", "key"])
+
+
+def authorization(secret: str, key: str | None) -> Judged:
+    """Judge for `Authorization: <scheme> <credential>` (any scheme) or a bare credential.
+
+    After a known or capitalised scheme the credential is judged by position; a lower-case word
+    before it (`Authorization: header must …`) is prose. A bare value must look like a token.
+    """
+    scheme, _, value = secret.partition(" ")
+    value = value.lstrip(" \t")
+    if not value:
+        return auth_value("authorization")(secret, key) if scheme.lower() not in _SCHEMES else None
+    if scheme.lower() == "digest":
+        # a challenge response (`username="…", response="<hash>"`), not a reusable credential
         return None
-    return "url_password", 0, len(secret)
+    known = scheme.lower() in _SCHEMES
+    if not known and (not scheme[0].isupper() or (value.isalpha() and value.islower())):
+        return None
+    judged = credential("authorization")(value, key)
+    if judged is None:
+        return None
+    start = len(secret) - len(value)
+    return judged[0], start + judged[1], start + judged[2]
+
+
+def user_password(secret: str, key: str | None) -> Judged:
+    """Judge for the password of `curl -u user:password`; `-u 1000:1000` is a uid and gid."""
+    if (key or "").strip("\"'").isdigit() and secret.strip("\"'").isdigit():
+        return None
+    return credential("basic_auth")(secret, key)
+
+
+def connection_password(secret: str, key: str | None) -> Judged:
+    """Judge for `Password=` in ADO.NET/ODBC/JDBC strings: quoted and `{braced}` values unwrapped."""
+    if secret.startswith("{") and secret.endswith("}") and len(secret) > 2 and not is_reference(secret):
+        return "connection_string_password", 1, len(secret) - 1
+    return credential("connection_string_password")(secret, key)
+
+
+def password_flag(secret: str, key: str | None) -> Judged:
+    """Judge for `--password X`: by position, unless X is prose, a metavar or another flag."""
+    words = key_words(key or "")
+    if not words or words[-1] not in ("password", "passwd", "pass", "pwd", "passphrase"):
+        return _looks_assigned(secret, key)
+    lo, hi, _ = _strip_quotes(secret)
+    if secret[lo:hi].startswith("-") or _PROSE.fullmatch(secret[lo:hi]) is not None:
+        return None
+    return credential("password")(secret, key)
+
+
+def properties_password(secret: str, key: str | None) -> Judged:
+    """Judge for `signing.password=x` lines: the rest of the line, unless it is code or a reference."""
+    value = secret.rstrip()
+    head = (key or "").split(".", 1)[0]
+    if head in ("self", "this", "cls") or value.endswith((";", ")", "{")) or " = " in value:
+        # `this.password = pw;`, `self.password = password`: an assignment in code
+        return None
+    return credential("password")(value, key)
+
+
+# words that follow `--password` in prose and help text, not as its value
+_PROSE = re.compile(
+    r"(?i:a|an|and|argument|as|at|be|by|can|flag|for|from|if|in|instead|is|it|must|not|of|on|option|or"
+    r"|parameter|should|the|then|to|was|when|will|with)"
+)
 
 
 def auth_value(kind: str, min_len: int = 8, names_ok: bool = True) -> Judge:
