@@ -1,20 +1,17 @@
-"""Sample families and folds, for family-held-out secret figures.
+"""Sample families, for family-held-out secret figures.
 
 A sample's family is the vendor or shape its rule is about, read from the rule id the same way in
 every corpus: `aws-access-token` (gitleaks), `np.aws.2` (noseyparker) and `aws_key`
-(detect-secrets) are all family `aws`. Families go to K folds by a stable hash, so a family is
-always in one fold and the split never changes when samples are added.
+(detect-secrets) are all family `aws`.
 Lines of detect-secrets' test files have no rule: they are one family, `detect-secrets-files`.
 A few names of one vendor are one family (`vault` is `hashicorp`, `pem` is `private`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import re
 from typing import Any
 
-K = 5
 FILES_FAMILY = "detect-secrets-files"
 _SAME = {
     "vault": "hashicorp",
@@ -42,8 +39,3 @@ def family(row: dict[str, Any]) -> str:
         return FILES_FAMILY
     rule = rule.lower().removeprefix("np.")
     return canonical(re.split(r"[-_.]", rule, maxsplit=1)[0])
-
-
-def fold(name: str, k: int = K) -> int:
-    """The fold of a family: sha256 of its name modulo k."""
-    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "big") % k

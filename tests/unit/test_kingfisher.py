@@ -59,7 +59,9 @@ def test_kingfisher_never_redacts_inside_a_placeholder() -> None:
     assert R.redact_text(once) == once
 
 
-def test_prewarm_compiles_once_into_the_given_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_prewarm_compiles_once_into_the_given_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv(kingfisher.CACHE_ENV, raising=False)
     target = tmp_path / "rules"
     assert kingfisher.prewarm(target) == "stored"

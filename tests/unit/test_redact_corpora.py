@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from ops.bench.secrets import CORPORA, overall, score_corpus
+from ops.bench.secrets import (
+    CORPORA,
+    held_out_redactors,
+    known_families,
+    overall,
+    score_corpus,
+    score_held_out,
+)
 from tests.conftest import transcript_files
 from worker.redaction import Redactor
 
@@ -19,24 +26,36 @@ CLAUDE_CODE = [p for p in transcript_files() if "claude-code" in p.parts]
 
 
 def test_secret_corpora_recall_and_false_positives(shared_data: Path) -> None:
-    """Pooled over the four corpora, recall and false positives stay at the measured level.
+    """Pooled over the four corpora, in-sample recall and false positives stay at the measured level.
 
-    The issue's target is recall >= 0.95 and false positives <= 5%; the floors below sit just under
-    what the detectors reach today (see `python -m ops.bench.secrets`), so a regression fails here.
-    Most remaining false positives are real-looking keys on upstream literal allow-lists, which
-    stay redacted (`fp_rate_unlisted` leaves them out).
+    The floors sit just under what the rules reach today (`python -m ops.bench.secrets`), so a
+    regression fails here. Most false positives are real-looking keys on upstream literal
+    allow-lists, which stay redacted (`fp_rate_unlisted` leaves them out), and literal words in a
+    credential position (`curl -u test:test`), redacted by policy.
     """
     rows = [score_corpus(shared_data, name, R) for name in CORPORA]
     total = overall(rows)
-    assert total["recall"] >= 0.97, total
-    assert total["fp_rate"] <= 0.085, total
-    assert total["fp_rate_unlisted"] <= 0.04, total
+    assert total["recall"] >= 0.975, total
+    assert total["fp_rate"] <= 0.09, total
+    assert total["fp_rate_unlisted"] <= 0.046, total
+
+
+def test_family_held_out_figures_hold(shared_data: Path) -> None:
+    """Scored without the rules tuned on each sample's family, recall and false positives hold.
+
+    This is the figure that predicts secrets of kinds we never tuned on (BENCHMARKS.md); it is far
+    from the in-sample one, and a change that only helps in-sample does not move it.
+    """
+    redactors = held_out_redactors(known_families(shared_data), strict=False, theirs="none")
+    total = overall([score_held_out(shared_data, name, redactors) for name in CORPORA])
+    assert total["recall"] >= 0.71, total
+    assert total["fp_rate"] <= 0.025, total
 
 
 # corpus: (recall floor, false-positive ceiling), just past today's figures
 PER_CORPUS = {
-    "gitleaks_rule_cases": (0.98, 0.11),  # look-alike Anthropic keys are redacted on purpose
-    "noseyparker_rule_examples": (0.96, 0.065),
+    "gitleaks_rule_cases": (0.98, 0.12),  # look-alike Anthropic keys are redacted on purpose
+    "noseyparker_rule_examples": (0.96, 0.07),
     "detect_secrets_plugin_cases": (0.955, 0.06),
     "detect_secrets_test_files": (0.96, 0.0),
 }

@@ -41,6 +41,8 @@ _KINDS = {
     "private-key": "private_key",
     "jwt": "jwt",
 }
+# shorter than any credential a rule finds with its context (`curl -u a:bc`): not worth a call
+_MIN_BYTES = 12
 _REFERENCE = re.compile(
     r"^(?:\$\{[^}]*\}|\$\(?[A-Za-z_][A-Za-z0-9_]*\)?|%[sd]|%\([A-Za-z_]+\)s|\{\{.*\}\}|\{[A-Za-z_]+\}"
     r"|<[A-Za-z_ -]+>|\*+|[xX]{4,})$"
@@ -86,6 +88,8 @@ def _narrowed(data: bytes, start: int, end: int, captures: dict[str, str]) -> tu
 def spans(data: bytes, skip: frozenset[str] = frozenset()) -> list[Span]:
     """(kind, start, end) byte spans of every credential a rule not in `skip` finds, left to right."""
     out: list[Span] = []
+    if len(data) < _MIN_BYTES:
+        return out
     for finding in _scanner().scan(data):
         if not finding.visible or finding.rule_id in skip:
             continue
