@@ -65,6 +65,30 @@ SECRETS = {
         _random(ALNUM + "+/", 64),
         lambda b: f"-----BEGIN RSA PRIVATE KEY-----\n{b}\n-----END RSA PRIVATE KEY-----",
     ),
+    # the kinds that leaked from the blind set (issue 9): credential positions and formats
+    "word_url_password": (
+        st.sampled_from(["hunter2", "letmein", "password", "Summer2024", "changeme1"]),
+        lambda b: f"postgres://user:{b}@db.example.com/app",
+    ),
+    "mongodb_password": (
+        _random(ALNUM, 12),
+        lambda b: f"mongodb+srv://app:{b}%21@cluster0.ab1cd.mongodb.net/db",
+    ),
+    "okta_token": (_random(ALNUM + "_-", 40), lambda b: f"Authorization: SSWS 00{b}"),
+    "newrelic_key": (_random(string.ascii_uppercase + string.digits, 27), lambda b: f"NRAK-{b}"),
+    "github_secret": (_random("0123456789abcdef", 40), lambda b: f"GITHUB_SECRET={b}"),
+    "vault_unseal_key": (_random(ALNUM + "+/", 43), lambda b: f"Unseal Key 1: {b}="),
+    "thingsboard_token": (_random(ALNUM, 20), lambda b: f"curl http://tb.local:8080/api/v1/{b}/telemetry"),
+    "telegram_bot_token": (
+        _random(ALNUM + "_-", 33),
+        lambda b: f"https://api.telegram.org/bot123456789:AA{b}/getMe",
+    ),
+    "sonar_token": (_random("0123456789abcdef", 40), lambda b: f"sonar.token=squ_{b}"),
+    "ado_password": (_random(ALNUM + "!#", 12), lambda b: f"Server=db;User Id=app;Password = {b};"),
+    "gradle_password": (_random(ALNUM, 14), lambda b: f"systemProp.https.proxyPassword={b}"),
+    "phpmailer_password": (_random(ALNUM, 14), lambda b: f"$mail->Password = '{b}';"),
+    "curl_user": (_random(ALNUM, 14), lambda b: f"curl -u deploy:{b} https://api.example.com"),
+    "basic_header": (_random(ALNUM + "+/", 24), lambda b: f"Authorization: Basic {b}="),
 }
 
 
@@ -80,7 +104,7 @@ def planted(draw: st.DrawFn) -> tuple[str, str, str, str]:
     return prefix + "\n", build(body), body, "\n" + suffix
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=600, deadline=None)
 @given(planted())
 def test_no_planted_secret_survives_and_context_is_kept(case: tuple[str, str, str, str]) -> None:
     """A planted secret of any kind is gone after redaction, and the text around it is intact."""
