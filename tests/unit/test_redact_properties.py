@@ -110,7 +110,7 @@ def test_no_planted_secret_survives_and_context_is_kept(case: tuple[str, str, st
     """A planted secret of any kind is gone after redaction, and the text around it is intact."""
     prefix, secret_text, body, suffix = case
     redacted = R.redact_text(prefix + secret_text + suffix)
-    assert body not in redacted
+    assert body not in re.sub(PLACEHOLDER, "", redacted)  # a kind may spell a word body (`password`)
     assert redacted.startswith(prefix) and redacted.endswith(suffix)
     assert re.search(PLACEHOLDER, redacted)
     assert R.redact_text(redacted) == redacted
