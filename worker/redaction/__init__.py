@@ -7,9 +7,19 @@ The whole surface is `Redactor(key)`:
     redact_block(block)   an Anthropic content block
     findings(text)        [Finding(kind, start, end)], for tests and the bench
 
-Inside, two passes find secrets: our own detectors (detectors.py: one RE2 pattern per format,
-confirmed by a judge in judges.py; keywords.py for key names) and Kingfisher's maintained rule
-catalog (kingfisher.py). TUNING.md records which sample families each change was tuned on.
+Inside, two passes (scanner.py) find secrets: our own detectors and Kingfisher's maintained rule
+catalog (kingfisher.py). Our detectors are one RE2 pattern per format, confirmed by a judge:
+
+    rules.py       Detector, the Judge contract, strip_quotes
+    detectors.py   DETECTORS, the ordered table (keyword assignments, constructors, prose)
+    vendors.py     vendor token formats, key blocks, JWTs, hashes: secrets by their looks
+    positions.py   credential positions (URL passwords, Authorization, `curl -u`, `--password`,
+                   connection strings, properties): structure before looks, and `is_reference`
+    judges.py      judges for looks: vendor tokens and keyword assignments
+    keywords.py    what a key name says about its value
+    manifests.py   Kubernetes Secret manifests
+
+TUNING.md records which sample families each change was tuned on.
 """
 
 from worker.redaction.redact import THINKING_REMOVED, Finding, Redactor

@@ -1,17 +1,18 @@
-"""Judges: given a candidate a detector pattern found, is it a secret, of which kind, and where?
+"""Judges for looks: vendor token formats, key blocks and keyword assignments.
 
-A judge gets the region that holds the candidate and, for assignments, the key that names it, and
-returns (kind, start, end) inside the region, or None to reject placeholders, code and values
-that only sit where a secret could.
+A judge gets the region a detector pattern found and, for assignments, the key that names it, and
+returns (kind, start, end) inside the region, or None to reject placeholders, code and values that
+only sit where a secret could. Here a value must look the part: a vendor token must not be a
+placeholder (`token`, `slack`, `discord`), an assigned value must fit the kind its key names
+(`assignment`, with keywords.py). Values in credential positions, judged by where they sit, are
+in positions.py; the contract (`Judge`, `Judged`, `strip_quotes`) is in rules.py.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 
 from worker.compaction.shapes import (
-    PLACEHOLDER_MARK,
     char_classes,
     entropy_bits,
     is_code,
@@ -24,13 +25,11 @@ from worker.compaction.shapes import (
 from worker.redaction.keywords import (
     echoes_key,
     is_assigned_secret,
-    key_words,
     names_other_value,
     secret_kind_of_key,
 )
-
-Judged = tuple[str, int, int] | None
-Judge = Callable[[str, str | None], Judged]
+from worker.redaction.positions import is_joined, is_password_flag, password_flag
+from worker.redaction.rules import Judge, Judged, strip_quotes
 
 
 def token(kind: str, min_bits: float = 0.0) -> Judge:
@@ -45,71 +44,17 @@ def token(kind: str, min_bits: float = 0.0) -> Judge:
     return judge
 
 
-def _strip_quotes(region: str) -> tuple[int, int, bool]:
-    """The span of a value inside `\\"value`, `'value`, `` `value `` or `value` and whether quoted."""
-    lo = 0
-    while lo < len(region) and region[lo] == "\\":
-        lo += 1
-    quoted = lo < len(region) and region[lo] in "\"'`"
-    while lo < len(region) and region[lo] in "\\\"'`":
-        lo += 1
-    hi = len(region)
-    while hi > lo and region[hi - 1] in "\\\"'`,;)":
-        hi -= 1
-    return lo, hi, quoted
-
-
-# Visible references and placeholders: `${VAR}`, `$VAR`, `$(cmd)`, `%s`, `%(name)s`, `%VAR%`,
-# `$1`, `{{ x }}`, `{name}`, `{0}`, `<password>`, `[PASSWORD]`, masks (`****`, `xxxxxxxx`) and metavars.
-_REFERENCE = re.compile(
-    r"\$\{[^}]*\}?|\$\(.*\)?|\$[A-Za-z_][\w.]*|\$[\d@*#]|%\(?\w*\)?[sd]|%[A-Za-z_]\w*%|\{\{.*\}\}|\{%.*%\}"
-    r"|\{\s*[A-Za-z_][\w.]*\s*\}|\{\d*\}|<[^<>]*>|\[[A-Z _-]+\]|[*xX\u2022]+|[A-Z][A-Z_]*[A-Z]",
-    re.DOTALL,
-)
-# a value that a quote closed early: `"Password=" + pw + ";"`, `"Pwd=" . $pw . ";"`
-_JOINED = re.compile(r"^\s*(?:\+|\.|&|\|\|)\s|\s(?:\+|\.|&|\|\|)\s*$|^\$[A-Za-z_{(]")
-
-
-def is_reference(value: str) -> bool:
-    """Whether a value in a credential position visibly stands in for one (or is empty).
-
-    Structure before looks: anything else there is a credential, `hunter2` and `password` too.
-    """
-    v = value.strip()
-    if not v or PLACEHOLDER_MARK in v or _REFERENCE.fullmatch(v) is not None or _JOINED.search(v) is not None:
-        return True
-    if len(v) >= 3 and len(set(v)) == 1:
-        # one character repeated (`yyy`, `0000`, `----`): a mask, like `****`
-        return True
-    # `your_password`, `example-token`, `dummy.secret`: words that say the value is made up
-    return _LETTERS.fullmatch(v) is not None and not _MADE_UP.isdisjoint(key_words(v))
-
-
-_LETTERS = re.compile(r"[A-Za-z_.-]+")
-_MADE_UP = frozenset(["your", "here", "example", "sample", "dummy", "fake", "placeholder", "redacted"])
-
-
-def credential(kind: str) -> Judge:
-    """Judge for a value in a credential position: a secret unless it is a visible reference."""
-
-    def judge(secret: str, key: str | None) -> Judged:
-        lo, hi, _ = _strip_quotes(secret)
-        return None if is_reference(secret[lo:hi]) else (kind, lo, hi)
-
-    return judge
-
-
 def assignment(secret: str, key: str | None) -> Judged:
     """Judge for `key = value` in any syntax: the key names the kind, the value must fit it."""
     named = secret_kind_of_key(key or "")
     if named is None:
         return None
     if (key or "").lstrip().startswith("-") and named[0] == "password":
-        return password_flag(secret, key)
+        return password_flag(secret, key) if is_password_flag(key) else _looks_assigned(secret, key)
     kind, strong = named
-    lo, hi, quoted = _strip_quotes(secret)
+    lo, hi, quoted = strip_quotes(secret)
     value = secret[lo:hi]
-    if _JOINED.search(value) is not None:
+    if is_joined(value):
         return None
     if secret.lstrip("\\").startswith("`") and any(c.isspace() for c in value):
         # `KEY=`cmd arg``: shell command substitution, the value is computed at run time
@@ -161,7 +106,7 @@ def high_entropy(secret: str, key: str | None) -> Judged:
     """Judge for `NAME = <random 20+ chars>`: any name that does not describe the value."""
     if key is not None and names_other_value(key):
         return None
-    lo, hi, quoted = _strip_quotes(secret)
+    lo, hi, quoted = strip_quotes(secret)
     value = secret[lo:hi]
     if (
         len(value) < 20
@@ -176,100 +121,6 @@ def high_entropy(secret: str, key: str | None) -> Judged:
     if char_classes(value.strip("=")) < 3 or not looks_random(value, min_len=20, min_bits=4.0):
         return None
     return "high_entropy_string", lo, hi
-
-
-def url_password(secret: str, key: str | None) -> Judged:
-    """Judge for `scheme://user:password@host`: only the password, whatever it looks like."""
-    if len(secret) > 200:
-        return None
-    return credential("url_password")(secret, key)
-
-
-_SCHEMES = frozenset(["basic", "bearer", "token", "ssws", "apikey", "api-key", "sso-key", "otoken", "key"])
-
-
-def authorization(secret: str, key: str | None) -> Judged:
-    """Judge for `Authorization: <scheme> <credential>` (any scheme) or a bare credential.
-
-    After a known or capitalised scheme the credential is judged by position; a lower-case word
-    before it (`Authorization: header must …`) is prose. A bare value must look like a token.
-    """
-    scheme, _, value = secret.partition(" ")
-    value = value.lstrip(" \t")
-    if not value:
-        return auth_value("authorization")(secret, key) if scheme.lower() not in _SCHEMES else None
-    if scheme.lower() == "digest":
-        # a challenge response (`username="…", response="<hash>"`), not a reusable credential
-        return None
-    known = scheme.lower() in _SCHEMES
-    if not known and (not scheme[0].isupper() or (value.isalpha() and value.islower())):
-        return None
-    judged = credential("authorization")(value, key)
-    if judged is None:
-        return None
-    start = len(secret) - len(value)
-    return judged[0], start + judged[1], start + judged[2]
-
-
-def user_password(secret: str, key: str | None) -> Judged:
-    """Judge for the password of `curl -u user:password`; `-u 1000:1000` is a uid and gid."""
-    if (key or "").strip("\"'").isdigit() and secret.strip("\"'").isdigit():
-        return None
-    return credential("basic_auth")(secret, key)
-
-
-def connection_password(secret: str, key: str | None) -> Judged:
-    """Judge for `Password=` in ADO.NET/ODBC/JDBC strings: quoted and `{braced}` values unwrapped."""
-    if secret.startswith("{") and secret.endswith("}") and len(secret) > 2 and not is_reference(secret):
-        return "connection_string_password", 1, len(secret) - 1
-    return credential("connection_string_password")(secret, key)
-
-
-def password_flag(secret: str, key: str | None) -> Judged:
-    """Judge for `--password X`: by position, unless X is prose, a metavar or another flag."""
-    words = key_words(key or "")
-    if not words or words[-1] not in ("password", "passwd", "pass", "pwd", "passphrase"):
-        return _looks_assigned(secret, key)
-    lo, hi, _ = _strip_quotes(secret)
-    if secret[lo:hi].startswith("-") or _PROSE.fullmatch(secret[lo:hi]) is not None:
-        return None
-    return credential("password")(secret, key)
-
-
-def properties_password(secret: str, key: str | None) -> Judged:
-    """Judge for `signing.password=x` lines: the rest of the line, unless it is code or a reference."""
-    value = secret.rstrip()
-    head = (key or "").split(".", 1)[0]
-    if head in ("self", "this", "cls") or value.endswith((";", ")", "{")) or " = " in value:
-        # `this.password = pw;`, `self.password = password`: an assignment in code
-        return None
-    return credential("password")(value, key)
-
-
-# words that follow `--password` in prose and help text, not as its value
-_PROSE = re.compile(
-    r"(?i:a|an|and|argument|as|at|be|by|can|flag|for|from|if|in|instead|is|it|must|not|of|on|option|or"
-    r"|parameter|should|the|then|to|was|when|will|with)"
-)
-
-
-def auth_value(kind: str, min_len: int = 8, names_ok: bool = True) -> Judge:
-    """Judge for credentials after `Authorization: Bearer`, `-u user:`, `X-Api-Key:`."""
-
-    def judge(secret: str, key: str | None) -> Judged:
-        lo, hi, _ = _strip_quotes(secret)
-        value = secret[lo:hi]
-        if len(value) < min_len or is_placeholder(value) or value.startswith(("$", "%")):
-            return None
-        # `token: TokenInterface`, `"x-api-key": self.api_key`: a name in code, not a credential
-        if not names_ok and is_code(value) and not any(c.isdigit() for c in value):
-            return None
-        # `{{var}}`, `{name}` are templates; `{Zq5kVr…}` is a value some docs wrap in braces
-        if value.startswith("{") and not looks_random(value.strip("{}"), min_len=8, min_bits=3.0):
-            return None
-        return kind, lo, hi
-
-    return judge
 
 
 def random_token(kind: str, min_len: int = 16) -> Judge:
@@ -312,7 +163,7 @@ def anthropic_key(kind: str) -> Judge:
 
 def credential_argument(secret: str, key: str | None) -> Judged:
     """Judge for the password argument of `NetworkCredential("u", "p")` and like constructors."""
-    lo, hi, _ = _strip_quotes(secret)
+    lo, hi, _ = strip_quotes(secret)
     value = secret[lo:hi]
     if len(value) < 4 or is_placeholder(value) or value.startswith(("$", "%", "{")):
         return None
@@ -321,7 +172,7 @@ def credential_argument(secret: str, key: str | None) -> Judged:
 
 def stated_password(secret: str, key: str | None) -> Judged:
     """Judge for prose: `the password for user 'postgres' is 'admin'`."""
-    lo, hi, _ = _strip_quotes(secret)
+    lo, hi, _ = strip_quotes(secret)
     value = secret[lo:hi]
     if len(value) < 4 or " " in value or is_placeholder(value) or value.startswith(("$", "%", "{")):
         return None
@@ -370,7 +221,7 @@ def block_value(secret: str, key: str | None) -> Judged:
     if child is not None:
         if len(lines) > 1 or names_other_value(child.group(1)):
             return None
-        lo, hi, quoted = _strip_quotes(child.group(2))
+        lo, hi, quoted = strip_quotes(child.group(2))
         value = child.group(2)[lo:hi]
         if not is_assigned_secret(kind, strong, value, quoted, True, key or ""):
             return None

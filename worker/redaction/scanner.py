@@ -24,8 +24,9 @@ from urllib.parse import unquote_to_bytes
 import re2
 
 from worker.redaction import kingfisher
-from worker.redaction.detectors import DETECTORS, Detector
+from worker.redaction.detectors import DETECTORS
 from worker.redaction.manifests import kubernetes_secret_spans
+from worker.redaction.rules import Detector
 
 
 @dataclass(frozen=True, slots=True)
