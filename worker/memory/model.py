@@ -41,7 +41,7 @@ SECTIONS = (
 )
 SINGLE = frozenset({"task", "next", "last_edit"})  # one item each, keyed by the section name
 RESOLVABLE = frozenset({"blockers", "open_questions"})
-ORIGINS = ("agent", "observed", "user")
+ORIGINS = ("agent", "observed", "user", "prune")  # prune: the nightly job (worker/memory/prune.py)
 MAX_FILES = 7
 OPS = ("set", "add", "remove", "resolve")
 Op = Literal["set", "add", "remove", "resolve"]
