@@ -51,6 +51,16 @@ class InvalidAppend(ApiError):
     status, title = 422, "Invalid append"
 
 
+class InvalidMemoryOp(ApiError):
+    """Raised when a working-memory request cannot apply; `field` names the part to fix."""
+
+    status, title = 422, "Invalid memory operation"
+
+    def __init__(self, detail: str, *, field: str, loc: list[Any]) -> None:
+        errors = [{"loc": [str(p) for p in loc], "msg": detail, "type": "memory_op"}]
+        super().__init__(detail, field=field, errors=errors)
+
+
 class Unavailable(ApiError):
     """Raised when a request cannot be served right now but may be on a retry (503, Retry-After)."""
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -119,6 +119,8 @@ class MemoryPut(BaseModel):
 
 
 class MemoryItemOut(BaseModel):
+    """A `notes` item in the original flat shape."""
+
     key: str
     value: str
     pinned: bool
@@ -126,12 +128,99 @@ class MemoryItemOut(BaseModel):
     updated_at: str
 
 
+class MemoryEntryOut(BaseModel):
+    section: str
+    key: str
+    value: str
+    origin: str
+    source_seq: int | None
+    status: str
+    pinned: bool
+    tokens: int
+    created_at: str
+    updated_at: str
+
+
 class MemoryResponse(BaseModel):
     session_id: str
-    items: list[MemoryItemOut]
-    tokens: int
+    scope: str = ""
+    version: int
+    sections: dict[str, list[MemoryEntryOut]]
+    rendered: str
+    items: list[MemoryItemOut]  # the notes section, as before sections existed
+    tokens: int  # of the rendered block
     budget_tokens: int
     hard_cap_tokens: int
+
+
+class MemoryOpIn(BaseModel):
+    """One operation, as the update_working_memory tool sends it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    op: str = Field(max_length=20, description="set, add, remove or resolve")
+    section: str = Field(max_length=40)
+    key: str | None = Field(default=None, min_length=1, max_length=500)
+    value: str | None = Field(default=None, max_length=20_000)
+    seq: int | None = Field(default=None, ge=0)
+    pinned: bool | None = None
+
+
+class MemoryPatch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    ops: list[MemoryOpIn] = Field(min_length=1, max_length=100)
+    origin: Literal["agent", "user"] = "agent"
+    reason: str = Field(default="", max_length=500)
+
+
+class MemoryRestore(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    event: int = Field(ge=1)
+
+
+class MemoryEventOut(BaseModel):
+    id: int
+    at: str
+    op: str
+    section: str
+    key: str
+    before: str | None
+    after: str | None
+    status: str
+    origin: str
+    reason: str
+    written_by: str | None = None  # the session that wrote it (shared scopes)
+
+
+class MemoryVersionOut(BaseModel):
+    version: int
+    events: list[MemoryEventOut]
+
+
+class MemoryHistory(BaseModel):
+    session_id: str
+    scope: str = ""
+    version: int
+    versions: list[MemoryVersionOut]
+
+
+class MemoryChangedOut(BaseModel):
+    section: str
+    key: str
+    before: MemoryEntryOut
+    after: MemoryEntryOut
+
+
+class MemoryDiffOut(BaseModel):
+    session_id: str
+    scope: str = ""
+    from_version: int
+    to_version: int
+    added: list[MemoryEntryOut]
+    removed: list[MemoryEntryOut]
+    changed: list[MemoryChangedOut]
 
 
 class Problem(BaseModel):

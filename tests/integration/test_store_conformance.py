@@ -9,6 +9,7 @@ import pytest
 from sqlalchemy import Engine, inspect, select, text
 
 from worker.compaction.model import FileWrite, Turn
+from worker.memory.model import Change
 from worker.store import files, memory, sessions, snapshots
 from worker.store.db import SCHEMA_VERSION, migrate, read_tx
 from worker.store.tenants import create_tenant, ensure_tenant, reset_key, tenant_for_key
@@ -179,12 +180,12 @@ def test_delete_removes_everything_of_the_session(engine: Engine, tenant: int) -
     a = sessions.append_turns(engine, tenant, "gone", [turn("user", "a")])
     b = sessions.append_turns(engine, tenant, "kept", [turn("user", "b")])
     files.save_files(engine, tenant, a.session_pk, [FileWrite("f_1.txt", "clip", "x")])
-    memory.put_items(engine, a.session_pk, [("k", "v", False)], hard_cap_tokens=100)
+    memory.change(engine, a.session_pk, [Change("set", "notes", "v", key="k")], origin="user")
     kw = {"tokens": 1, "memory_version": 0, "state": {}, "prompt": {}, "report": {}}
     snapshots.publish(engine, a.session_pk, epoch=1, through_seq=1, **kw)
     assert sessions.delete_session(engine, tenant, "gone") == a.session_pk
     with read_tx(engine) as conn:
-        for table in (sessions.TT, sessions.SN, sessions.F, sessions.M):
+        for table in (sessions.TT, sessions.SN, sessions.F, memory.M, memory.E):
             assert conn.execute(select(table.c.id).where(table.c.session_id == a.session_pk)).first() is None
     assert seqs(engine, b.session_pk) == [1]
     assert sessions.delete_session(engine, tenant, "gone") is None
@@ -193,14 +194,18 @@ def test_delete_removes_everything_of_the_session(engine: Engine, tenant: int) -
 def test_memory_upsert_cap_render_and_prune(engine: Engine, tenant: int) -> None:
     """Memory upserts, refuses past the hard cap, renders pinned first, and pruning keeps pinned items."""
     a = sessions.append_turns(engine, tenant, "s", [turn("user", "a")])
-    memory.put_items(engine, a.session_pk, [("b", "two", False), ("a", "one", True)], hard_cap_tokens=100)
-    memory.put_items(engine, a.session_pk, [("b", "deux", False)], hard_cap_tokens=100)
-    items = memory.items(engine, a.session_pk)
-    assert memory.render(items) == "- a: one\n- b: deux"
+
+    def put(*items: tuple[str, str, bool]) -> None:
+        notes = [Change("set", "notes", v, key=k, pinned=p) for k, v, p in items]
+        memory.change(engine, a.session_pk, notes, origin="user", hard_cap_tokens=100)
+
+    put(("b", "two", False), ("a", "one", True))
+    put(("b", "deux", False))
+    assert memory.render(memory.load(engine, a.session_pk)) == "Notes:\n- a: one\n- b: deux"
     with pytest.raises(memory.MemoryOverCap):
-        memory.put_items(engine, a.session_pk, [("c", "word " * 500, False)], hard_cap_tokens=100)
+        put(("c", "word " * 500, False))
     assert memory.prune(engine, budget_tokens=1) == 1
-    assert [i.key for i in memory.items(engine, a.session_pk)] == ["a"]
+    assert [i.key for i in memory.load(engine, a.session_pk)] == ["a"]
     assert sessions.get_session(engine, tenant, "s").memory_version == 3
 
 

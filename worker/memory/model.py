@@ -63,6 +63,7 @@ class MemoryOpError(ValueError):
     def __init__(self, field: str, message: str) -> None:
         super().__init__(message)
         self.field = field
+        self.index: int | None = None  # which change of the batch, set by apply()
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +89,7 @@ class Change:
     value: str | None = None
     key: str | None = None
     seq: int | None = None
-    pinned: bool = False
+    pinned: bool | None = None  # None: keep the item's pinned flag (False for a new item)
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,12 +150,20 @@ def apply(
         raise MemoryOpError("origin", f"unknown origin {origin!r}; one of {', '.join(ORIGINS)}")
     by_key = {(i.section, i.key): i for i in items}
     events: list[Event] = []
-    for change in changes:
-        _check(change)
-        key = key_of(change)
-        old = by_key.get((change.section, key))
-        new = _changed(old, change, key, origin, now)
+    for index, change in enumerate(changes):
+        try:
+            _check(change)
+            key = key_of(change)
+            old = by_key.get((change.section, key))
+            new = _changed(old, change, key, origin, now)
+        except MemoryOpError as exc:
+            exc.index = index
+            raise
         if new == old:
+            continue
+        if old is not None and new is not None and replace(new, referenced_at=old.referenced_at) == old:
+            # the same value again only says it is still true: no change, no event
+            by_key[(change.section, key)] = new
             continue
         if new is None:
             del by_key[(change.section, key)]
@@ -180,10 +189,11 @@ def _changed(old: Item | None, change: Change, key: str, origin: str, now: datet
             else replace(old, status="resolved", updated_at=now, origin=origin)
         )
     value = (change.value or "").strip()
-    if old is not None and old.value == value and old.status == "open":
+    pinned = change.pinned if change.pinned is not None else (old is not None and old.pinned)
+    if old is not None and old.value == value and old.status == "open" and old.pinned == pinned:
         return replace(old, referenced_at=now)
     created = old.created_at if old is not None else now
-    return Item(change.section, key, value, origin, change.seq, created, now, now, "open", change.pinned)
+    return Item(change.section, key, value, origin, change.seq, created, now, now, "open", pinned)
 
 
 def _event(
@@ -226,6 +236,11 @@ def _line(item: Item) -> str:
     if item.section == "blockers":
         return f"- {item.value}" if item.value.startswith(item.key) else f"- `{item.key}`: {item.value}"
     return f"- {item.value}"
+
+
+def item_tokens(item: Item) -> int:
+    """Tokens of the item's line in the rendered block."""
+    return count_text(_line(item))
 
 
 def render_lines(items: Iterable[Item]) -> str:

@@ -12,12 +12,33 @@ from sqlmodel import SQLModel
 
 from worker.store import tables
 
+# memory_items {key, value, pinned} become 'notes' entries written by the user, each with the
+# event that set it (so history replays to them); then memory_items goes. The CREATE makes the
+# copy a no-op on a database that never had the table.
+MEMORY_ITEMS_TO_ENTRIES = [
+    "CREATE TABLE IF NOT EXISTS memory_items (id INTEGER PRIMARY KEY, session_id INTEGER NOT NULL,"
+    ' "key" VARCHAR NOT NULL, value TEXT NOT NULL, pinned BOOLEAN NOT NULL, tokens INTEGER NOT NULL,'
+    " updated_at TIMESTAMP NOT NULL)",
+    'INSERT INTO memory_entries (tenant_id, session_id, scope, section, "key", value, origin,'
+    " source_seq, status, pinned, tokens, written_by, created_at, updated_at, referenced_at)"
+    " SELECT s.tenant_id, m.session_id, '', 'notes', m.\"key\", m.value, 'user', NULL, 'open',"
+    " m.pinned, m.tokens, m.session_id, m.updated_at, m.updated_at, m.updated_at"
+    " FROM memory_items m JOIN sessions s ON s.id = m.session_id WHERE 1 = 1 ON CONFLICT DO NOTHING",
+    'INSERT INTO memory_events (tenant_id, session_id, scope, version, at, op, section, "key",'
+    ' "before", "after", status, origin, reason, source_seq, pinned, written_by)'
+    " SELECT s.tenant_id, m.session_id, '', s.memory_version, m.updated_at, 'set', 'notes',"
+    " m.\"key\", NULL, m.value, 'open', 'user', 'migrated from memory_items', NULL, m.pinned,"
+    " m.session_id FROM memory_items m JOIN sessions s ON s.id = m.session_id",
+    "DROP TABLE IF EXISTS memory_items",
+]
+
 # (version, statements). Each statement is idempotent on both backends, so running the list
 # again (or after create_all already built the newest shape) changes nothing.
 MIGRATIONS: list[tuple[int, list[str]]] = [
     (1, []),  # baseline: create_all builds the tables
     (2, ["CREATE INDEX IF NOT EXISTS ix_turns_session_seq ON turns (session_id, seq)"]),
     (3, ["CREATE INDEX IF NOT EXISTS ix_sessions_sweep ON sessions (compacted_through, version)"]),
+    (4, MEMORY_ITEMS_TO_ENTRIES),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
@@ -114,7 +135,8 @@ def _tables() -> list[Any]:
             "Snapshot",
             "File",
             "FileRead",
-            "MemoryItem",
+            "MemoryEntry",
+            "MemoryEvent",
             "SchemaVersion",
         )
     ]

@@ -11,8 +11,9 @@ import orjson
 from sqlalchemy import Connection, Engine, delete, func, insert, select, update
 
 from worker.compaction.model import Turn, canonical_json, content_hash
+from worker.store import memory as memory_store
 from worker.store.db import insert_ignore, is_sqlite, read_tx, write_tx
-from worker.store.tables import Append, File, FileRead, MemoryItem, Snapshot, utcnow
+from worker.store.tables import Append, File, FileRead, Snapshot, utcnow
 from worker.store.tables import Session as SessionTable
 from worker.store.tables import Turn as TurnTable
 
@@ -22,7 +23,6 @@ A = Append.__table__  # type: ignore[attr-defined]
 SN = Snapshot.__table__  # type: ignore[attr-defined]
 F = File.__table__  # type: ignore[attr-defined]
 FR = FileRead.__table__  # type: ignore[attr-defined]
-M = MemoryItem.__table__  # type: ignore[attr-defined]
 
 # Stands for everything before the validation window, so the window starts with a user message.
 EARLIER = {"role": "user", "content": [{"type": "text", "text": "(earlier turns)"}]}
@@ -256,9 +256,7 @@ def session_info(engine: Engine, tenant_id: int, client_id: str) -> dict[str, An
             .limit(1)
         ).scalar()
         files = conn.execute(select(func.count()).select_from(F).where(F.c.session_id == row.id)).scalar_one()
-        memory = conn.execute(
-            select(func.count()).select_from(M).where(M.c.session_id == row.id)
-        ).scalar_one()
+        memory = memory_store.count(conn, row.id)
         parent = None
         if row.parent_session_id is not None:
             parent = conn.execute(select(S.c.client_id).where(S.c.id == row.parent_session_id)).scalar()
@@ -296,8 +294,9 @@ def delete_session(engine: Engine, tenant_id: int, client_id: str) -> int | None
 def delete_session_rows(conn: Connection, pk: int) -> None:
     file_ids = select(F.c.id).where(F.c.session_id == pk).scalar_subquery()
     conn.execute(delete(FR).where(FR.c.file_id.in_(file_ids)))
-    for table in (F, TT, A, SN, M):
+    for table in (F, TT, A, SN):
         conn.execute(delete(table).where(table.c.session_id == pk))
+    memory_store.delete_rows(conn, pk)
     conn.execute(update(S).where(S.c.parent_session_id == pk).values(parent_session_id=None))
     conn.execute(delete(S).where(S.c.id == pk))
 

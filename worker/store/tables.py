@@ -1,4 +1,4 @@
-"""SQLModel tables: tenants, sessions, turns, appends, snapshots, files, file reads, memory items."""
+"""SQLModel tables: tenants, sessions, turns, appends, snapshots, files, file reads, memory entries and events."""
 
 from __future__ import annotations
 
@@ -119,17 +119,54 @@ class FileRead(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow, sa_type=DateTime)
 
 
-class MemoryItem(SQLModel, table=True):
-    __tablename__ = "memory_items"
-    __table_args__ = (UniqueConstraint("session_id", "key"),)
+class MemoryEntry(SQLModel, table=True):
+    """One working-memory item. A session's own rows have scope ''; shared rows (scope 'tenant' or
+    'key:<name>') have session_id 0, so one unique constraint covers both on every backend."""
+
+    __tablename__ = "memory_entries"
+    __table_args__ = (UniqueConstraint("tenant_id", "session_id", "scope", "section", "key"),)
 
     id: int | None = Field(default=None, primary_key=True)
-    session_id: int = Field(foreign_key="sessions.id", index=True)
-    key: str
+    tenant_id: int = Field(foreign_key="tenants.id")
+    session_id: int = Field(default=0, index=True)  # 0: a shared scope's row
+    scope: str = ""
+    section: str
+    key: str = Field(sa_column=Column(Text, nullable=False))
     value: str = Field(sa_column=Column(Text, nullable=False))
+    origin: str
+    source_seq: int | None = None
+    status: str = "open"
     pinned: bool = False
     tokens: int = 0
+    written_by: int | None = None  # the session whose change wrote it (provenance of shared rows)
+    created_at: datetime = Field(default_factory=utcnow, sa_type=DateTime)
     updated_at: datetime = Field(default_factory=utcnow, sa_type=DateTime)
+    referenced_at: datetime = Field(default_factory=utcnow, sa_type=DateTime)
+
+
+class MemoryEvent(SQLModel, table=True):
+    """What one change did to one memory item, under the memory version it produced."""
+
+    __tablename__ = "memory_events"
+    __table_args__ = (Index("ix_memory_events_owner", "tenant_id", "session_id", "scope", "version"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: int = Field(foreign_key="tenants.id")
+    session_id: int = 0  # 0: a shared scope's event
+    scope: str = ""
+    version: int
+    at: datetime = Field(default_factory=utcnow, sa_type=DateTime)
+    op: str
+    section: str
+    key: str = Field(sa_column=Column(Text, nullable=False))
+    before: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    after: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    status: str = "open"
+    origin: str
+    reason: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
+    source_seq: int | None = None
+    pinned: bool = False
+    written_by: int | None = None
 
 
 class SchemaVersion(SQLModel, table=True):
