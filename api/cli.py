@@ -1,4 +1,4 @@
-"""The `compactd` command: up (everything on one machine), api, worker, beat, flower, tenant, and offline tools."""
+"""The `compactd` command: up (everything on one machine), api, worker, beat, prune, flower, tenant, and offline tools."""
 
 from __future__ import annotations
 
@@ -24,6 +24,11 @@ def main(argv: list[str] | None = None) -> int:
         "prewarm", help="compile Kingfisher's secret rules into COMPACTD_RULE_CACHE_DIR (install/start-up)"
     ).set_defaults(func=run_prewarm)
     sub.add_parser("beat", help="run Celery beat (exactly one per deployment)").set_defaults(func=run_beat)
+    p = sub.add_parser(
+        "prune", help="prune every session's working memory once, now (what beat does nightly)"
+    )
+    p.add_argument("--dry-run", action="store_true", help="print what would be removed or merged, and why")
+    p.set_defaults(func=run_prune)
     f = sub.add_parser("flower", help="run Flower, the Celery monitor")
     f.add_argument("--port", type=int, default=5555)
     f.add_argument("--address", default="127.0.0.1")
@@ -119,6 +124,35 @@ def run_beat(args: argparse.Namespace) -> int:
         ["beat", f"--schedule={settings.var_dir / 'celerybeat-schedule'}", f"--loglevel={settings.log_level}"]
     )
     return 0
+
+
+def run_prune(args: argparse.Namespace) -> int:
+    from worker import jobs
+    from worker.memory.prune import describe
+    from worker.resources import Resources
+    from worker.store import memory
+
+    res = Resources.build(Settings())
+    try:
+        if not args.dry_run:
+            report = jobs.prune_now(res)
+            print(" ".join(f"{k}={v}" for k, v in report.items()))
+            return 0
+        plans = jobs.prune_plans(res)
+        for planned in plans:
+            print(f"session {planned.client_id} (tenant {planned.tenant_id}, pk {planned.session_pk}):")
+            for step in planned.steps:
+                print(f"  {describe(step)}")
+        gone = memory.orphaned_sessions(res.engine)
+        if gone:
+            print(
+                f"memory of {len(gone)} deleted or expired sessions would go (pks {', '.join(map(str, gone))})"
+            )
+        if not plans and not gone:
+            print("nothing to prune")
+        return 0
+    finally:
+        res.close()
 
 
 def run_flower(args: argparse.Namespace) -> int:

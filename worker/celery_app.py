@@ -9,6 +9,7 @@ from celery.schedules import crontab
 from celery.signals import setup_logging, worker_process_init, worker_process_shutdown
 
 from worker.logs import configure_logging
+from worker.memory.prune import parse_at
 from worker.resources import Resources, broker_url
 from worker.settings import Settings
 
@@ -47,10 +48,19 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "timezone": "UTC",
         "beat_schedule": {
             "idle-sweep": {"task": "compactd.sweep", "schedule": settings.sweep_seconds},
-            "prune-memory": {"task": "compactd.prune_memory", "schedule": crontab(hour=3, minute=0)},
+            "prune-memory": {"task": "compactd.prune_memory", "schedule": prune_schedule(settings)},
             "expire-sessions": {"task": "compactd.expire", "schedule": crontab(hour=3, minute=30)},
         },
     }
+
+
+def prune_schedule(settings: Settings) -> float | crontab:
+    """Every memory_prune_every_seconds when set, else daily at memory_prune_at (UTC). The task
+    claims its period, so a second beat started by mistake sends a message that does nothing."""
+    if settings.memory_prune_every_seconds > 0:
+        return settings.memory_prune_every_seconds
+    hour, minute = parse_at(settings.memory_prune_at)
+    return crontab(hour=hour, minute=minute)
 
 
 def configure(settings: Settings, target: Celery | None = None) -> Celery:

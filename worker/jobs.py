@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Callable, Sequence
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
 
 import orjson
 import structlog
@@ -16,12 +20,16 @@ from worker.compaction.model import Transcript
 from worker.compaction.ports import SummaryResult
 from worker.compaction.validate import pending_tool_use_ids
 from worker.errors import SessionLocked
+from worker.memory import prune
+from worker.memory.model import Change, MemoryOpError
+from worker.observing import observe_memory
 from worker.resources import Resources
 from worker.store import memory, snapshots
 from worker.store.cache import Entry
 from worker.store.db import read_tx
 from worker.store.files import file_infos, save_files
 from worker.store.prompts import entry_from_prompt, refresh_status_files, request_prefix
+from worker.store.runs import Runs
 from worker.store.tables import utcnow
 from worker.summarizers import cost_usd
 
@@ -65,6 +73,8 @@ def _compact(tenant_id: int, session_pk: int, res: Resources) -> str:
         return "current"
     state = loaded.state()
     current = loaded.current(state)
+    # working memory observed from the new turns; this job serves the memory it loaded
+    observe_memory(res, session_pk, current.turns, row.memory_observed_through)
     policy = res.policy_for(row.context_window, row.output_reserve)
     engine_policy = turn_policy(policy, current)
     pending_tool = pending_tool_use_ids([t.as_message() for t in current.turns[-1:]])
@@ -202,10 +212,96 @@ def sweep(res: Resources, enqueue: Callable[[int, int, int], object]) -> int:
     return len(behind)
 
 
-def prune_memory(res: Resources) -> int:
-    dropped = memory.prune(res.engine, res.settings.memory_budget_tokens)
-    log.info("memory.pruned", items=dropped)
-    return dropped
+@dataclass(frozen=True, slots=True)
+class SessionPrune:
+    """What pruning does to one session's memory: its steps, each with its reason."""
+
+    session_pk: int
+    tenant_id: int
+    client_id: str
+    steps: tuple[prune.Step, ...]
+
+
+def prune_plans(res: Resources, now: datetime | None = None) -> list[SessionPrune]:
+    """What pruning would do to every session with working memory; writes nothing (--dry-run)."""
+    now = now or utcnow()
+    s = res.settings
+    out = []
+    for pk, tenant_id, client_id in memory.sessions_with_memory(res.engine):
+        try:
+            items = memory.load(res.engine, pk)
+        except LookupError:
+            continue  # deleted since it was listed
+        steps = prune.plan(
+            items,
+            now=now,
+            budget_tokens=s.memory_budget_tokens,
+            retire_after_days=s.memory_retire_after_days,
+        )
+        if steps:
+            out.append(SessionPrune(pk, tenant_id, client_id, tuple(steps)))
+    return out
+
+
+def prune_now(res: Resources, now: datetime | None = None) -> dict[str, int]:
+    """Prune every session's memory once, now: each removal recorded in its history with its reason
+    (origin "prune"), then the memory of deleted or expired sessions goes (recorded too)."""
+    now = now or utcnow()
+    removed = merged = sessions = 0
+    for planned in prune_plans(res, now):
+        by_reason: dict[str, list[Change]] = {}
+        for step in planned.steps:
+            by_reason.setdefault(step.reason, []).append(step.change)
+        try:
+            for reason, changes in by_reason.items():
+                memory.change(res.engine, planned.session_pk, changes, origin="prune", reason=reason, now=now)
+        except MemoryOpError as exc:
+            # the agent changed this memory since it was planned: the next run sees the new state
+            log.warning("memory.prune_conflict", session_id=planned.session_pk, error=str(exc))
+            continue
+        sessions += 1
+        merged += sum(isinstance(step, prune.Merge) for step in planned.steps)
+        removed += sum(isinstance(step, prune.Removal) for step in planned.steps)
+    # a deleted or expired session's memory goes with it; what a crash or an older version left is swept here
+    gone = memory.expire_orphans(res.engine)
+    if gone:
+        log.info("memory.expired", sessions=sorted(gone), items=sum(gone.values()))
+    report = {
+        "sessions": sessions,
+        "removed": removed,
+        "merged": merged,
+        "expired_sessions": len(gone),
+        "expired_items": sum(gone.values()),
+    }
+    log.info("memory.pruned", **report)
+    return report
+
+
+def prune_memory(res: Resources) -> dict[str, Any] | None:
+    """The scheduled prune: the first message of a period claims it in Redis and runs; any other
+    (a second beat started by mistake, a redelivery) returns None. Each run is recorded."""
+    started = utcnow()
+    start, length = prune.period(
+        started, every_seconds=res.settings.memory_prune_every_seconds, at=res.settings.memory_prune_at
+    )
+    runs = Runs(res.cache.client, res.settings.redis_prefix, "prune")
+    if not runs.claim(start, length):
+        runs.skipped()
+        log.info("memory.prune_skipped", period=start.isoformat())
+        return None
+    try:
+        report = prune_now(res, started)
+    except Exception:
+        runs.release(start)
+        raise
+    run: dict[str, Any] = {
+        "period": start.isoformat(),
+        "started_at": started.isoformat(),
+        "finished_at": utcnow().isoformat(),
+    }
+    run |= {"pid": os.getpid(), "host": socket.gethostname(), **report}
+    runs.record(run)
+    return run
 
 
 def expire(res: Resources) -> int:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pydantic import field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from worker.compaction.model import Policy
+from worker.memory.prune import parse_at
 from worker.redaction import kingfisher
 
 
@@ -56,6 +58,10 @@ class Settings(BaseSettings):
     task_time_limit_seconds: int = 300
     memory_budget_tokens: int = 800
     memory_hard_cap_tokens: int = 1_500
+    # nightly pruning: daily at this UTC time, or every N seconds when that is set (tests, demos)
+    memory_prune_at: str = "03:00"
+    memory_prune_every_seconds: float = 0.0
+    memory_retire_after_days: float = 14.0  # unpinned items neither referenced nor changed this long
     retention_days: int = 30
 
     summarizer: str = "extractive"  # or "anthropic"
@@ -68,6 +74,12 @@ class Settings(BaseSettings):
     redis_socket_timeout_seconds: float = 0.25
     max_request_bytes: int = 32 * 1024 * 1024
     log_level: str = "INFO"
+
+    @field_validator("memory_prune_at")
+    @classmethod
+    def _prune_at(cls, value: str) -> str:
+        parse_at(value)
+        return value
 
     def policy(self) -> Policy:
         """The engine's default policy from these settings."""

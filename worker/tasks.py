@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from celery import Task
 from structlog.contextvars import bound_contextvars
 
@@ -43,7 +45,8 @@ def sweep(self: Task) -> int:
 
 
 @app.task(name="compactd.prune_memory", bind=True)
-def prune_memory(self: Task) -> int:
+def prune_memory(self: Task) -> dict[str, Any] | None:
+    # beat sends one message per period; a second beat's message finds the period claimed
     with bound_contextvars(task_id=self.request.id):
         return jobs.prune_memory(resources())
 
