@@ -11,6 +11,7 @@ from api.errors import NotFound
 from api.routes.paths import SessionId
 from worker.compaction.reading import grep, read_bytes, read_lines
 from worker.compaction.tools import tool_definitions
+from worker.memory.tool import memory_tool_definitions
 from worker.store import files, sessions
 from worker.store.db import read_tx
 from worker.store.prompts import refresh_status_files
@@ -20,8 +21,9 @@ router = APIRouter(tags=["files"])
 
 @router.get("/v1/tools")
 async def get_tools() -> list[dict[str, Any]]:
-    """Tool definitions (read_file, grep) an agent can pass to messages.create to recover clipped content."""
-    return tool_definitions()
+    """Tool definitions an agent passes to messages.create: read_file and grep recover clipped content;
+    update_working_memory's input is forwarded as is as the PATCH /v1/sessions/{sid}/memory body."""
+    return tool_definitions() + memory_tool_definitions()
 
 
 @router.get("/v1/sessions/{sid}/files")

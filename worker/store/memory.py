@@ -419,7 +419,8 @@ def client_ids(engine: Engine, session_pks: Iterable[int]) -> dict[int, str]:
     if not pks:
         return {}
     with read_tx(engine) as conn:
-        return dict(conn.execute(select(S.c.id, S.c.client_id).where(S.c.id.in_(pks))).tuples().all())
+        rows = conn.execute(select(S.c.id, S.c.client_id).where(S.c.id.in_(pks))).all()
+        return {r.id: r.client_id for r in rows}
 
 
 def count(conn: Connection, session_pk: int) -> int:

@@ -1,0 +1,178 @@
+"""The working-memory model: operations table, refusals naming their field and op, and properties
+(any valid sequence renders within budget; events replay the items exactly, one per change)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from worker.compaction.tokens import count_text
+from worker.memory.model import (
+    MAX_FILES,
+    RESOLVABLE,
+    SECTIONS,
+    SINGLE,
+    Change,
+    Item,
+    MemoryOpError,
+    apply,
+    key_of,
+    render,
+)
+
+T0 = datetime(2026, 1, 1, 12, 0, 0)
+
+
+def run(
+    *changes: Change, items: tuple[Item, ...] = (), origin: str = "agent"
+) -> tuple[tuple[Item, ...], tuple]:
+    applied = apply(items, changes, origin=origin, now=T0)
+    return applied.items, applied.events
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        ([Change("set", "task", "Fix the bug")], {("task", "task"): ("Fix the bug", "open")}),
+        (
+            [Change("set", "task", "a"), Change("set", "task", "b")],
+            {("task", "task"): ("b", "open")},
+        ),
+        (
+            [
+                Change("add", "blockers", "1 failed", key="pytest"),
+                Change("resolve", "blockers", key="pytest"),
+            ],
+            {("blockers", "pytest"): ("1 failed", "resolved")},
+        ),
+        (
+            [Change("add", "decisions", "Use SQLite"), Change("remove", "decisions", key="use-sqlite")],
+            {},
+        ),
+        (
+            [Change("add", "important_files", " src/a.py ")],
+            {("important_files", "src/a.py"): ("src/a.py", "open")},
+        ),
+        ([Change("set", "notes", "v", key="k")], {("notes", "k"): ("v", "open")}),
+    ],
+)
+def test_operations_leave_the_expected_items(changes: list[Change], expected: dict) -> None:
+    """Each operation table row leaves exactly the expected (value, status) per item."""
+    items, _ = run(*changes)
+    assert {(i.section, i.key): (i.value, i.status) for i in items} == expected
+
+
+@pytest.mark.parametrize(
+    ("bad", "field"),
+    [
+        (Change("set", "todo", "x"), "section"),
+        (Change("upsert", "notes", "x", key="k"), "op"),  # type: ignore[arg-type]
+        (Change("add", "decisions", "   "), "value"),
+        (Change("remove", "notes", key="missing"), "key"),
+        (Change("resolve", "task"), "op"),
+        (Change("remove", "decisions"), "key"),
+    ],
+)
+def test_a_refused_change_names_its_field_and_its_index(bad: Change, field: str) -> None:
+    """A change that cannot apply raises MemoryOpError with the field and the change's index in the batch."""
+    with pytest.raises(MemoryOpError) as err:
+        run(Change("set", "task", "ok"), bad)
+    assert (err.value.field, err.value.index) == (field, 1)
+
+
+def test_setting_the_same_value_again_records_nothing_but_refreshes_referenced_at() -> None:
+    """A re-set of an unchanged open item is no change (no event) and only moves referenced_at."""
+    items, _ = run(Change("set", "task", "t"))
+    later = apply(items, [Change("set", "task", "t")], origin="agent", now=T0 + timedelta(hours=1))
+    assert later.events == () and later.items[0].referenced_at == T0 + timedelta(hours=1)
+
+
+def test_pinned_none_keeps_the_flag_and_an_explicit_flag_changes_it() -> None:
+    """Change.pinned None keeps an item's pin; True/False set it (and that is a change)."""
+    items, _ = run(Change("set", "notes", "v", key="k", pinned=True))
+    kept, events = run(Change("set", "notes", "w", key="k"), items=items)
+    assert kept[0].pinned and len(events) == 1
+    unpinned, events = run(Change("set", "notes", "w", key="k", pinned=False), items=kept)
+    assert not unpinned[0].pinned and len(events) == 1
+
+
+def test_more_than_seven_files_retire_the_oldest_with_a_recorded_removal() -> None:
+    """Adding an eighth file removes the least recently touched one and records why."""
+    items: tuple[Item, ...] = ()
+    for n in range(MAX_FILES + 1):
+        items = apply(
+            items, [Change("add", "important_files", f"f{n}.py")], origin="observed", now=T0 + timedelta(n)
+        ).items
+    assert len(items) == MAX_FILES and "f0.py" not in {i.key for i in items}
+
+
+SECTION = st.sampled_from(SECTIONS)
+VALUE = st.text(alphabet="abc xyz/._-0123456789", min_size=1, max_size=80).filter(str.strip)
+KEY = st.sampled_from(["k1", "k2", "k3", "src/a.py", "pytest -x"])
+
+
+@st.composite
+def valid_change(draw: st.DrawFn, items: dict[tuple[str, str], Item]) -> Change:
+    """A change that applies to `items`: set/add anything, or remove/resolve an existing item."""
+    existing = sorted(items)
+    resolvable = [k for k in existing if k[0] in RESOLVABLE]
+    kinds = ["set", "add"] + (["remove"] if existing else []) + (["resolve"] if resolvable else [])
+    op = draw(st.sampled_from(kinds))
+    if op == "remove":
+        section, key = draw(st.sampled_from(existing))
+        return Change("remove", section, key=key)
+    if op == "resolve":
+        section, key = draw(st.sampled_from(resolvable))
+        return Change("resolve", section, key=key)
+    section = draw(SECTION)
+    key = None if section in SINGLE else draw(st.one_of(st.none(), KEY))
+    return Change(op, section, draw(VALUE), key=key, pinned=draw(st.one_of(st.none(), st.booleans())))  # type: ignore[arg-type]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    data=st.data(), budget=st.integers(min_value=20, max_value=800), n=st.integers(min_value=1, max_value=25)
+)
+def test_any_valid_sequence_renders_within_budget_and_events_replay_exactly(
+    data: st.DataObject, budget: int, n: int
+) -> None:
+    """Any sequence of valid changes: render() fits the budget, and each applied change's events,
+    replayed in order (before must match, after becomes the value), rebuild the items exactly;
+    an item with no net change has no event, and every event changes something."""
+    items: dict[tuple[str, str], Item] = {}
+    for step in range(n):
+        change = data.draw(valid_change(items))
+        now = T0 + timedelta(minutes=step)
+        applied = apply(tuple(items.values()), [change], origin="agent", now=now)
+        replayed = {k: (i.value, i.status) for k, i in items.items()}
+        for ev in applied.events:
+            ident = (ev.section, ev.key)
+            assert replayed.get(ident, (None, None))[0] == ev.before
+            if ev.after is None:
+                del replayed[ident]
+            else:
+                replayed[ident] = (ev.after, ev.status)
+        after = {(i.section, i.key): i for i in applied.items}
+        assert replayed == {k: (i.value, i.status) for k, i in after.items()}
+        changed = {k for k in after.keys() | items.keys() if items.get(k) != after.get(k)}
+        touched = {(e.section, e.key) for e in applied.events}
+        referenced_only = {
+            k
+            for k in changed
+            if k in items
+            and k in after
+            and items[k].referenced_at != after[k].referenced_at
+            and (items[k].value, items[k].status, items[k].pinned)
+            == (after[k].value, after[k].status, after[k].pinned)
+        }
+        assert changed - referenced_only <= touched
+        if change.key is not None or change.section in SINGLE:
+            assert (
+                len([e for e in applied.events if (e.section, e.key) == (change.section, key_of(change))])
+                <= 1
+            )
+        items = after
+        assert count_text(render(tuple(items.values()), budget)) <= budget
