@@ -21,7 +21,7 @@ from worker.memory.model import Change
 from worker.memory.prune import period
 from worker.resources import Resources
 from worker.settings import Settings
-from worker.store import memory, sessions
+from worker.store import memory, sessions, snapshots
 from worker.store.db import write_tx
 from worker.store.runs import Runs
 from worker.store.tables import MemoryEntry, utcnow
@@ -109,6 +109,16 @@ def test_memory_of_gone_sessions_is_swept(res: Resources) -> None:
     assert (report["expired_sessions"], report["expired_items"]) == (1, 1)
     assert memory.orphaned_sessions(res.engine) == []
     assert memory.load(res.engine, keep)
+
+
+def test_deleting_or_expiring_a_session_takes_its_memory(res: Resources) -> None:
+    """A session deleted through the API path or expired by retention leaves no memory rows behind."""
+    deleted, expired = session_with_memory(res, "deleted"), session_with_memory(res, "expired")
+    tid = sessions.get_session_by_pk(res.engine, deleted).tenant_id
+    assert sessions.delete_session(res.engine, tid, "deleted") == deleted
+    assert snapshots.expire(res.engine, utcnow() + timedelta(days=1)) == [expired]
+    assert memory.orphaned_sessions(res.engine) == []
+    assert memory.sessions_with_memory(res.engine) == []
 
 
 def test_cli_dry_run_prints_what_it_would_do_and_writes_nothing(
