@@ -196,7 +196,7 @@ def test_beat_prunes_exactly_once_per_period_with_two_beats_running(
         )
     )
     assert len(periods) == len(set(periods)), "a period was pruned twice"
-    assert all(n >= 4 for n in sent), "both beats sent the task every period"
+    assert all(n >= elapsed_periods - 2 for n in sent), "both beats kept sending the task"
     # one run per period from the first run until the beats stopped (the last may have had no message yet)
     assert elapsed_periods - 1 <= len(history) <= elapsed_periods
     assert len(history) + runs.skipped_count() == sum(sent), "every other message found its period claimed"
