@@ -105,16 +105,36 @@ def _assistant_text(facts: Facts, text: str) -> None:
         facts["next_action"] = _cut(text.strip(), MAX_ITEM_CHARS * 2)
 
 
+def file_of(call: Block) -> tuple[str, str] | None:
+    """The file a tool call names and what it does to it: (path, "read" | "edited" | "created")."""
+    args = call.get("input") or {}
+    path = next((str(args[k]) for k in PATH_KEYS if isinstance(args.get(k), str)), "")
+    if not path:
+        return None
+    editor_cmd = args.get("command") if isinstance(args.get("command"), str) else None
+    return path, _file_action(str(call.get("name", "")), editor_cmd)
+
+
+def command_of(call: Block) -> str | None:
+    """The shell command a tool call runs; None for a file tool (an editor's `command`) or any other."""
+    args = call.get("input") or {}
+    command = next((args[k] for k in COMMAND_KEYS if isinstance(args.get(k), str)), None)
+    editor_cmd = args.get("command") if isinstance(args.get("command"), str) else None
+    editor = file_of(call) is not None and editor_cmd in EDITOR_COMMANDS
+    if command and not editor and SHELL_TOOL.search(str(call.get("name", ""))):
+        return str(command)
+    return None
+
+
 def _call(facts: Facts, call: Block, result: Block | None) -> str:
     """Record a tool call's file and command; returns a short label of the action."""
     name = str(call.get("name", ""))
-    args = call.get("input") or {}
-    path = next((str(args[k]) for k in PATH_KEYS if isinstance(args.get(k), str)), "")
-    editor_cmd = args.get("command") if isinstance(args.get("command"), str) else None
-    if path:
-        facts[f"files_{_file_action(name, editor_cmd)}"].append(path)
-    command = next((args[k] for k in COMMAND_KEYS if isinstance(args.get(k), str)), None)
-    if command and not (path and editor_cmd in EDITOR_COMMANDS) and SHELL_TOOL.search(name):
+    touched = file_of(call)
+    path = touched[0] if touched else ""
+    if touched:
+        facts[f"files_{touched[1]}"].append(path)
+    command = command_of(call)
+    if command:
         first_line = command.strip().splitlines()[0] if command.strip() else command
         more = " …" if command.strip().count("\n") else ""
         facts["commands"].append(f"{_cut(first_line, MAX_COMMAND_CHARS)}{more} -> {_outcome(result)}")

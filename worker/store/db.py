@@ -7,7 +7,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine, event, text
+from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
 from sqlmodel import SQLModel
 
 from worker.store import tables
@@ -32,13 +32,29 @@ MEMORY_ITEMS_TO_ENTRIES = [
     "DROP TABLE IF EXISTS memory_items",
 ]
 
-# (version, statements). Each statement is idempotent on both backends, so running the list
-# again (or after create_all already built the newest shape) changes nothing.
-MIGRATIONS: list[tuple[int, list[str]]] = [
+Step = str | Callable[[Connection], None]
+
+
+def add_column(table: str, column: str, ddl: str) -> Step:
+    """A step adding a column unless the table has it (create_all built it, or an earlier run did):
+    SQLite has no ADD COLUMN IF NOT EXISTS."""
+
+    def step(conn: Connection) -> None:
+        if column not in {c["name"] for c in inspect(conn).get_columns(table)}:
+            conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {column} {ddl}"))
+
+    return step
+
+
+# (version, steps). Each step is idempotent on both backends, so running the list again (or
+# after create_all already built the newest shape) changes nothing.
+MIGRATIONS: list[tuple[int, list[Step]]] = [
     (1, []),  # baseline: create_all builds the tables
     (2, ["CREATE INDEX IF NOT EXISTS ix_turns_session_seq ON turns (session_id, seq)"]),
     (3, ["CREATE INDEX IF NOT EXISTS ix_sessions_sweep ON sessions (compacted_through, version)"]),
-    (4, MEMORY_ITEMS_TO_ENTRIES),
+    (4, list(MEMORY_ITEMS_TO_ENTRIES)),
+    # the last turn seq the worker has observed into working memory
+    (5, [add_column("sessions", "memory_observed_through", "INTEGER NOT NULL DEFAULT 0")]),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
@@ -114,7 +130,10 @@ def migrate(engine: Engine) -> int:
             if version <= current:
                 continue
             for statement in statements:
-                conn.execute(text(statement))
+                if isinstance(statement, str):
+                    conn.execute(text(statement))
+                else:
+                    statement(conn)
         if row is None:
             conn.execute(
                 text("INSERT INTO schema_version (id, version) VALUES (1, :v)"), {"v": SCHEMA_VERSION}

@@ -40,6 +40,7 @@ class Session(SQLModel, table=True):
     compacted_through: int = 0  # the published snapshot's through_seq
     memory_version: int = 0  # bumped by every change to the prompt's head: memory or system prompt
     snapshot_memory_version: int = 0  # the memory_version the published snapshot rendered
+    memory_observed_through: int = 0  # the last seq the worker observed into working memory
     tokens: int = 0  # sum of the stored turns' tokens
     parent_session_id: int | None = None
     parent_tool_use_id: str | None = None
