@@ -96,6 +96,12 @@ def test_normalize(command: str, key: str) -> None:
         ("Exit code 128\nfatal: no upstream branch", True, "fail", "fatal: no upstream branch"),
         ("Exit code 1\n", True, "fail", "exit code 1"),
         ("Command running in background with ID: b7b23b2.", False, "unknown", ""),
+        (
+            "The user doesn't want to proceed with this tool use. The tool use was rejected.",
+            True,
+            "unknown",
+            "",
+        ),
     ],
 )
 def test_outcome(body: str, is_error: bool, kind: str, summary: str) -> None:

@@ -98,6 +98,8 @@ _FAILED_MARK = re.compile(
 )
 _EXIT = re.compile(r"(?im)^(?:exit code|exited with code|exit status)[: ]+(\d+)")
 _BACKGROUND = re.compile(r"(?i)running in (?:the )?background|command still running")
+# the user stopped the call: it never ran, so it says nothing about the project
+_REJECTED = re.compile(r"(?i)doesn't want to proceed with this tool use|request interrupted by user")
 _DETAIL = (
     re.compile(r"(?m)^FAILED\s+\S.*$"),  # pytest's short summary
     re.compile(r"(?m)^--- FAIL:.*$"),  # go test
@@ -174,7 +176,10 @@ def family(segment: str) -> str | None:
 
 def outcome(text: str, is_error: bool) -> Outcome:
     """Pass or fail from a command's output: the error flag, a non-zero exit, failure counts,
-    FAILED marks or a traceback. A command still running in the background is not known yet."""
+    FAILED marks or a traceback. A command still running in the background, or one the user
+    rejected, is not known."""
+    if _REJECTED.search(text[:300]):
+        return Outcome("unknown")
     exit_code = _EXIT.search(text)
     failed = (
         is_error
