@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import secrets
 import sys
 import time
 from pathlib import Path
@@ -108,7 +109,8 @@ def run_compact(args: argparse.Namespace) -> int:
     policy = policy_from(args)
     imported = _load(args)
     started = time.perf_counter()
-    redactor = Redactor(b"offline")
+    # a key of its own per run: with a known key a placeholder of a guessable password is checkable
+    redactor = Redactor(secrets.token_bytes(32))
     ingested = ingest(imported.messages, first_seq=1, redactor=redactor, policy=policy)
     system = redactor.redact_text(imported.system)
     t = Transcript(system=system, turns=ingested.turns, files=ingested.files)

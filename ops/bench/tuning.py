@@ -24,7 +24,7 @@ from worker.redaction.scanner import KEYED_FIELD, KUBERNETES_MANIFEST
 
 EVERY = "*"
 GENERIC_BEFORE_LOG: dict[str, frozenset[str]] = {
-    "assignment": frozenset({"generic", "keyword", "detect-secrets-files"}),
+    "assignment": frozenset({"generic", "keyword", "detect-secrets-files", "netrc", "gradle"}),
     KEYED_FIELD: frozenset({"generic", "keyword", "detect-secrets-files"}),
     "password": frozenset({"generic", "keyword", "detect-secrets-files"}),
     "high_entropy_string": frozenset({"generic", "keyword", "detect-secrets-files"}),
@@ -35,7 +35,7 @@ GENERIC_BEFORE_LOG: dict[str, frozenset[str]] = {
     "bearer_token": frozenset({"curl"}),
     "api_key_header": frozenset({"curl"}),
     "jwt": frozenset({"jwt"}),
-    "password_hash": frozenset({"pwhash"}),
+    "password_hash": frozenset({"pwhash", "krb5"}),
     "private_key": frozenset({"private"}),
     KUBERNETES_MANIFEST: frozenset({"kubernetes"}),
 }
@@ -82,5 +82,7 @@ def kingfisher_left_out(held_out: frozenset[str], known: frozenset[str]) -> froz
     """Kingfisher rule ids whose vendor is one of the held-out families (EVERY: all of them)."""
     from kingfisher_sdk import Rules
 
-    ids = [m["id"] for m in Rules().metadata()]
+    from worker.redaction.kingfisher import DEFAULT_CACHE_DIR
+
+    ids = [m["id"] for m in Rules(cache_dir=str(DEFAULT_CACHE_DIR)).metadata()]
     return frozenset(i for i in ids if EVERY in held_out or rule_family(i, known) in held_out)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
@@ -154,3 +155,28 @@ def test_a_key_is_redacted_and_its_value_judged_by_it() -> None:
     assert key.startswith("[REDACTED:aws_access_key:") and out[key] == "prod"
     assert "q8Zr4Vx9Lm2Np7Kt5Wb3Hc6Jd1" not in out["headers"]["Authorization"]
     assert R.redact_value({"n": 1, 2: [None]}) == {"n": 1, 2: [None]}
+
+
+def test_a_secret_in_a_block_key_or_an_id_field_is_redacted() -> None:
+    """Ids and types pass whole only while nothing in them is a secret; keys of any part are data."""
+    block = {"type": "text", "text": "x", AWS: "y"}
+    assert AWS not in json.dumps(R.redact_block(block))
+    result = {
+        "type": "tool_result",
+        "tool_use_id": "toolu_01",
+        "content": [{"type": "text", "id": GH, "text": "ok"}],
+    }
+    out = R.redact_block(result)
+    assert GH not in json.dumps(out) and out["tool_use_id"] == "toolu_01"
+
+
+def test_base64_text_documents_are_read_and_binary_ones_kept() -> None:
+    """A text/plain document sent as base64 is decoded, redacted and encoded again."""
+    encoded = base64.b64encode(f"aws_access_key_id = {AWS}\n".encode()).decode()
+    doc = _doc({"type": "base64", "media_type": "text/plain", "data": encoded})
+    out = R.redact_block(doc)
+    assert AWS not in base64.b64decode(out["source"]["data"]).decode()
+    tool = {"type": "tool_use", "id": "toolu_02", "name": "Upload", "input": {"doc": doc}}
+    assert AWS not in base64.b64decode(R.redact_block(tool)["input"]["doc"]["source"]["data"]).decode()
+    clean = _doc({"type": "base64", "media_type": "text/plain", "data": base64.b64encode(b"hello").decode()})
+    assert R.redact_block(clean) is clean

@@ -21,15 +21,18 @@ from worker.compaction.shapes import PLACEHOLDER_MARK, is_code, is_placeholder, 
 from worker.redaction.keywords import key_words
 from worker.redaction.rules import Detector, Judge, Judged, strip_quotes
 
-# Visible references and placeholders: `${VAR}`, `$VAR`, `$(cmd)`, `%s`, `%(name)s`, `%VAR%`,
+# Visible references and placeholders: `${VAR}`, `$VAR`, `$lowerVar`, `$(cmd)`, `%s`, `%(name)s`, `%VAR%`,
 # `$1`, `{{ x }}`, `{name}`, `{0}`, `<password>`, `[PASSWORD]`, masks (`****`, `xxxxxxxx`) and metavars.
 _REFERENCE = re.compile(
-    r"\$\{[^}]*\}?|\$\(.*\)?|\$[A-Za-z_][\w.]*|\$[\d@*#]|%\(?\w*\)?[sd]|%[A-Za-z_]\w*%|\{\{.*\}\}|\{%.*%\}"
+    r"\$\{[^}]*\}?|\$\(.*\)?|\$(?:[A-Z_][A-Z0-9_]*|[a-z_][A-Za-z_.]*)|\$[\d@*#]|%\(?\w*\)?[sd]|%[A-Za-z_]\w*%|\{\{.*\}\}|\{%.*%\}"
     r"|\{\s*[A-Za-z_][\w.]*\s*\}|\{\d*\}|<[^<>]*>|\[[A-Z _-]+\]|[*xX\u2022]+|[A-Z][A-Z_]*[A-Z]",
     re.DOTALL,
 )
 # a value that a quote closed early: `"Password=" + pw + ";"`, `"Pwd=" . $pw . ";"`
-_JOINED = re.compile(r"^\s*(?:\+|\.|&|\|\|)\s|\s(?:\+|\.|&|\|\|)\s*$|^\$[A-Za-z_{(]")
+# (a variable is `$UPPER_CASE` or `$lowerCamel`; `$Tr0ngPass` is a password that starts with `$`)
+_JOINED = re.compile(
+    r"^\s*(?:\+|\.|&|\|\|)\s|\s(?:\+|\.|&|\|\|)\s*$|^\$(?:[{(]|(?:[A-Z_][A-Z0-9_]*|[a-z_][A-Za-z_]*)(?!\w))"
+)
 
 
 def is_joined(value: str) -> bool:

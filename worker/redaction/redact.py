@@ -31,6 +31,8 @@ the block silently would hide why the reasoning vanished; the note keeps the tra
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import hmac
 from dataclasses import dataclass
@@ -45,20 +47,12 @@ __all__ = ["THINKING_REMOVED", "Finding", "Redactor"]
 
 THINKING_REMOVED = "[compactd: a thinking block was removed because it contained a secret]"
 _ESCAPES = (("\\/", "/"), ('\\"', '"'), ("\\n", "\n"), ("\\\\", "\\"))
-# Block fields the API reads as ids, verifies or decrypts: not secrets by policy, never edited.
-_OPAQUE_FIELDS = frozenset(
-    {
-        "type",
-        "id",
-        "tool_use_id",
-        "signature",
-        "encrypted_content",
-        "encrypted_index",
-        "file_id",
-        "media_type",
-    }
-)
-# Sources whose payload is binary (base64) or a reference to an uploaded file: passed through whole.
+# Block fields the API verifies or decrypts: never edited (a signature or ciphertext holds no text).
+_VERIFIED_FIELDS = frozenset({"signature", "encrypted_content", "encrypted_index"})
+# Block fields that are ids and types: not secrets by policy, kept unless a secret is found in one.
+_ID_FIELDS = frozenset({"type", "id", "tool_use_id", "file_id", "media_type"})
+# Sources whose payload is a reference to an uploaded file, or binary base64: passed through whole
+# (base64 text, `text/*`, is decoded and redacted like any text).
 _OPAQUE_SOURCES = frozenset({"base64", "file"})
 
 
@@ -66,6 +60,17 @@ def _unescaped(secret: str) -> str:
     for escaped, plain in _ESCAPES:
         secret = secret.replace(escaped, plain)
     return unquote(secret) if "%" in secret else secret
+
+
+def _is_base64_text(source: dict[str, Any]) -> bool:
+    """A base64 source of text (`text/plain`, `text/csv`, …): its decoded text can hold secrets."""
+    media = source.get("media_type")
+    return (
+        source.get("type") == "base64"
+        and isinstance(media, str)
+        and media.startswith("text/")
+        and isinstance(source.get("data"), str)
+    )
 
 
 def _is_base64_source(value: dict[str, Any]) -> bool:
@@ -117,7 +122,7 @@ class Redactor:
             return [self.redact_value(v) for v in value]
         if isinstance(value, dict):
             if _is_base64_source(value):
-                return value
+                return self._redact_part(value)  # binary payloads pass whole, base64 text is read
             return {self._redact_key(k): self._redact_field(k, v) for k, v in value.items()}
         return value
 
@@ -152,13 +157,29 @@ class Redactor:
             return self.redact_text(part)
         if isinstance(part, list):
             out: Any = [self._redact_part(p) for p in part]
+        elif isinstance(part, dict) and _is_base64_text(part):
+            out = {**part, "data": self._redact_base64_text(part["data"])}
         elif isinstance(part, dict) and part.get("type") not in _OPAQUE_SOURCES:
-            out = {k: self._redact_member(k, v) for k, v in part.items()}
+            out = {self._redact_key(k): self._redact_member(k, v) for k, v in part.items()}
         else:
             return part
         return part if out == part else out
 
     def _redact_member(self, key: str, value: Any) -> Any:
-        if key in _OPAQUE_FIELDS:
+        if key in _VERIFIED_FIELDS:
+            return value
+        if (
+            key in _ID_FIELDS
+            and isinstance(value, str)
+            and not find_spans(value.encode("utf-8", "surrogatepass"), self.rules)
+        ):
             return value
         return self.redact_value(value) if key == "input" else self._redact_part(value)
+
+    def _redact_base64_text(self, data: str) -> str:
+        try:
+            text = base64.b64decode(data, validate=True).decode("utf-8")
+        except (binascii.Error, ValueError):
+            return data  # not base64 text after all: the bytes stay as sent
+        redacted = self.redact_text(text)
+        return data if redacted == text else base64.b64encode(redacted.encode()).decode()

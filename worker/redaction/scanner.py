@@ -177,7 +177,7 @@ def _percent_views(data: bytes) -> Iterator[tuple[int, int, bytes, list[int]]]:
             continue
         decoded, where, i = bytearray(), [], 0
         while i < len(run):
-            if run[i] == 0x25 and i + 2 < len(run) + 0 and _is_hex(run[i + 1 : i + 3]):
+            if run[i] == 0x25 and i + 2 < len(run) and _is_hex(run[i + 1 : i + 3]):
                 decoded += unquote_to_bytes(run[i : i + 3])
                 where.append(i)
                 i += 3
@@ -211,15 +211,48 @@ def _overlaps(spans: list[Span], start: int, end: int) -> bool:
     return any(s < end and start < e for _, s, e in spans)
 
 
+_ALNUM = re.compile(rb"[A-Za-z0-9]")
+
+
+_SEPARATORS = frozenset(b":@/ \t\r\n\"'=;,")
+
+
+def _continues(data: bytes, a: int, b: int) -> bool:
+    """Whether data[a:b] runs on from a covered neighbour without a separator between them."""
+    inner = data[a:b]
+    return bool(inner) and inner[0] not in _SEPARATORS and inner[-1] not in _SEPARATORS
+
+
+def _uncovered(start: int, end: int, covered: list[Span]) -> list[tuple[int, int]]:
+    """The parts of [start, end) that no span in covered overlaps."""
+    pieces, pos = [], start
+    for _, s, e in sorted(c for c in covered if c[1] < end and start < c[2]):
+        if s > pos:
+            pieces.append((pos, s))
+        pos = max(pos, e)
+    if pos < end:
+        pieces.append((pos, end))
+    return pieces
+
+
 def find_spans(data: bytes, rules: Ruleset = ALL, depth: int = 1) -> list[Span]:
     """Byte spans of all secrets: patterns, percent-decoded and base64-decoded views, Kingfisher."""
     spans = scan_bytes(data, rules)
     extra: list[Span] = []
     manifests = kubernetes_secret_spans(data) if rules.has(KUBERNETES_MANIFEST) else []
-    theirs = _outside_placeholders(data, kingfisher.spans(data, rules.kingfisher_skip))
-    for kind, start, end in manifests + theirs:
-        if not _overlaps(spans, start, end) and not _overlaps(extra, start, end):
+    for kind, start, end in manifests:
+        if not _overlaps(spans, start, end):
             extra.append((kind, start, end))
+    for kind, start, end in _outside_placeholders(data, kingfisher.spans(data, rules.kingfisher_skip)):
+        # where ours cover part of it and cut a token short, the rest of that token goes too
+        # (a part behind a separator is another field: the user of `user:pass`, a host)
+        pieces = _uncovered(start, end, spans + extra)
+        if pieces == [(start, end)]:
+            extra.append((kind, start, end))
+            continue
+        for a, b in pieces:
+            if (a == start or b == end) and _continues(data, a, b) and len(_ALNUM.findall(data[a:b])) >= 4:
+                extra.append((kind, a, b))
     if b"%" in data:
         for run_start, _, decoded, where in _percent_views(data):
             for kind, a, b in scan_bytes(decoded, rules):
