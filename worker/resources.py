@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+import structlog
 from sqlalchemy import Engine
 
 from worker.compaction.model import Policy
@@ -16,6 +17,8 @@ from worker.redaction import Redactor, kingfisher
 from worker.settings import Settings
 from worker.store.cache import PromptCache, make_redis
 from worker.store.db import make_engine, migrate
+
+log = structlog.get_logger("compactd.resources")
 
 
 def redaction_key(settings: Settings) -> bytes:
@@ -55,7 +58,9 @@ class Resources:
 
     @classmethod
     def build(cls, settings: Settings, *, run_migrations: bool = True) -> Resources:
-        kingfisher.prewarm(settings.rule_cache_dir)
+        rules = kingfisher.prewarm(settings.rule_cache_dir)
+        if rules.startswith("unusable"):
+            log.warning("kingfisher.rule_cache_unusable", dir=str(settings.rule_cache_dir), status=rules)
         engine = make_engine(settings.database_url)
         if run_migrations:
             migrate(engine)
