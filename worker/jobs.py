@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -13,7 +13,14 @@ import orjson
 import structlog
 
 from worker.compaction import epochs
-from worker.compaction.assemble import FileInfo, assemble, prefix_tokens, served_tokens, turn_policy
+from worker.compaction.assemble import (
+    MEMORY_NOTE_TOKENS,
+    FileInfo,
+    assemble,
+    prefix_tokens,
+    served_tokens,
+    turn_policy,
+)
 from worker.compaction.codec import transcript_from_json, transcript_to_json
 from worker.compaction.epochs import Decision, Switch, common_prefix_bytes
 from worker.compaction.model import Transcript
@@ -72,11 +79,22 @@ def _compact(tenant_id: int, session_pk: int, res: Resources) -> str:
     ):
         return "current"
     state = loaded.state()
-    current = loaded.current(state)
-    # working memory observed from the new turns; this job serves the memory it loaded
-    observe_memory(res, session_pk, current.turns, row.memory_observed_through)
+    # working memory observed from the new turns, off the request path; this publish shows it
+    if observe_memory(res, session_pk, loaded.current(state).turns, row.memory_observed_through):
+        fresh = snapshots.load(res.engine, session_pk)
+        if fresh is not None:  # its memory and row; the turns stay those just observed
+            loaded = replace(fresh, snapshot=loaded.snapshot, tail=loaded.tail)
+            row = loaded.session
+    # the pinned memory block is the prompt's prefix: it stays as rendered at the epoch, and changes
+    # since go to the status note, until this job starts a new epoch anyway (or the system changed)
+    system_changed = snap is not None and state.system != row.system
+    pinned, pinned_version = (loaded.memory, row.memory_version) if system_changed else loaded.pinned(state)
+    current = loaded.current(state, memory=pinned)
     policy = res.policy_for(row.context_window, row.output_reserve)
-    engine_policy = turn_policy(policy, current)
+    # budget for the larger of the two blocks: a new epoch renders the memory as it is now
+    engine_policy = turn_policy(
+        policy, max(current, replace(current, memory=loaded.memory), key=prefix_tokens)
+    )
     pending_tool = pending_tool_use_ids([t.as_message() for t in current.turns[-1:]])
     # a quiet point: no tool call in flight and the client has not said it is busy
     quiet = row.activity != "busy" and not pending_tool
@@ -94,10 +112,11 @@ def _compact(tenant_id: int, session_pk: int, res: Resources) -> str:
     epoch = snap.epoch if snap else 0
     if s.files:
         save_files(res.engine, tenant_id, session_pk, s.files)
-    if verdict.decision is Decision.NEW_EPOCH:
-        epoch += 1
-    elif snap is not None and (state.memory != loaded.memory or state.system != row.system):
-        epoch += 1  # the system prompt and memory block are the prefix: it changed, so a new epoch
+    if verdict.decision is Decision.NEW_EPOCH or system_changed:
+        epoch += 1  # the prefix changes anyway: the pinned memory block is refreshed with it
+        publish, pinned_version = replace(publish, memory=loaded.memory), row.memory_version
+    with read_tx(res.engine) as conn:
+        memory_note = memory.changes_since(conn, session_pk, pinned_version, MEMORY_NOTE_TOKENS)
     new_through = loaded.tail[-1].seq if loaded.tail else through
     prompt = assemble(publish)
     tokens = served_tokens(publish)
@@ -109,6 +128,7 @@ def _compact(tenant_id: int, session_pk: int, res: Resources) -> str:
         through_seq=new_through,
         tokens=tokens,
         memory_version=row.memory_version,
+        pinned_memory_version=pinned_version,
         state=transcript_to_json(publish),
         prompt=prompt,
         report={
@@ -121,12 +141,18 @@ def _compact(tenant_id: int, session_pk: int, res: Resources) -> str:
     with read_tx(res.engine) as conn:
         files = file_infos(conn, session_pk)
     # a summary prepared here is kept even if the snapshot itself was already current
-    _keep_pending(res, session_pk, s, epoch, row.memory_version, files)
+    _keep_pending(res, session_pk, s, epoch, row.memory_version, files, loaded.memory)
     if not won:
         log.info("snapshot.stale", epoch=epoch, through_seq=new_through)
         return "stale"
     entry = entry_from_prompt(
-        prompt, epoch=epoch, through=new_through, memver=row.memory_version, tokens=tokens, files=files
+        prompt,
+        epoch=epoch,
+        through=new_through,
+        memver=row.memory_version,
+        tokens=tokens,
+        files=files,
+        memory_note=memory_note,
     )
     _account(res, session_pk, entry, s, forced and quiet)
     try:
@@ -166,15 +192,22 @@ def _pending(res: Resources, session_pk: int) -> Transcript | None:
 
 
 def _keep_pending(
-    res: Resources, session_pk: int, s: epochs.Step, epoch: int, memver: int, files: Sequence[FileInfo]
+    res: Resources,
+    session_pk: int,
+    s: epochs.Step,
+    epoch: int,
+    memver: int,
+    files: Sequence[FileInfo],
+    memory_block: str,
 ) -> None:
-    """Store a summary prepared by this job (its files are saved), or drop one that was used or is stale."""
+    """Store a summary prepared by this job (its files are saved), or drop one that was used or is
+    stale. It is the next epoch's prompt: it carries the memory block as rendered now."""
     if s.pending is None:
         res.cache.drop_pending(session_pk)
         return
     if not s.prepared:
         return
-    pending = s.pending
+    pending = replace(s.pending, memory=memory_block)
     through = pending.turns[-1].seq if pending.turns else 0
     entry = entry_from_prompt(
         assemble(pending),

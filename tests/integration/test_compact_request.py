@@ -145,3 +145,40 @@ def test_a_known_model_name_sets_the_session_window(client) -> None:  # type: ig
     assert c.get("/v1/sessions/m1", headers=auth).json()["profile"]["context_window"] == 128_000
     assert c.get("/v1/sessions/m2", headers=auth).json()["profile"]["context_window"] == 50_000
     assert c.get("/v1/sessions/m1/prompt", headers=auth).json()["budget_tokens"] == 128_000 - 16_384
+
+
+def test_memory_changes_go_to_the_status_note_until_the_next_epoch(client) -> None:  # type: ignore[no-untyped-def]
+    """A memory change between epochs leaves the cached prefix byte-identical and shows in the
+    trailing status note; the next epoch renders it into the pinned block at the top."""
+    c, auth, sent, res = client
+    append(c, auth, [{"role": "user", "content": "Port the parser to Rust."}])
+    for n in range(12):
+        append(c, auth, unit(n, f"step {n} output\n" * 30))
+    tenant, pk, version = sent[-1]
+    assert jobs.compact(tenant, pk, version, res) == "published"
+    before = c.get("/v1/sessions/s/prompt", headers=auth).json()
+
+    decision = "Keep the public parse() signature"
+    r = c.patch(
+        "/v1/sessions/s/memory",
+        json={"ops": [{"op": "add", "section": "decisions", "value": decision}]},
+        headers=auth,
+    )
+    assert r.status_code == 200, r.text
+    for source in ("db", "cache"):  # before the worker republishes, and after
+        if source == "cache":
+            assert jobs.compact(tenant, pk, version, res) == "published"
+        during = c.get("/v1/sessions/s/prompt", headers=auth).json()
+        assert during["epoch"] == before["epoch"]
+        assert during["system"] == before["system"]  # the pinned block: byte-identical
+        assert during["messages"][:-1] == before["messages"][:-1]
+        note = during["messages"][-1]["content"][-1]["text"]
+        assert "Working memory changed" in note and decision in note, source
+
+    r = c.post("/v1/sessions/s/compact", json={}, headers=auth)
+    assert r.status_code == 202
+    assert jobs.compact(tenant, pk, version, res) == "published"
+    after = c.get("/v1/sessions/s/prompt", headers=auth).json()
+    assert after["epoch"] > before["epoch"]
+    assert decision in str(after["system"]) and decision not in str(before["system"])
+    assert "Working memory changed" not in after["messages"][-1]["content"][-1]["text"]

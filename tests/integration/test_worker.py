@@ -76,9 +76,13 @@ def test_worker_publishes_a_new_epoch_for_a_real_transcript(
             )
             assert r.status_code == 200, r.text
         info = wait_for(
-            lambda: (i := client.get("/v1/sessions/real", headers=auth).json())["epoch"] >= 1 and i, 60
+            lambda: (
+                (i := client.get("/v1/sessions/real", headers=auth).json())["epoch"] >= 1
+                and i["compacted_through"] == len(messages)
+                and i
+            ),
+            60,
         )
-        assert info["compacted_through"] == len(messages)
         prompt = client.get("/v1/sessions/real/prompt", headers=auth).json()
     assert prompt["epoch"] >= 1 and prompt["version"] == len(messages)
     assert request_problems({"system": prompt["system"], "messages": prompt["messages"]}) == []

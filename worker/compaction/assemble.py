@@ -20,7 +20,8 @@ from worker.compaction.tokens import count_text
 
 CACHE_CONTROL = {"type": "ephemeral"}
 # Room the engine leaves in the budget for the status note a fetch adds (at most 20 file lines).
-STATUS_NOTE_TOKENS = 400
+STATUS_NOTE_TOKENS = 600  # budget and virtual files (~400) + memory changes since the epoch (200)
+MEMORY_NOTE_TOKENS = 200
 MAX_RANGES_SHOWN = 4  # read ranges listed per file, so the note stays within its room
 # blocks the API refuses a cache_control on
 _UNMARKABLE = {"thinking", "redacted_thinking"}
@@ -144,8 +145,11 @@ class FileInfo:
     read_ranges: tuple[str, ...] = ()
 
 
-def status_note(tokens_used: int, budget_tokens: int, files: Sequence[FileInfo]) -> str:
-    """The small volatile note at the very end of the prompt: budget and virtual files."""
+def status_note(
+    tokens_used: int, budget_tokens: int, files: Sequence[FileInfo], memory_note: str = ""
+) -> str:
+    """The small volatile note at the very end of the prompt: budget, virtual files, and what
+    changed in working memory since the pinned block at the top was rendered."""
     lines = [f"[compactd status] context: {tokens_used:,} of {budget_tokens:,} tokens used."]
     if files:
         lines.append("Virtual files (read with the read_file / grep tools):")
@@ -157,6 +161,8 @@ def status_note(tokens_used: int, budget_tokens: int, files: Sequence[FileInfo])
             lines.append(f"- {f.ref} ({f.kind}, {f.lines:,} lines{read})")
         if len(files) > 20:
             lines.append(f"- … and {len(files) - 20} more (GET /files lists them all)")
+    if memory_note:
+        lines.append(memory_note)
     return "\n".join(lines)
 
 

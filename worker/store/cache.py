@@ -19,7 +19,8 @@ local ce, ct, cm = tonumber(cur[1] or '-1'), tonumber(cur[2] or '-1'), tonumber(
 local e, t, m = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 if ce > e or (ce == e and (ct > t or (ct == t and cm >= m))) then return 0 end
 redis.call('HSET', KEYS[1], 'epoch', ARGV[1], 'through', ARGV[2], 'memver', ARGV[3], 'system', ARGV[4],
-           'head', ARGV[5], 'last', ARGV[6], 'tokens', ARGV[7], 'files', ARGV[8], 'files_ver', 0)
+           'head', ARGV[5], 'last', ARGV[6], 'tokens', ARGV[7], 'files', ARGV[8], 'files_ver', 0,
+           'memory_note', ARGV[9])
 return 1
 """
 # One fetch's cache reuse: the bytes it shares with the session's previous fetch. Within an epoch
@@ -62,7 +63,7 @@ _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
-FIELDS = ("epoch", "through", "memver", "system", "head", "last", "tokens", "files")
+FIELDS = ("epoch", "through", "memver", "system", "head", "last", "tokens", "files", "memory_note")
 
 
 def make_redis(url: str, timeout_seconds: float = 0.25) -> redis.Redis:
@@ -89,19 +90,20 @@ class Entry:
     last: bytes  # the last message as JSON ("" if none): the tail may merge into it
     tokens: int
     files: bytes  # JSON: [[ref, kind, lines, [read ranges]], ...]
+    memory_note: bytes = b""  # memory changes since the pinned block, for the status note (UTF-8)
 
 
 def _entry_values(entry: Entry) -> list[bytes | int]:
     """An entry's values in FIELDS order."""
     e = entry
-    return [e.epoch, e.through, e.memver, e.system, e.head, e.last, e.tokens, e.files]
+    return [e.epoch, e.through, e.memver, e.system, e.head, e.last, e.tokens, e.files, e.memory_note]
 
 
 def _entry(values: list[Any]) -> Entry | None:
     if values[0] is None:
         return None
-    e, t, m, system, head, last, tokens, files = values
-    return Entry(int(e), int(t), int(m), system, head, last, int(tokens), files)
+    e, t, m, system, head, last, tokens, files, memory_note = values
+    return Entry(int(e), int(t), int(m), system, head, last, int(tokens), files, memory_note or b"")
 
 
 class PromptCache:

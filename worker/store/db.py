@@ -55,6 +55,8 @@ MIGRATIONS: list[tuple[int, list[Step]]] = [
     (4, list(MEMORY_ITEMS_TO_ENTRIES)),
     # the last turn seq the worker has observed into working memory
     (5, [add_column("sessions", "memory_observed_through", "INTEGER NOT NULL DEFAULT 0")]),
+    # the memory version a snapshot's pinned block renders (later changes go to the status note)
+    (6, [add_column("snapshots", "pinned_memory_version", "INTEGER NOT NULL DEFAULT 0")]),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

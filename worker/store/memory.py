@@ -325,6 +325,16 @@ def replay(records: Iterable[Recorded], through_version: int) -> list[Item]:
     return list(items.values())
 
 
+def changes_since(conn: Connection, session_pk: int, pinned_version: int, budget_tokens: int) -> str:
+    """The status note's lines for what the session's own memory changed since `pinned_version`,
+    the version rendered into the pinned block at the top of the prompt ("" when nothing did)."""
+    tenant_id, version = _tenant_of(conn, session_pk)
+    if version <= pinned_version:
+        return ""
+    before = replay(_events(conn, tenant_id, session_pk, ""), pinned_version)
+    return model.changes_note(before, _entries(conn, tenant_id, session_pk, ""), budget_tokens)
+
+
 def state_at(engine: Engine, session_pk: int, version: int, *, scope: str = "") -> list[Item]:
     """The items as they were at memory `version` (replayed from the events)."""
     return replay(history(engine, session_pk, scope=scope), version)

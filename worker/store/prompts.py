@@ -19,6 +19,7 @@ import orjson
 from sqlalchemy import Connection, Engine, and_, bindparam, select
 
 from worker.compaction.assemble import (
+    MEMORY_NOTE_TOKENS,
     FileInfo,
     assemble,
     finish,
@@ -33,7 +34,7 @@ from worker.compaction.tokens import count_text
 from worker.store.cache import Entry, PromptCache
 from worker.store.db import read_tx
 from worker.store.files import file_infos, last_read_id, save_files
-from worker.store.memory import load_items, render
+from worker.store.memory import changes_since, load_items, render
 from worker.store.sessions import TT, S, load_turns
 from worker.store.snapshots import latest_snapshot, load
 
@@ -56,7 +57,14 @@ class Served:
 
 
 def entry_from_prompt(
-    prompt: dict[str, Any], *, epoch: int, through: int, memver: int, tokens: int, files: Sequence[FileInfo]
+    prompt: dict[str, Any],
+    *,
+    epoch: int,
+    through: int,
+    memver: int,
+    tokens: int,
+    files: Sequence[FileInfo],
+    memory_note: str = "",
 ) -> Entry:
     """Split an assembled {system, messages} into the fragments the fetch path splices."""
     messages = prompt["messages"]
@@ -69,6 +77,7 @@ def entry_from_prompt(
         last=orjson.dumps(messages[-1]) if messages else b"",
         tokens=tokens,
         files=encode_files(files),
+        memory_note=memory_note.encode(),
     )
 
 
@@ -107,7 +116,7 @@ def render_body(
     end += [{"role": role, "content": content} for role, content, _ in tail]
     tokens = entry.tokens + sum(t for _, _, t in tail)
     files = [FileInfo(r, k, n, tuple(reads)) for r, k, n, reads in orjson.loads(entry.files)]
-    note = status_note(tokens, policy.budget_tokens, files)
+    note = status_note(tokens, policy.budget_tokens, files, entry.memory_note.decode())
     end = finish(end, note)
     has_note = bool(end) and end[-1]["role"] == "user" and end[-1]["content"][-1].get("text") == note
     tokens += count_text(note) if has_note else 0
@@ -284,14 +293,14 @@ _RAW_TAIL: dict[str, str] = {}
 def _from_db(conn: Connection, client_id: str, session: Any, policy: Policy) -> Served:
     snap = latest_snapshot(conn, session.id)
     row = conn.execute(select(S.c.system).where(S.c.id == session.id)).one()
-    items = load_items(conn, session.id)
-    memory = render(items)
     if snap is None:
-        state, through, epoch = Transcript(system=row.system, turns=()), 0, 0
+        memory = render(load_items(conn, session.id))
+        state, through, epoch, note = Transcript(system=row.system, memory=memory, turns=()), 0, 0, ""
     else:
-        state = transcript_from_json(orjson.loads(snap.state))
+        # the snapshot's pinned memory block stays (the cached prefix); what changed since is noted
+        state = replace(transcript_from_json(orjson.loads(snap.state)), system=row.system)
         through, epoch = snap.through_seq, snap.epoch
-    state = replace(state, system=row.system, memory=memory)
+        note = changes_since(conn, session.id, snap.pinned_memory_version, MEMORY_NOTE_TOKENS)
     tokens = served_tokens(state)
     if snap is not None and snap.memory_version == session.memory_version:
         prompt = orjson.loads(snap.prompt)
@@ -304,6 +313,7 @@ def _from_db(conn: Connection, client_id: str, session: Any, policy: Policy) -> 
         memver=session.memory_version,
         tokens=tokens,
         files=file_infos(conn, session.id),
+        memory_note=note,
     )
     tail = [(t.role, list(t.content), t.tokens) for t in load_turns(conn, session.id, through)]
     return _served(client_id, session.version, entry, tail, policy, "db")

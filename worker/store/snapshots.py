@@ -21,7 +21,8 @@ KEEP_SNAPSHOTS = 2  # the published one and its predecessor (for inspection)
 
 @dataclass(frozen=True, slots=True)
 class Loaded:
-    """A session as the worker sees it: its row, latest snapshot (or None), the tail, its memory."""
+    """A session as the worker sees it: its row, latest snapshot (or None), the tail, its memory
+    (rendered now; the snapshot's state holds the block rendered at its epoch)."""
 
     session: Any
     snapshot: Any
@@ -34,11 +35,18 @@ class Loaded:
             return Transcript(system=self.session.system, turns=())
         return transcript_from_json(orjson.loads(self.snapshot.state))
 
-    def current(self, state: Transcript | None = None) -> Transcript:
+    def pinned(self, state: Transcript) -> tuple[str, int]:
+        """The memory block the published prefix holds, and the memory version it renders."""
+        if self.snapshot is None:
+            return self.memory, self.session.memory_version
+        return state.memory, self.snapshot.pinned_memory_version
+
+    def current(self, state: Transcript | None = None, memory: str | None = None) -> Transcript:
         """What is served now, as a transcript: the snapshot state, the tail, the session's
-        system prompt and memory."""
+        system prompt and a memory block (default: rendered now)."""
         base = self.state() if state is None else state
-        return replace(extend(base, self.tail), system=self.session.system, memory=self.memory)
+        block = self.memory if memory is None else memory
+        return replace(extend(base, self.tail), system=self.session.system, memory=block)
 
 
 def latest_snapshot(conn: Connection, session_pk: int) -> Any:
@@ -72,6 +80,7 @@ def publish(
     state: dict[str, Any],
     prompt: dict[str, Any],
     report: Any,
+    pinned_memory_version: int | None = None,
 ) -> bool:
     """Publish a snapshot unless a newer one is already there (compare-and-set on epoch, through, memory)."""
     newer = or_(
@@ -98,6 +107,9 @@ def publish(
                 through_seq=through_seq,
                 tokens=tokens,
                 memory_version=memory_version,
+                pinned_memory_version=memory_version
+                if pinned_memory_version is None
+                else pinned_memory_version,
                 state=orjson.dumps(state).decode(),
                 prompt=orjson.dumps(prompt).decode(),
                 report=orjson.dumps(report).decode(),

@@ -86,6 +86,7 @@ class Snapshot(SQLModel, table=True):
     through_seq: int
     tokens: int
     memory_version: int = 0
+    pinned_memory_version: int = 0  # the memory version rendered into the pinned block (prefix)
     state: str = Field(sa_column=Column(Text, nullable=False))  # codec.transcript_to_json
     prompt: str = Field(sa_column=Column(Text, nullable=False))  # assemble(): {"system", "messages"}
     report: str = Field(sa_column=Column(Text, nullable=False))  # stage reports
