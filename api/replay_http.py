@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import httpx
@@ -36,8 +36,10 @@ def replay_http(
     context_window: int | None = None,
     session_id: str | None = None,
     price_per_mtok: float = 3.0,
+    after_append: Callable[[httpx.Client, str, int], None] | None = None,
 ) -> ReplayReport:
-    """Replay `messages` into a new session of a running service; returns what it served."""
+    """Replay `messages` into a new session of a running service; returns what it served.
+    `after_append(client, session_id, i)` runs after message i is appended (checkpoints)."""
     sid = session_id or f"replay-{uuid.uuid4().hex[:12]}"
     times = pace.times(timestamps, len(messages))
     raw, provider, raw_provider = RawHistory(system), PromptCache(), PromptCache()
@@ -58,6 +60,8 @@ def replay_http(
             r = client.post(f"/v1/sessions/{sid}/turns", json=body, headers={"Idempotency-Key": f"{sid}-{i}"})
             _check(r, f"append {i}")
             raw.add(message)
+            if after_append is not None:
+                after_append(client, sid, i)
             if i + 1 < len(messages) and messages[i + 1]["role"] == "assistant":
                 t0 = time.perf_counter()
                 r = client.get(f"/v1/sessions/{sid}/prompt")

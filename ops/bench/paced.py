@@ -17,7 +17,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -32,16 +34,17 @@ from worker.replay import parse_pace
 KEY = "bench-paced-key-0123456789"
 
 
-def run(paces: list[str], windows: list[int]) -> list[dict[str, Any]]:
-    root = data_dir() / "transcripts" / "claude-code" / "spotter"
-    workdir = Path(tempfile.mkdtemp(prefix="compactd-paced-"))
+@contextmanager
+def running_up(key: str) -> Iterator[int]:
+    """A real `compactd up` (SQLite, embedded Redis, a worker) in a temporary directory: its port."""
+    workdir = Path(tempfile.mkdtemp(prefix="compactd-bench-"))
     port = _free_port()
     env = {
         **os.environ,
         "COMPACTD_PORT": str(port),
         "COMPACTD_VAR_DIR": str(workdir / "var"),
         "COMPACTD_DATABASE_URL": f"sqlite:///{workdir / 'compactd.db'}",
-        "COMPACTD_DEFAULT_API_KEY": KEY,
+        "COMPACTD_DEFAULT_API_KEY": key,
         "COMPACTD_LOG_LEVEL": "WARNING",
     }
     env.pop("COMPACTD_REDIS_URL", None)
@@ -49,19 +52,23 @@ def run(paces: list[str], windows: list[int]) -> list[dict[str, Any]]:
     up = subprocess.Popen(
         [sys.executable, "-m", "api.cli", "up"], env=env, stdout=log, stderr=subprocess.STDOUT
     )
-    jobs = [(name, window, pace) for name in SESSIONS for window in windows for pace in paces]
     try:
         _wait_port(port, up, timeout=120)
         time.sleep(2)  # the worker comes up after the API
-        with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
-            futures = [pool.submit(_one, root / name, window, pace, port) for name, window, pace in jobs]
-            rows = [f.result() for f in futures]
+        yield port
     finally:
         up.terminate()
         up.wait(timeout=60)
         log.close()
         shutil.rmtree(workdir, ignore_errors=True)
-    return rows
+
+
+def run(paces: list[str], windows: list[int]) -> list[dict[str, Any]]:
+    root = data_dir() / "transcripts" / "claude-code" / "spotter"
+    jobs = [(name, window, pace) for name in SESSIONS for window in windows for pace in paces]
+    with running_up(KEY) as port, ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+        futures = [pool.submit(_one, root / name, window, pace, port) for name, window, pace in jobs]
+        return [f.result() for f in futures]
 
 
 def _one(path: Path, window: int, pace: str, port: int) -> dict[str, Any]:
