@@ -30,6 +30,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -175,7 +176,7 @@ def one(path: Path, port: int, pace: str, every: int, window: int) -> dict[str, 
     rows = [checkpoint_row(cp, truth(imported.messages[: cp.turn])) for cp in taken]
     end = _end_figures(memory, truth(imported.messages), history)
     end["pinned_changes_within_epoch"] = sum(
-        a.epoch == b.epoch and a.pinned != b.pinned for a, b in zip(taken, taken[1:], strict=False)
+        a.epoch == b.epoch and a.pinned != b.pinned for a, b in pairwise(taken)
     )
     end["budget_tokens"] = memory["budget_tokens"]
     end["max_memory_tokens"] = max((r["memory_tokens"] for r in rows), default=0)
