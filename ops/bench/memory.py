@@ -6,14 +6,15 @@ Run: python -m ops.bench memory [--pace 0.25] [--every 25] [--window 200000]
 Every `--every` appended messages (a checkpoint) the bench waits for the worker to catch up (at
 most 20 s; the wait is reported), then reads GET /memory and GET /prompt. What the transcript
 shows at that point is computed here, independently of the observer, from the messages so far:
-files read/edited/created by tool calls (and not deleted or moved away since), and each shell
-command's latest outcome (`is_error` on its result), keyed by the observer's command
+files read/edited/created by tool calls (and not deleted or moved away since), and which shell
+commands are still failing: the latest run failed (`is_error` on its result) and no later run of
+the same program and subcommand (`git push`, `mix credo`) passed — keyed by the observer's command
 normalization so the two can be compared.
 
 - files true: share of important_files the transcript has touched by then and not removed;
   recent edits kept: share of the 3 most recently edited/created files that are in important_files.
-- blockers true: share of open blockers whose command's latest run failed; failing kept: share
-  of commands whose latest run (in the last 50 messages, not a probe such as grep/ls) failed that
+- blockers true: share of open blockers whose command is still failing; failing kept: share of
+  the commands still failing (failed in the last 50 messages, not a probe such as grep/ls) that
   are open blockers.
 - pinned changes within an epoch: how often the memory block at the top of the served prompt
   differed between two checkpoints of the same epoch (must be 0: changes go to the status note).
@@ -58,6 +59,16 @@ class Truth:
     edited: list[str] = field(default_factory=list)  # newest last, each path once
     gone: set[str] = field(default_factory=set)
     latest: dict[str, tuple[bool, int]] = field(default_factory=dict)  # command -> (failed, message index)
+    passed: dict[str, int] = field(default_factory=dict)  # program + subcommand -> last passing message
+
+    def failing(self, key: str) -> bool:
+        """Whether a command is still failing: its latest run failed, and nothing of its kind passed since."""
+        bad, at = self.latest.get(key, (False, 0))
+        return bad and self.passed.get(_kind(key), -1) < at
+
+
+def _kind(key: str) -> str:
+    return " ".join(key.split()[:2])
 
 
 def truth(messages: Sequence[dict[str, Any]]) -> Truth:
@@ -71,7 +82,10 @@ def truth(messages: Sequence[dict[str, Any]]) -> Truth:
             elif b.get("type") == "tool_result" and b.get("tool_use_id") in calls:
                 name, args = calls[b["tool_use_id"]]
                 if name == "Bash" and isinstance(args.get("command"), str):
-                    t.latest[normalize(args["command"])] = (bool(b.get("is_error")), i)
+                    key, failed = normalize(args["command"]), bool(b.get("is_error"))
+                    t.latest[key] = (failed, i)
+                    if not failed:
+                        t.passed[_kind(key)] = i
                     _moves(t, args["command"])
     return t
 
@@ -112,7 +126,9 @@ def checkpoint_row(cp: Checkpoint, t: Truth) -> dict[str, Any]:
     """One checkpoint's figures against what the transcript shows at that point."""
     files_true = sum(f in t.touched and f not in t.gone for f in cp.files)
     recent = t.edited[-3:]
-    failing = [k for k, (bad, at) in t.latest.items() if bad and at >= cp.turn - 50 and not is_probe(k)]
+    failing = [
+        k for k, (_, at) in t.latest.items() if t.failing(k) and at >= cp.turn - 50 and not is_probe(k)
+    ]
     return {
         "turn": cp.turn,
         "memory_tokens": cp.tokens,
@@ -121,7 +137,7 @@ def checkpoint_row(cp: Checkpoint, t: Truth) -> dict[str, Any]:
         "files_true": _share(files_true, len(cp.files)),
         "recent_edits_kept": _share(sum(f in cp.files for f in recent), len(recent)),
         "blockers": len(cp.blockers),
-        "blockers_true": _share(sum(t.latest.get(k, (False, 0))[0] for k in cp.blockers), len(cp.blockers)),
+        "blockers_true": _share(sum(t.failing(k) for k in cp.blockers), len(cp.blockers)),
         "failing_kept": _share(sum(k in cp.blockers for k in failing), len(failing)),
     }
 
@@ -178,6 +194,7 @@ def one(path: Path, port: int, pace: str, every: int, window: int) -> dict[str, 
     end["pinned_changes_within_epoch"] = sum(
         a.epoch == b.epoch and a.pinned != b.pinned for a, b in pairwise(taken)
     )
+    end["epochs"] = max((cp.epoch for cp in taken), default=0)
     end["budget_tokens"] = memory["budget_tokens"]
     end["max_memory_tokens"] = max((r["memory_tokens"] for r in rows), default=0)
     return {"session": path.name[:8], "rows": rows, "end": end}
@@ -194,7 +211,7 @@ def _end_figures(memory: dict[str, Any], t: Truth, history: dict[str, Any]) -> d
         if item["section"] == "important_files":
             return item["key"] in t.touched and item["key"] not in t.gone
         if item["section"] == "blockers":
-            return t.latest.get(item["key"], (False, 0))[0]
+            return t.failing(item["key"])
         return last is not None and item["value"].startswith(last)
 
     origins: dict[str, int] = {}
