@@ -61,6 +61,7 @@ class Resources:
         rules = kingfisher.prewarm(settings.rule_cache_dir)
         if rules.startswith("unusable"):
             log.warning("kingfisher.rule_cache_unusable", dir=str(settings.rule_cache_dir), status=rules)
+        kingfisher.warm()
         engine = make_engine(settings.database_url)
         if run_migrations:
             migrate(engine)
