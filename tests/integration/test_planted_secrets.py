@@ -66,6 +66,10 @@ PLANTED = {
     "error_field": aws("errfield"),
     "error_block_type": aws("errtype"),
     "error_tool_use_id": github("errid"),
+    # only Kingfisher's catalog knows this format; the next two only by their position (issue 9)
+    "kingfisher_only": "sk-or-v1-" + "5a17c0de" * 8,
+    "word_password": "hunter2",
+    "okta_token": "00QCjAl4MlV-WPXM-7fhhKZq0vBzC2eRt9nL3xYdP1",
 }
 
 
@@ -198,11 +202,18 @@ def _conversation() -> list[dict[str, Any]]:
         "deep": [[{"x": [p["input_nested"]]}]],
         "payload": json.dumps({"note": "creds", "key": p["input_json_string"]}),
         "headers": {"Authorization": f"Bearer {p['input_header']}"},
+        "db": f"mysql -h db.internal mysql://root:{p['word_password']}@db.internal/app",
+        "okta": f"curl -H 'Authorization: SSWS {p['okta_token']}' https://acme.okta.com/api/v1/users",
     }
     return [
         task,
         *_tool_unit(
-            1, tool_input, [{"type": "text", "text": "ok"}, _document(f"copy {p['nested_document']}")]
+            1,
+            tool_input,
+            [
+                {"type": "text", "text": f"ok; the router answered for {p['kingfisher_only']} twice"},
+                _document(f"copy {p['nested_document']}"),
+            ],
         ),
         *_tool_unit(2, {"file_path": f"/srv/cfg/{p['read_path']}/deploy.log"}, big_output, name="Read"),
         cited,
