@@ -258,3 +258,43 @@ def memory_items_ddl() -> str:
         ' "key" VARCHAR NOT NULL, value TEXT NOT NULL, pinned BOOLEAN NOT NULL, tokens INTEGER NOT NULL,'
         ' updated_at TIMESTAMP NOT NULL, UNIQUE (session_id, "key"))'
     )
+
+
+def test_shared_and_own_memory_writes_from_two_sessions_do_not_deadlock(pg_url: str) -> None:
+    """A tenant-scope write bumps every session of the tenant; one session writing the tenant
+    scope while another writes a key scope and its own memory must all go through (PostgreSQL)."""
+    import threading
+
+    from worker.memory.model import Change
+    from worker.store import memory, sessions
+    from worker.store.db import make_engine, migrate
+    from worker.store.tenants import create_tenant
+
+    engine = make_engine(pg_url)
+    migrate(engine)
+    tenant = create_tenant(engine, "t")[0]
+    pks = [sessions.append_turns(engine, tenant, f"s{i}", [sessions_turn()]).session_pk for i in range(2)]
+    errors: list[str] = []
+
+    def run(i: int) -> None:
+        for n in range(25):
+            try:
+                scope = "tenant" if i == 0 else "key:repo"
+                memory.change(
+                    engine,
+                    pks[i],
+                    [Change("set", "notes", f"v{n}", key=f"k{i}")],
+                    origin="agent",
+                    scope=scope,
+                )
+                memory.change(engine, pks[i], [Change("set", "notes", f"w{n}", key=f"k{i}")], origin="agent")
+            except Exception as exc:
+                errors.append(f"{type(exc).__name__}: {exc}".splitlines()[0])
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    engine.dispose()
+    assert errors == []

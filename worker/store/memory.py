@@ -168,10 +168,13 @@ def change(
     when the rendered memory would grow past `hard_cap_tokens`. No-op changes write nothing."""
     now = now or utcnow()
     with write_tx(engine) as conn:
-        tenant_id, memory_version = _tenant_of(conn, session_pk, lock=True)
         if scope:
-            # writers to a shared scope serialize on the tenant row
-            conn.execute(select(T.c.id).where(T.c.id == tenant_id).with_for_update())
+            # writers to a shared scope serialize on the tenant row, taken before any session row
+            # (a tenant write bumps every session of the tenant: the other order deadlocks), and
+            # FOR NO KEY UPDATE: rows inserted meanwhile that reference the tenant need KEY SHARE
+            tenant_id, _ = _tenant_of(conn, session_pk)
+            conn.execute(select(T.c.id).where(T.c.id == tenant_id).with_for_update(key_share=True))
+        tenant_id, memory_version = _tenant_of(conn, session_pk, lock=True)
         owner = _owner(session_pk, scope)
         before = _entries(conn, tenant_id, owner, scope)
         applied = model.apply(before, changes, origin=origin, now=now, reason=reason)
