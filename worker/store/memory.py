@@ -49,6 +49,14 @@ class MemoryOverCap(Exception):
         self.tokens, self.cap = tokens, cap
 
 
+class MemoryChanged(Exception):
+    """Raised when items a caller planned from are no longer as it read them (nothing written)."""
+
+    def __init__(self, moved: Sequence[tuple[str, str]]) -> None:
+        super().__init__(f"changed since planned: {', '.join(f'{s}/{k}' for s, k in moved)}")
+        self.moved = tuple(moved)
+
+
 class EventNotFound(LookupError):
     """Raised when a restore names an event that is not in this session's (or scope's) history."""
 
@@ -161,11 +169,14 @@ def change(
     now: datetime | None = None,
     scope: str = "",
     hard_cap_tokens: int = HARD_CAP_TOKENS,
+    expect: Sequence[Item] = (),
 ) -> tuple[int, tuple[Event, ...]]:
     """Apply `changes` all or nothing: entries written, one event row each, memory_version bumped.
 
     Raises MemoryOpError (nothing written) for an operation that cannot apply and MemoryOverCap
-    when the rendered memory would grow past `hard_cap_tokens`. No-op changes write nothing."""
+    when the rendered memory would grow past `hard_cap_tokens`. No-op changes write nothing.
+    `expect`: items as the caller read them when it chose `changes` (the nightly prune); if any is
+    not exactly so (or gone) in this transaction, MemoryChanged is raised and nothing written."""
     now = now or utcnow()
     with write_tx(engine) as conn:
         if scope:
@@ -177,6 +188,10 @@ def change(
         tenant_id, memory_version = _tenant_of(conn, session_pk, lock=True)
         owner = _owner(session_pk, scope)
         before = _entries(conn, tenant_id, owner, scope)
+        current = {(i.section, i.key): i for i in before}
+        moved = [(i.section, i.key) for i in expect if current.get((i.section, i.key)) != i]
+        if moved:
+            raise MemoryChanged(moved)
         applied = model.apply(before, changes, origin=origin, now=now, reason=reason)
         if not applied.events:
             return (memory_version if not scope else _scope_version(conn, tenant_id, scope)), ()
