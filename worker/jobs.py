@@ -63,7 +63,7 @@ def compact(tenant_id: int, session_pk: int, seen_version: int, res: Resources) 
 
 
 def _compact(tenant_id: int, session_pk: int, res: Resources) -> str:
-    loaded = snapshots.load(res.engine, session_pk)
+    loaded = snapshots.load(res.engine, session_pk, res.settings.memory_budget_tokens)
     if loaded is None or loaded.session.tenant_id != tenant_id:
         return "gone"
     row, snap = loaded.session, loaded.snapshot
@@ -81,7 +81,7 @@ def _compact(tenant_id: int, session_pk: int, res: Resources) -> str:
     state = loaded.state()
     # working memory observed from the new turns, off the request path; this publish shows it
     if observe_memory(res, session_pk, loaded.current(state).turns, row.memory_observed_through):
-        fresh = snapshots.load(res.engine, session_pk)
+        fresh = snapshots.load(res.engine, session_pk, res.settings.memory_budget_tokens)
         if fresh is not None:  # its memory and row; the turns stay those just observed
             loaded = replace(fresh, snapshot=loaded.snapshot, tail=loaded.tail)
             row = loaded.session

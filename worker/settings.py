@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import field_validator
+from pydantic import field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from worker.compaction.model import Policy
@@ -80,6 +80,15 @@ class Settings(BaseSettings):
     def _prune_at(cls, value: str) -> str:
         parse_at(value)
         return value
+
+    @model_validator(mode="after")
+    def _memory_budget(self) -> Settings:
+        if self.memory_budget_tokens > self.memory_hard_cap_tokens:
+            raise ValueError(
+                f"MEMORY_BUDGET_TOKENS ({self.memory_budget_tokens}) must not exceed "
+                f"MEMORY_HARD_CAP_TOKENS ({self.memory_hard_cap_tokens})"
+            )
+        return self
 
     def policy(self) -> Policy:
         """The engine's default policy from these settings."""

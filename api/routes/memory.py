@@ -24,7 +24,7 @@ from api.schemas import (
     MemoryVersionOut,
 )
 from worker.compaction.tokens import count_text
-from worker.memory.model import SECTIONS, Change, Item, MemoryOpError, Op, item_tokens
+from worker.memory.model import SECTIONS, Change, Item, MemoryOpError, Op, item_tokens, key_of
 from worker.redaction import Redactor
 from worker.resources import Resources
 from worker.store import memory, prompts, sessions
@@ -214,6 +214,12 @@ def delete_memory(
 ) -> MemoryResponse:
     """Delete one item (?key=, in ?section=, notes by default) or, with ?all=true, every item; recorded."""
     row = _session(res, tenant, sid, scope)
+    if section not in SECTIONS:
+        raise InvalidMemoryOp(
+            f"unknown section {section!r}; one of {', '.join(SECTIONS)}",
+            field="section",
+            loc=["query", "section"],
+        )
     if key is None and not every:
         raise InvalidMemoryOp(
             "pass ?key=<key> to delete one item, or ?all=true to delete every item",
@@ -224,8 +230,8 @@ def delete_memory(
     if key is None:
         doomed = present
     else:
-        # items are stored under their redacted key: look the key up the same way
-        stored_key = res.redactor.redact_text(key)
+        # items are stored under their redacted key, named as the block shows them (key_of)
+        stored_key = key_of(Change("remove", section, key=res.redactor.redact_text(key)))
         doomed = [i for i in present if i.section == section and i.key == stored_key]
     changes = [Change("remove", i.section, key=i.key) for i in doomed]
     if changes:

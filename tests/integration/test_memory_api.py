@@ -298,3 +298,19 @@ def test_shared_and_own_memory_writes_from_two_sessions_do_not_deadlock(pg_url: 
         t.join()
     engine.dispose()
     assert errors == []
+
+
+def test_delete_with_an_unknown_section_is_refused_and_a_decision_is_named_by_its_text(api: Api) -> None:
+    """?section= must be a section; a decision is deleted by the text the block shows."""
+    api.append("s", user("go"))
+    patch(api, [{"op": "add", "section": "decisions", "value": "Keep the public API"}])
+    refused = assert_problem(
+        api.client.delete("/v1/sessions/s/memory?section=todo&key=x", headers=api.auth), 422
+    )
+    assert refused["field"] == "section"
+    r = api.client.delete(
+        "/v1/sessions/s/memory",
+        params={"section": "decisions", "key": "Keep the public API"},
+        headers=api.auth,
+    )
+    assert r.status_code == 200 and r.json()["sections"]["decisions"] == []

@@ -176,3 +176,31 @@ def test_any_valid_sequence_renders_within_budget_and_events_replay_exactly(
             )
         items = after
         assert count_text(render(tuple(items.values()), budget)) <= budget
+
+
+def test_a_model_names_items_by_what_the_block_shows() -> None:
+    """The tool's key may be a question's text or a file line with its counts: both name the item."""
+    question = "Should the parser accept tabs?"
+    items, _ = run(Change("add", "open_questions", question), Change("add", "important_files", "src/app.py"))
+    items, events = run(
+        Change("resolve", "open_questions", key=question),
+        Change("remove", "important_files", key="src/app.py — edited 3×, read 1×"),
+        items=items,
+    )
+    assert [(e.op, e.section) for e in events] == [
+        ("resolve", "open_questions"),
+        ("remove", "important_files"),
+    ]
+    assert [i.section for i in items] == ["open_questions"] and items[0].status == "resolved"
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.text(min_size=1, max_size=300), min_size=1, max_size=30), st.integers(20, 300))
+def test_the_changes_note_stays_within_its_budget(values: list[str], budget: int) -> None:
+    from worker.memory.model import changes_note
+
+    after, _ = run(
+        *[Change("add", "decisions", v) for v in values if v.strip()] or [Change("set", "task", "t")]
+    )
+    note = changes_note((), after, budget)
+    assert count_text(note) <= budget

@@ -165,6 +165,7 @@ class Policy:
     worth_it_share: float = 0.25  # of the tokens a rewrite makes the provider cache again
     turn_trigger: int = 0  # summarize past this many turns (0: off)
     pretrigger_share: float = 0.8  # prepare the summary ahead from this share of the summarize trigger
+    memory_budget_tokens: int = 800  # the pinned working-memory block (worker/memory/model.render)
 
     @property
     def budget_tokens(self) -> int:

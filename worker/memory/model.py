@@ -41,6 +41,7 @@ SECTIONS = (
 )
 SINGLE = frozenset({"task", "next", "last_edit"})  # one item each, keyed by the section name
 RESOLVABLE = frozenset({"blockers", "open_questions"})
+SLUGGED = frozenset({"decisions", "open_questions"})  # keyed by a slug of their text
 ORIGINS = ("agent", "observed", "user", "prune")  # prune: the nightly job (worker/memory/prune.py)
 MAX_FILES = 7
 OPS = ("set", "add", "remove", "resolve")
@@ -119,9 +120,16 @@ def slug(text: str) -> str:
 
 
 def key_of(change: Change) -> str:
-    """The item a change names: the section itself for single sections, else its key or slug."""
+    """The item a change names: the section itself for single sections, else its key or slug.
+
+    A model passes what it sees in the block: a decision's or question's text (slugged like the
+    value was), a file line with its counts (`src/app.py — edited 3×`: the path)."""
     if change.section in SINGLE:
         return change.section
+    if change.key and change.section in SLUGGED:
+        return slug(change.key)
+    if change.key and change.section == "important_files":
+        return change.key.split(" — ")[0].strip()
     if change.key:
         return change.key
     if change.value:
@@ -173,6 +181,20 @@ def apply(
     if any(e.section == "important_files" for e in events):
         by_key = _cap_files(by_key, origin, reason, events)
     return Applied(tuple(by_key.values()), tuple(events))
+
+
+def owned(items: Sequence[Item], changes: Iterable[Change], origin: str) -> list[Change]:
+    """The changes that leave alone every item of another origin: an observation never changes
+    what the agent or user set (nor reopens a blocker they resolved, which then carries their origin)."""
+    foreign = {(i.section, i.key) for i in items if i.origin != origin}
+    return [c for c in changes if _named(c) not in foreign]
+
+
+def _named(change: Change) -> tuple[str, str] | None:
+    try:
+        return change.section, key_of(change)
+    except MemoryOpError:
+        return None  # apply() refuses it
 
 
 def _changed(old: Item | None, change: Change, key: str, origin: str, now: datetime) -> Item | None:
@@ -302,4 +324,4 @@ def changes_note(pinned: Sequence[Item], current: Sequence[Item], budget_tokens:
     if not lines:
         return ""
     text = "Working memory changed since the block at the top:\n" + "\n".join(lines)
-    return text if count_text(text) <= budget_tokens else head_text(text, budget_tokens).rstrip() + " …"
+    return text if count_text(text) <= budget_tokens else head_text(text, budget_tokens - 2).rstrip() + " …"

@@ -56,7 +56,14 @@ MIGRATIONS: list[tuple[int, list[Step]]] = [
     # the last turn seq the worker has observed into working memory
     (5, [add_column("sessions", "memory_observed_through", "INTEGER NOT NULL DEFAULT 0")]),
     # the memory version a snapshot's pinned block renders (later changes go to the status note)
-    (6, [add_column("snapshots", "pinned_memory_version", "INTEGER NOT NULL DEFAULT 0")]),
+    (
+        6,
+        [
+            add_column("snapshots", "pinned_memory_version", "INTEGER NOT NULL DEFAULT 0"),
+            # a snapshot from before rendered the memory of its own version
+            "UPDATE snapshots SET pinned_memory_version = memory_version",
+        ],
+    ),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

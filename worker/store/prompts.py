@@ -236,7 +236,7 @@ def fallback(
     if pk is None:
         with read_tx(engine) as conn:
             pk = conn.execute(_PK, {"tenant_id": tenant_id, "client_id": client_id}).scalar()
-    loaded = load(engine, pk) if pk is not None else None
+    loaded = load(engine, pk, policy_for(None, None).memory_budget_tokens) if pk is not None else None
     # the pk may come from the API process's memo: it must still be this tenant's session
     if loaded is None or (loaded.session.tenant_id, loaded.session.client_id) != (tenant_id, client_id):
         return None
@@ -294,7 +294,7 @@ def _from_db(conn: Connection, client_id: str, session: Any, policy: Policy) -> 
     snap = latest_snapshot(conn, session.id)
     row = conn.execute(select(S.c.system).where(S.c.id == session.id)).one()
     if snap is None:
-        memory = render(load_items(conn, session.id))
+        memory = render(load_items(conn, session.id), policy.memory_budget_tokens)
         state, through, epoch, note = Transcript(system=row.system, memory=memory, turns=()), 0, 0, ""
     else:
         # the snapshot's pinned memory block stays (the cached prefix); what changed since is noted

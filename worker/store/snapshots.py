@@ -13,7 +13,7 @@ from worker.compaction.codec import transcript_from_json
 from worker.compaction.epochs import extend
 from worker.compaction.model import Transcript, Turn
 from worker.store.db import read_tx, write_tx
-from worker.store.memory import load_items, render
+from worker.store.memory import BUDGET_TOKENS, load_items, render
 from worker.store.sessions import SN, S, delete_session_rows, load_turns
 
 KEEP_SNAPSHOTS = 2  # the published one and its predecessor (for inspection)
@@ -58,14 +58,14 @@ def latest_snapshot(conn: Connection, session_pk: int) -> Any:
     ).first()
 
 
-def load(engine: Engine, session_pk: int) -> Loaded | None:
+def load(engine: Engine, session_pk: int, memory_budget_tokens: int = BUDGET_TOKENS) -> Loaded | None:
     with read_tx(engine) as conn:
         session = conn.execute(select(S).where(S.c.id == session_pk)).first()
         if session is None:
             return None
         snap = latest_snapshot(conn, session_pk)
         tail = load_turns(conn, session_pk, snap.through_seq if snap else 0)
-        memory = render(load_items(conn, session_pk))
+        memory = render(load_items(conn, session_pk), memory_budget_tokens)
     return Loaded(session, snap, tail, memory)
 
 
