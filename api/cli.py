@@ -127,15 +127,17 @@ def run_beat(args: argparse.Namespace) -> int:
 
 
 def run_prune(args: argparse.Namespace) -> int:
+    from api.app import celery_enqueue
     from worker import jobs
     from worker.memory.prune import describe
     from worker.resources import Resources
     from worker.store import memory
 
-    res = Resources.build(Settings())
+    settings = Settings()
+    res = Resources.build(settings)
     try:
         if not args.dry_run:
-            report = jobs.prune_now(res)
+            report = jobs.prune_now(res, enqueue=celery_enqueue(settings, res))
             print(" ".join(f"{k}={v}" for k, v in report.items()))
             return 0
         plans = jobs.prune_plans(res)

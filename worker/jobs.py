@@ -28,7 +28,7 @@ from worker.compaction.ports import SummaryResult
 from worker.compaction.validate import pending_tool_use_ids
 from worker.errors import SessionLocked
 from worker.memory import prune
-from worker.memory.model import Change, MemoryOpError
+from worker.memory.model import Item, MemoryOpError
 from worker.observing import observe_memory
 from worker.resources import Resources
 from worker.store import memory, snapshots
@@ -247,12 +247,21 @@ def sweep(res: Resources, enqueue: Callable[[int, int, int], object]) -> int:
 
 @dataclass(frozen=True, slots=True)
 class SessionPrune:
-    """What pruning does to one session's memory: its steps, each with its reason."""
+    """What pruning does to one session's memory: its steps, each with its reason, and the items
+    they were planned from (each removal applies only while what it depends on is still so)."""
 
     session_pk: int
     tenant_id: int
     client_id: str
     steps: tuple[prune.Step, ...]
+    items: tuple[Item, ...] = ()
+
+    def depends_on(self, steps: Sequence[prune.Step]) -> list[Item]:
+        """The items `steps` were planned from: each removed item and what a merge keeps."""
+        named = {(s.section, s.key) for s in steps} | {
+            (s.section, s.into) for s in steps if isinstance(s, prune.Merge)
+        }
+        return [i for i in self.items if (i.section, i.key) in named]
 
 
 def prune_plans(res: Resources, now: datetime | None = None) -> list[SessionPrune]:
@@ -272,29 +281,35 @@ def prune_plans(res: Resources, now: datetime | None = None) -> list[SessionPrun
             retire_after_days=s.memory_retire_after_days,
         )
         if steps:
-            out.append(SessionPrune(pk, tenant_id, client_id, tuple(steps)))
+            out.append(SessionPrune(pk, tenant_id, client_id, tuple(steps), tuple(items)))
     return out
 
 
-def prune_now(res: Resources, now: datetime | None = None) -> dict[str, int]:
+Enqueue = Callable[[int, int, int], object]
+
+
+def prune_now(res: Resources, now: datetime | None = None, enqueue: Enqueue | None = None) -> dict[str, int]:
     """Prune every session's memory once, now: each removal recorded in its history with its reason
-    (origin "prune"), then the memory of deleted or expired sessions goes (recorded too)."""
+    (origin "prune"), then the memory of deleted or expired sessions goes (not recorded: the session
+    is gone). A removal applies only while its items are as planned (checked in its transaction);
+    one changed meanwhile (reopened, edited, referenced) stays until the next run. A pruned session's
+    cached prompt is dropped and, with `enqueue`, a compaction sent to republish it."""
     now = now or utcnow()
     removed = merged = sessions = 0
     for planned in prune_plans(res, now):
-        by_reason: dict[str, list[Change]] = {}
-        for step in planned.steps:
-            by_reason.setdefault(step.reason, []).append(step.change)
-        try:
-            for reason, changes in by_reason.items():
-                memory.change(res.engine, planned.session_pk, changes, origin="prune", reason=reason, now=now)
-        except MemoryOpError as exc:
-            # the agent changed this memory since it was planned: the next run sees the new state
-            log.warning("memory.prune_conflict", session_id=planned.session_pk, error=str(exc))
+        done = _prune_session(res, planned, now)
+        if not done:
             continue
         sessions += 1
-        merged += sum(isinstance(step, prune.Merge) for step in planned.steps)
-        removed += sum(isinstance(step, prune.Removal) for step in planned.steps)
+        merged += sum(isinstance(step, prune.Merge) for step in done)
+        removed += sum(isinstance(step, prune.Removal) for step in done)
+        res.cache.invalidate(planned.session_pk)
+        if enqueue is not None:
+            try:
+                version = memory.version_of(res.engine, planned.session_pk)
+            except LookupError:
+                continue  # deleted meanwhile
+            enqueue(planned.tenant_id, planned.session_pk, version)
     # a deleted or expired session's memory goes with it; what a crash or an older version left is swept here
     gone = memory.expire_orphans(res.engine)
     if gone:
@@ -310,7 +325,42 @@ def prune_now(res: Resources, now: datetime | None = None) -> dict[str, int]:
     return report
 
 
-def prune_memory(res: Resources) -> dict[str, Any] | None:
+def _prune_session(res: Resources, planned: SessionPrune, now: datetime) -> list[prune.Step]:
+    """Apply a session's plan, one transaction per reason; a reason whose items changed since the
+    plan falls back to one step at a time, skipping (and logging) each step whose items changed."""
+    by_reason: dict[str, list[prune.Step]] = {}
+    for step in planned.steps:
+        by_reason.setdefault(step.reason, []).append(step)
+    done: list[prune.Step] = []
+    for steps in by_reason.values():
+        batches = [steps]
+        while batches:
+            batch = batches.pop(0)
+            try:
+                memory.change(
+                    res.engine,
+                    planned.session_pk,
+                    [step.change for step in batch],
+                    origin="prune",
+                    reason=batch[0].reason,
+                    now=now,
+                    expect=planned.depends_on(batch),
+                )
+            except memory.MemoryChanged as exc:
+                if len(batch) > 1:
+                    batches = [[step] for step in batch] + batches
+                    continue
+                log.info("memory.prune_skipped_changed", session_id=planned.session_pk, items=exc.moved)
+                continue
+            except (MemoryOpError, LookupError) as exc:
+                # gone or not applicable any more: the next run sees the new state
+                log.warning("memory.prune_conflict", session_id=planned.session_pk, error=str(exc))
+                continue
+            done.extend(batch)
+    return done
+
+
+def prune_memory(res: Resources, enqueue: Enqueue | None = None) -> dict[str, Any] | None:
     """The scheduled prune: the first message of a period claims it in Redis and runs; any other
     (a second beat started by mistake, a redelivery) returns None. Each run is recorded."""
     started = utcnow()
@@ -323,7 +373,7 @@ def prune_memory(res: Resources) -> dict[str, Any] | None:
         log.info("memory.prune_skipped", period=start.isoformat())
         return None
     try:
-        report = prune_now(res, started)
+        report = prune_now(res, started, enqueue)
     except Exception:
         runs.release(start)
         raise

@@ -48,7 +48,8 @@ def sweep(self: Task) -> int:
 def prune_memory(self: Task) -> dict[str, Any] | None:
     # beat sends one message per period; a second beat's message finds the period claimed
     with bound_contextvars(task_id=self.request.id):
-        return jobs.prune_memory(resources())
+        # a pruned session's prompt is republished with its new memory, like after an API change
+        return jobs.prune_memory(resources(), lambda t, s, v: compact.apply_async((t, s, v)))
 
 
 @app.task(name="compactd.expire", bind=True)

@@ -97,6 +97,49 @@ def test_prune_records_each_removal_with_its_reason_and_it_can_be_restored(res: 
     assert ("notes", "stale") in {(i.section, i.key) for i in memory.load(res.engine, pk)}
 
 
+def test_an_item_changed_after_the_plan_is_not_pruned(
+    res: Resources, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The plan is read first; an agent that reopens the blocker and a reference to the stale note
+    land before it applies: both stay (skipped, checked in the write), the merge still happens."""
+    pk = session_with_memory(res)
+    plans = jobs.prune_plans(res)
+    memory.change(
+        res.engine,
+        pk,
+        [Change("add", "blockers", "pytest tests/test_login.py fails", key="pytest tests/test_login.py")],
+        origin="agent",
+    )
+    memory.touch(res.engine, pk, [("notes", "stale")], utcnow())
+    monkeypatch.setattr(jobs, "prune_plans", lambda *_: plans)
+    report = jobs.prune_now(res)
+    assert (report["sessions"], report["removed"], report["merged"]) == (1, 0, 1)
+    left = {(i.section, i.key): i.status for i in memory.load(res.engine, pk)}
+    assert left[("blockers", "pytest tests/test_login.py")] == "open"
+    assert ("notes", "stale") in left
+    assert ("decisions", "bcrypt-old") not in left
+    pruned = [r.event.key for r in memory.history(res.engine, pk) if r.event.origin == "prune"]
+    assert pruned == ["bcrypt-old"]
+
+
+def test_a_pruned_session_is_republished(res: Resources) -> None:
+    """Pruning drops the session's cached prompt and prepared summary and sends a compaction at the
+    new memory version, as a memory change through the API does; an unpruned session is left alone."""
+    pk = session_with_memory(res)
+    tid = sessions.get_session_by_pk(res.engine, pk).tenant_id
+    turn = Turn(seq=0, role="user", content=({"type": "text", "text": "hi"},), tokens=1)  # type: ignore[arg-type]
+    untouched = sessions.append_turns(res.engine, tid, "untouched", [turn]).session_pk
+    memory.change(res.engine, untouched, [Change("set", "task", "say hi")], origin="agent")
+    keys = [res.cache.key(pk), f"{res.settings.redis_prefix}pending:{pk}", res.cache.key(untouched)]
+    for key in keys:
+        res.cache.client.set(key, b"cached")
+    sent: list[tuple[int, int, int]] = []
+    report = jobs.prune_now(res, enqueue=lambda t, s, v: sent.append((t, s, v)))
+    assert report["sessions"] == 1
+    assert sent == [(tid, pk, memory.version_of(res.engine, pk))]
+    assert [bool(res.cache.client.exists(k)) for k in keys] == [False, False, True]
+
+
 def test_memory_of_gone_sessions_is_swept(res: Resources) -> None:
     """Memory rows left by a session that no longer exists are deleted by the prune and counted."""
     keep = session_with_memory(res, "kept")

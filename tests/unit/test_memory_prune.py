@@ -177,7 +177,17 @@ def test_describe_names_the_rule() -> None:
     ("now", "every", "at", "start", "length"),
     [
         (datetime(2025, 6, 1, 3, 0), 0, "03:00", datetime(2025, 6, 1, 3, 0), timedelta(days=1)),
-        (datetime(2025, 6, 1, 2, 59), 0, "03:00", datetime(2025, 5, 31, 3, 0), timedelta(days=1)),
+        (datetime(2025, 6, 1, 2, 58), 0, "03:00", datetime(2025, 5, 31, 3, 0), timedelta(days=1)),
+        # a worker clock a few seconds behind the beat's still names the period the beat scheduled
+        (datetime(2025, 6, 1, 2, 59, 57), 0, "03:00", datetime(2025, 6, 1, 3, 0), timedelta(days=1)),
+        (datetime(2025, 6, 1, 3, 29, 30), 0, "3:30", datetime(2025, 6, 1, 3, 30), timedelta(days=1)),
+        (
+            datetime(2025, 6, 1, 0, 0, 3, 900_000),
+            2,
+            "03:00",
+            datetime(2025, 6, 1, 0, 0, 4),
+            timedelta(seconds=2),
+        ),
         (datetime(2025, 6, 1, 23, 0), 0, "3:30", datetime(2025, 6, 1, 3, 30), timedelta(days=1)),
         (datetime(2025, 6, 1, 0, 0, 5, 500), 2, "03:00", datetime(2025, 6, 1, 0, 0, 4), timedelta(seconds=2)),
     ],
@@ -185,7 +195,8 @@ def test_describe_names_the_rule() -> None:
 def test_period_is_the_scheduled_slot_now_falls_in(
     now: datetime, every: float, at: str, start: datetime, length: timedelta
 ) -> None:
-    """Daily at HH:MM, or every N seconds from the epoch: every run in a period names the same start."""
+    """Daily at HH:MM, or every N seconds from the epoch: every run in a period names the same start,
+    and one a little before a start (a worker clock behind the beat's) names that start."""
     assert period(now, every_seconds=every, at=at) == (start, length)
 
 

@@ -1,7 +1,7 @@
 """Nightly pruning of working memory: what to remove and why, as recorded, recoverable removals.
 
     plan(items, now=, budget_tokens=, retire_after_days=) -> [Removal | Merge]   pure, idempotent
-    period(now, every_seconds=, at=) -> (start, length)                        which run this is
+    period(now, every_seconds=, at=) -> (start, length)       which run this is (a little clock skew allowed)
 
 Rules, in order (each sees what the ones before it left):
 
@@ -172,18 +172,27 @@ def describe(step: Step) -> str:
     return f"{verb} {step.section}/{step.key}: {step.reason}"
 
 
+# how far behind the beat's clock a worker's may be and still name the period the beat scheduled
+CLOCK_SKEW = timedelta(seconds=60)
+
+
 def period(now: datetime, *, every_seconds: float, at: str) -> tuple[datetime, timedelta]:
-    """The scheduled period `now` falls in: its start and length. Every `every_seconds` from the
-    epoch when that is set, else the day starting at `at` ("HH:MM", same clock as `now`)."""
+    """The scheduled period a run at `now` belongs to: its start and length. Every `every_seconds`
+    from the epoch when that is set, else the day starting at `at` ("HH:MM", same clock as `now`).
+
+    A worker runs the beat's message moments after the start, but its clock may be a little behind
+    the beat's: a `now` up to CLOCK_SKEW (at most a tenth of the period) before a start names that
+    start, not the period before it, which the previous run has claimed already."""
+    length = timedelta(seconds=every_seconds) if every_seconds > 0 else timedelta(days=1)
+    now = now + min(CLOCK_SKEW, length / 10)
     if every_seconds > 0:
-        length = timedelta(seconds=every_seconds)
         epoch = datetime(1970, 1, 1, tzinfo=now.tzinfo)
         return epoch + ((now - epoch) // length) * length, length
     hour, minute = parse_at(at)
     start = now.replace(hour=hour, minute=minute, second=0, microsecond=0)
     if start > now:
-        start -= timedelta(days=1)
-    return start, timedelta(days=1)
+        start -= length
+    return start, length
 
 
 def parse_at(at: str) -> tuple[int, int]:
