@@ -20,6 +20,7 @@ from worker.memory.model import (
     MemoryOpError,
     apply,
     key_of,
+    owned,
     render,
 )
 
@@ -204,3 +205,18 @@ def test_the_changes_note_stays_within_its_budget(values: list[str], budget: int
     )
     note = changes_note((), after, budget)
     assert count_text(note) <= budget
+
+
+def test_owned_keeps_only_changes_to_items_of_the_same_origin_or_new_ones() -> None:
+    """An observation may add items or change its own; an item the agent set is left out, and an
+    invalid change is kept for apply() to refuse."""
+    items, _ = run(Change("add", "blockers", "mine", key="pytest"), Change("set", "task", "t"))
+    theirs = apply(items, [Change("add", "blockers", "seen", key="make")], origin="observed", now=T0).items
+    changes = [
+        Change("set", "blockers", "x", key="pytest"),
+        Change("resolve", "blockers", key="make"),
+        Change("set", "task", "other"),
+        Change("add", "decisions", "Use SQLite"),
+        Change("remove", "notes"),
+    ]
+    assert owned(theirs, changes, "observed") == [changes[1], changes[3], changes[4]]

@@ -12,8 +12,8 @@ import pytest
 from tests.conftest import transcript_files
 from worker.compaction.model import Turn
 from worker.memory import commands as C
-from worker.memory.model import MAX_FILES, Item, apply
-from worker.memory.observe import observations, observe, resolved_by
+from worker.memory.model import MAX_FILES, Change, Item, apply
+from worker.memory.observe import mentioned, observations, observe, resolved_by
 
 T0 = datetime(2025, 1, 1)
 
@@ -198,6 +198,58 @@ def test_agent_files_are_kept_and_left_alone() -> None:
     turns = unit(1, "r", "Read", "c", file_path="src/core.py")
     files = section(run(turns, mine.items), "important_files")
     assert files["src/core.py"].value == "src/core.py — the engine" and files["src/core.py"].origin == "agent"
+
+
+AGENT_BLOCKER = Change("add", "blockers", "my note: flaky fixture", key="pytest -q")
+OBSERVED = {
+    "fail": bash(1, "pytest -q", PYTEST_FAIL, is_error=True),
+    "edit": unit(1, "e", "Edit", "ok", file_path="src/a.py", old_string="a\n", new_string="b\n"),
+}
+
+
+@pytest.mark.parametrize(
+    ("agent", "observed"),
+    [
+        (AGENT_BLOCKER, "fail"),  # the agent's blocker: a failure observed again does not take it over
+        (Change("resolve", "blockers", key="pytest -q"), "fail"),  # resolved by PATCH: not reopened
+        (Change("set", "last_edit", "src/a.py — my summary"), "edit"),
+    ],
+)
+def test_an_observation_never_changes_what_the_agent_set(agent: Change, observed: str) -> None:
+    """Whatever the turns say, an item whose origin is not "observed" keeps its value, status and origin."""
+    start = apply([], [AGENT_BLOCKER], origin="agent", now=T0).items
+    items = apply(start, [agent], origin="agent", now=T0).items
+    after = {(i.section, i.key): i for i in run(OBSERVED[observed], items)}
+    for before in items:
+        now = after[(before.section, before.key)]
+        assert (now.value, now.status, now.origin) == (before.value, before.status, "agent")
+
+
+def test_a_passing_command_does_not_resolve_the_agents_blocker() -> None:
+    """Resolving is a change too: the agent's blocker stays open until the agent resolves it."""
+    items = apply([], [AGENT_BLOCKER], origin="agent", now=T0).items
+    after = run(bash(1, "pytest -q", PYTEST_PASS), items)
+    assert section(after, "blockers")["pytest -q"].status == "open"
+
+
+def test_mentioned_names_the_files_and_commands_of_the_new_calls() -> None:
+    """Files read, edited, viewed or moved and commands run after the watermark, whatever their outcome."""
+    turns = [
+        *unit(1, "r", "Read", "c", file_path="src/old.py"),
+        *unit(3, "e", "Edit", "ok", file_path="src/a.py", old_string="a", new_string="b"),
+        *bash(5, "cd /r && pytest -q 2>&1", PYTEST_FAIL, is_error=True),
+        *bash(7, "git mv src/b.py src/c.py"),
+        *bash(9, "sed -n 1,20p src/d.py"),
+    ]
+    assert mentioned(turns, observed_through=2) == {
+        ("important_files", "src/a.py"),
+        ("important_files", "src/b.py"),
+        ("important_files", "src/c.py"),
+        ("important_files", "src/d.py"),
+        ("blockers", "pytest -q"),
+        ("blockers", "git mv src/b.py src/c.py"),
+        ("blockers", "sed -n 1,20p src/d.py"),
+    }
 
 
 def _change(sec: str, value: str, key: str | None = None) -> Any:

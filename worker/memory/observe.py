@@ -16,6 +16,10 @@ is new. One small rule per belief, each returning `Observation`s (a change and w
                 and the blocker's runner never did (the test framework was switched)
     last_edit   the newest successful edit or write, as a clipped unified diff
 
+An observation never changes an item whose origin is not "observed" (model.owned): what the agent
+or user set, or resolved, stays as they left it, even when the turns observed are older than their
+change. `mentioned` names the items the new turns touch again, whoever set them.
+
 Pure: no clock (recency is counted in turns), no I/O.
 """
 
@@ -33,7 +37,7 @@ from worker.compaction.facts import SYSTEM_INJECTED, command_of, file_of
 from worker.compaction.model import Block, Turn, block_text
 from worker.compaction.tokens import count_text, head_text
 from worker.memory import commands as C
-from worker.memory.model import MAX_FILES, Change, Item, Op
+from worker.memory.model import MAX_FILES, Change, Item, Op, owned
 
 WEIGHTS = {"edited": 3.0, "created": 3.0, "read": 1.0, "viewed": 0.5}
 HALF_LIFE_TURNS = 40
@@ -91,13 +95,28 @@ def observations(
     new = [c for c in calls if c.seq > observed_through]
     blockers = observe_blockers(new, current)
     touched = {o.change.key for o in blockers}
-    return [
+    found = [
         *observe_task(turns, current, observed_through),
         *observe_files(new, current, last_seq=max((t.seq for t in turns), default=0)),
         *blockers,
         *observe_switches(calls, observed_through, [i for i in current if i.key not in touched]),
         *observe_last_edit(new, current),
     ]
+    kept = owned(current, [o.change for o in found], "observed")
+    return [o for o in found if o.change in kept]
+
+
+def mentioned(turns: Sequence[Turn], *, observed_through: int = 0) -> set[tuple[str, str]]:
+    """(section, key) of the items the new calls mention: files touched, commands run. Their
+    `referenced_at` is refreshed whoever set them, so the nightly prune keeps what is still in use."""
+    out: set[tuple[str, str]] = set()
+    for call in (c for c in paired(turns) if c.seq > observed_through):
+        for _, path, to in _file_events(call):
+            out.update(("important_files", p) for p in (path, to) if p)
+        command = command_of(call.block)
+        if command and C.normalize(command):
+            out.add(("blockers", C.normalize(command)))
+    return out
 
 
 def paired(turns: Sequence[Turn]) -> list[Call]:

@@ -2,6 +2,7 @@
 
     load(engine, pk) -> [Item]                          the session's own items
     change(engine, pk, changes, origin=) -> (version, events)   one transaction, capped, recorded
+    record_observed(engine, pk, groups, seen=, through=)        the observer's changes + watermark
     history / state_at / diff                          the events, replayed to any version
     touch(engine, pk, keys, now)                       referenced_at, for the nightly retirement
     restore(engine, pk, event_id, origin=)             the value an event removed or replaced
@@ -14,7 +15,7 @@ its own items plus the tenant scope's.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -193,13 +194,14 @@ def change(
         if moved:
             raise MemoryChanged(moved)
         applied = model.apply(before, changes, origin=origin, now=now, reason=reason)
+        ident = {"tenant_id": tenant_id, "session_id": owner, "scope": scope}
         if not applied.events:
+            _write_references(conn, ident, before, applied.items)  # the same value again: still true
             return (memory_version if not scope else _scope_version(conn, tenant_id, scope)), ()
         old_tokens = count_text(model.render_lines(before))
         new_tokens = count_text(model.render_lines(applied.items))
         if new_tokens > hard_cap_tokens and new_tokens > old_tokens:
             raise MemoryOverCap(new_tokens, hard_cap_tokens)
-        ident = {"tenant_id": tenant_id, "session_id": owner, "scope": scope}
         _write_entries(conn, ident, before, applied.items, session_pk)
         version = _bump(conn, tenant_id, session_pk, scope, memory_version)
         _write_events(conn, ident, version, now, before, applied, session_pk)
@@ -233,6 +235,21 @@ def _write_entries(
             conn.execute(update(M).where(where, M.c.section == section, M.c.key == key).values(**row))
         else:
             conn.execute(insert(M).values(**ident, section=section, key=key, **row))
+
+
+def _write_references(
+    conn: Connection, ident: dict[str, Any], before: Sequence[Item], after: Sequence[Item]
+) -> None:
+    """Only referenced_at, of items a no-op change refreshed: no version, no event, same writer."""
+    old = {(i.section, i.key): i.referenced_at for i in before}
+    where = and_(*(getattr(M.c, k) == v for k, v in ident.items()))
+    for item in after:
+        if old.get((item.section, item.key), item.referenced_at) != item.referenced_at:
+            conn.execute(
+                update(M)
+                .where(where, M.c.section == item.section, M.c.key == item.key)
+                .values(referenced_at=item.referenced_at)
+            )
 
 
 def _bump(conn: Connection, tenant_id: int, session_pk: int, scope: str, memory_version: int) -> int:
@@ -280,6 +297,94 @@ def _write_events(
                 written_by=writer,
             )
         )
+
+
+@dataclass(frozen=True, slots=True)
+class Observed:
+    """What recording observations did: the memory version, its events, the groups refused and why."""
+
+    version: int
+    events: tuple[Event, ...]
+    refused: tuple[tuple[str, str], ...] = ()
+
+
+def record_observed(
+    engine: Engine,
+    session_pk: int,
+    groups: Sequence[tuple[str, Sequence[Change]]],
+    *,
+    seen: int,
+    through: int,
+    mentioned: Iterable[tuple[str, str]] = (),
+    now: datetime | None = None,
+    hard_cap_tokens: int = HARD_CAP_TOKENS,
+) -> Observed | None:
+    """Apply the observer's (reason, changes) groups and move the session's memory_observed_through
+    from `seen` to `through` in one transaction: a crash loses neither without the other. None, with
+    nothing written, when the watermark is no longer `seen` (another job observed those turns).
+
+    Checked against the items read here, so an agent's write meanwhile wins: a change to an item of
+    another origin is skipped (model.owned), and a group that cannot apply (MemoryOpError, past the
+    hard cap) is refused alone. Items `mentioned` get referenced_at = `now` (no event)."""
+    now = now or utcnow()
+    with write_tx(engine) as conn:
+        tenant_id, memory_version = _tenant_of(conn, session_pk, lock=True)
+        if not _advance(conn, session_pk, seen, through):
+            return None
+        before = _entries(conn, tenant_id, session_pk, "")
+        items, events, refused = _apply_groups(before, groups, now, hard_cap_tokens)
+        wanted = set(mentioned)
+        items = tuple(replace(i, referenced_at=now) if (i.section, i.key) in wanted else i for i in items)
+        ident = {"tenant_id": tenant_id, "session_id": session_pk, "scope": ""}
+        _write_entries(conn, ident, before, items, session_pk)
+        if not events:
+            return Observed(memory_version, (), refused)
+        version = _bump(conn, tenant_id, session_pk, "", memory_version)
+        _write_events(conn, ident, version, now, before, model.Applied(items, events), session_pk)
+        return Observed(version, events, refused)
+
+
+def _advance(conn: Connection, session_pk: int, seen: int, through: int) -> bool:
+    return bool(
+        conn.execute(
+            update(S)
+            .where(S.c.id == session_pk, S.c.memory_observed_through == seen)
+            .values(memory_observed_through=through)
+        ).rowcount
+    )
+
+
+def _apply_groups(
+    before: Sequence[Item], groups: Sequence[tuple[str, Sequence[Change]]], now: datetime, cap: int
+) -> tuple[tuple[Item, ...], tuple[Event, ...], tuple[tuple[str, str], ...]]:
+    items: tuple[Item, ...] = tuple(before)
+    events: list[Event] = []
+    refused: list[tuple[str, str]] = []
+    for reason, changes in groups:
+        try:
+            applied = _apply_observed(items, changes, now, reason, cap)
+        except (MemoryOpError, MemoryOverCap) as exc:
+            refused.append((reason, str(exc)))
+            continue
+        items = applied.items
+        events.extend(applied.events)
+    return items, tuple(events), tuple(refused)
+
+
+def _apply_observed(
+    items: Sequence[Item], changes: Sequence[Change], now: datetime, reason: str, cap: int
+) -> model.Applied:
+    applied = model.apply(
+        items, model.owned(items, changes, "observed"), origin="observed", now=now, reason=reason
+    )
+    foreign = {(i.section, i.key) for i in items if i.origin != "observed"}
+    if any((e.section, e.key) in foreign for e in applied.events):  # the files cap retiring one
+        raise MemoryOpError("origin", "the change would remove an item the agent or user set")
+    old_tokens = count_text(model.render_lines(items))
+    new_tokens = count_text(model.render_lines(applied.items))
+    if new_tokens > cap and new_tokens > old_tokens:
+        raise MemoryOverCap(new_tokens, cap)
+    return applied
 
 
 def touch(

@@ -243,19 +243,6 @@ def set_activity(engine: Engine, tenant_id: int, client_id: str, state: str) -> 
         return find_session(conn, tenant_id, client_id) if done else None
 
 
-def claim_observed(engine: Engine, session_pk: int, seen: int, through: int) -> bool:
-    """Move memory_observed_through from `seen` to `through` before observing those turns; False
-    when another job moved it first (each turn is observed at most once)."""
-    with write_tx(engine) as conn:
-        return bool(
-            conn.execute(
-                update(S)
-                .where(S.c.id == session_pk, S.c.memory_observed_through == seen)
-                .values(memory_observed_through=through)
-            ).rowcount
-        )
-
-
 def session_info(engine: Engine, tenant_id: int, client_id: str) -> dict[str, Any] | None:
     """Metadata for GET /v1/sessions/{sid}."""
     with read_tx(engine) as conn:
