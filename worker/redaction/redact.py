@@ -35,6 +35,7 @@ import base64
 import binascii
 import hashlib
 import hmac
+import re
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
@@ -60,6 +61,22 @@ def _unescaped(secret: str) -> str:
     for escaped, plain in _ESCAPES:
         secret = secret.replace(escaped, plain)
     return unquote(secret) if "%" in secret else secret
+
+
+# ids the API mints and block/media types: not secrets by policy, kept without a scan (the hot path)
+_MINTED_ID = re.compile(
+    r"(?:toolu|srvtoolu|mcptoolu|msg|file|call|req)_[A-Za-z0-9_-]{1,200}|[a-z_]{1,40}(?:/[a-z0-9.+-]{1,60})?"
+)
+
+
+_WORD_KEY = re.compile(r"[a-z_]{1,40}")
+
+
+def _plain_id(value: str, rules: Ruleset) -> bool:
+    """Whether an id or type field holds no secret (one the API mints, or none found in it)."""
+    return _MINTED_ID.fullmatch(value) is not None or not find_spans(
+        value.encode("utf-8", "surrogatepass"), rules
+    )
 
 
 def _is_base64_text(source: dict[str, Any]) -> bool:
@@ -127,8 +144,11 @@ class Redactor:
         return value
 
     def _redact_key(self, key: Any) -> Any:
-        # a key is data too: {"AKIA...": "prod"} or a header line used as a key
-        return self.redact_text(key) if isinstance(key, str) else key
+        # a key is data too: {"AKIA...": "prod"} or a header line used as a key; a lowercase word
+        # key (`file_path`, `tool_use_id`: nearly all of them) holds none and skips the scan
+        if not isinstance(key, str) or _WORD_KEY.fullmatch(key):
+            return key
+        return self.redact_text(key)
 
     def _redact_field(self, key: Any, value: Any) -> Any:
         if isinstance(value, str) and isinstance(key, str) and self.rules.has(KEYED_FIELD):
@@ -168,11 +188,7 @@ class Redactor:
     def _redact_member(self, key: str, value: Any) -> Any:
         if key in _VERIFIED_FIELDS:
             return value
-        if (
-            key in _ID_FIELDS
-            and isinstance(value, str)
-            and not find_spans(value.encode("utf-8", "surrogatepass"), self.rules)
-        ):
+        if key in _ID_FIELDS and isinstance(value, str) and _plain_id(value, self.rules):
             return value
         return self.redact_value(value) if key == "input" else self._redact_part(value)
 
