@@ -272,7 +272,8 @@ def get_history(
             ],
         )
     records = memory.history(res.engine, row.id, scope=scope)
-    writers = _writers(res, {r.written_by for r in records if r.written_by is not None}) if scope else {}
+    written = {r.written_by for r in records if r.written_by is not None}
+    writers = memory.client_ids(res.engine, tenant, written) if scope else {}
     versions: dict[int, list[MemoryEventOut]] = {}
     for r in records:
         e = r.event
@@ -326,11 +327,6 @@ def restore_memory(
     if events:
         _republish(res, tenant, sid, row, enqueue)
     return _response(res, sid, row, scope)
-
-
-def _writers(res: Resources, pks: set[int]) -> dict[int, str]:
-    """Session pk -> the client's session id, for provenance in shared scopes."""
-    return memory.client_ids(res.engine, pks)
 
 
 def _redacted_item(redactor: Redactor, key: str, value: str) -> tuple[str, str]:

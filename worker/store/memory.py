@@ -546,13 +546,16 @@ def prune(engine: Engine, budget_tokens: int, *, older_than: datetime | None = N
     return dropped
 
 
-def client_ids(engine: Engine, session_pks: Iterable[int]) -> dict[int, str]:
-    """Session pk -> the client's session id: who wrote a shared item."""
+def client_ids(engine: Engine, tenant_id: int, session_pks: Iterable[int]) -> dict[int, str]:
+    """Session pk -> the client's session id: who wrote a shared item (this tenant's sessions only:
+    a deleted writer's pk may be reused by another tenant's session)."""
     pks = list(session_pks)
     if not pks:
         return {}
     with read_tx(engine) as conn:
-        rows = conn.execute(select(S.c.id, S.c.client_id).where(S.c.id.in_(pks))).all()
+        rows = conn.execute(
+            select(S.c.id, S.c.client_id).where(S.c.id.in_(pks), S.c.tenant_id == tenant_id)
+        ).all()
         return {r.id: r.client_id for r in rows}
 
 
