@@ -30,6 +30,9 @@ class AppendResponse(BaseModel):
     first_seq: int
     last_seq: int
     version: int
+    context_window: int  # the session's window: its own, or the deployment's default
+    window_assumed: bool = False  # an unknown model name and no window given: the default is a guess
+    warnings: list[str] = Field(default_factory=list)
 
 
 class ActivityRequest(BaseModel):
@@ -83,6 +86,13 @@ class CompactResponse(BaseModel):
     version: int
 
 
+class CompactRequestStatus(BaseModel):
+    status: Literal["pending", "done", "skipped"]
+    epoch: int | None  # the epoch published when it was served
+    reason: str | None  # why it is still pending, or why it was skipped
+    requested_at: str | None
+
+
 class SessionInfo(BaseModel):
     session_id: str
     version: int
@@ -102,6 +112,7 @@ class SessionInfo(BaseModel):
     switches: dict[str, int] | None = (
         None  # prepared summaries switched in, by reason (quiet, deadline, forced)
     )
+    compact_request: CompactRequestStatus | None = None  # the latest /compact, kept for a day
 
 
 class MemoryItemIn(BaseModel):

@@ -33,6 +33,7 @@ from worker.observing import observe_memory
 from worker.resources import Resources
 from worker.store import memory, snapshots
 from worker.store.cache import Entry
+from worker.store.compact_requests import CompactRequest
 from worker.store.db import read_tx
 from worker.store.files import file_infos, save_files
 from worker.store.prompts import entry_from_prompt, refresh_status_files, request_prefix
@@ -41,6 +42,10 @@ from worker.store.tables import utcnow
 from worker.summarizers import cost_usd
 
 log = structlog.get_logger("compactd.jobs")
+NOTHING_TO_SUMMARIZE = (
+    "nothing to summarize: no settled turns between the first user message and the newest ones"
+    " that a handoff note would shrink"
+)
 
 
 def compact(tenant_id: int, session_pk: int, seen_version: int, res: Resources) -> str:
@@ -68,8 +73,8 @@ def _compact(tenant_id: int, session_pk: int, res: Resources) -> str:
         return "gone"
     row, snap = loaded.session, loaded.snapshot
     through = snap.through_seq if snap else 0
-    focus = res.cache.compaction_request(session_pk)  # a user-driven /compact, if one is pending
-    forced = focus is not None
+    request = res.cache.compact_requests.pending(session_pk)  # a user-driven /compact, if any
+    forced = request is not None
     if (
         not forced
         and snap is not None
@@ -105,7 +110,7 @@ def _compact(tenant_id: int, session_pk: int, res: Resources) -> str:
         quiet=quiet,
         # a user's /compact runs at the next quiet point (never mid tool call, never per busy append)
         force=forced and quiet,
-        focus=focus or None,
+        focus=(request.focus if request else None) or None,
         summarizer=res.summarizer,
     )
     verdict, publish = s.verdict, s.publish
@@ -154,7 +159,9 @@ def _compact(tenant_id: int, session_pk: int, res: Resources) -> str:
         files=files,
         memory_note=memory_note,
     )
-    _account(res, session_pk, entry, s, forced and quiet)
+    _account(res, session_pk, entry, s)
+    if request is not None:
+        _answer_request(res, session_pk, request, s, epoch, why_not_quiet(row.activity, pending_tool))
     try:
         res.cache.put(session_pk, entry)
         # a file read logged while this ran is missing from `files`: bring the list up to date
@@ -220,8 +227,8 @@ def _keep_pending(
     res.cache.put_pending(session_pk, orjson.dumps(transcript_to_json(pending)), entry)
 
 
-def _account(res: Resources, session_pk: int, entry: Entry, s: epochs.Step, forced: bool) -> None:
-    """Side records of a publish: the cache-reuse base, summarizer usage, a served /compact request."""
+def _account(res: Resources, session_pk: int, entry: Entry, s: epochs.Step) -> None:
+    """Side records of a publish: the cache-reuse base and summarizer usage."""
     old = res.cache.get(session_pk)
     if old is not None and old.epoch != entry.epoch:
         shared = common_prefix_bytes(request_prefix(old), request_prefix(entry))
@@ -230,8 +237,28 @@ def _account(res: Resources, session_pk: int, entry: Entry, s: epochs.Step, forc
     if s.prepared and handoff is not None and handoff.input_tokens:
         usage = SummaryResult(handoff.text, handoff.input_tokens, handoff.output_tokens, handoff.summarizer)
         res.cache.add_usage(session_pk, handoff.input_tokens, handoff.output_tokens, cost_usd(usage))
-    if forced:
-        res.cache.clear_compaction_request(session_pk)
+
+
+def why_not_quiet(activity: str, pending_tool: Sequence[str]) -> str:
+    """Why this is not a quiet point ("" when it is)."""
+    if pending_tool:
+        return "waiting for a quiet point: a tool call is waiting for its result"
+    return "waiting for a quiet point: the client declared itself busy" if activity == "busy" else ""
+
+
+def _answer_request(
+    res: Resources, session_pk: int, request: CompactRequest, s: epochs.Step, epoch: int, waiting: str
+) -> None:
+    """Record a /compact request's outcome: still pending (and why), done at `epoch`, or skipped."""
+    requests = res.cache.compact_requests
+    if waiting:
+        requests.wait(session_pk, waiting)
+    elif s.switch is Switch.FORCED:
+        requests.finish(session_pk, request, "done", epoch, "a handoff note was switched in")
+    else:
+        reason = f"the summarizer failed: {s.error}" if s.error else NOTHING_TO_SUMMARIZE
+        requests.finish(session_pk, request, "skipped", epoch, reason)
+        log.info("compact_request.skipped", epoch=epoch, reason=reason)
 
 
 def sweep(res: Resources, enqueue: Callable[[int, int, int], object]) -> int:

@@ -9,18 +9,22 @@ from api.errors import NotFound
 from api.routes.paths import SessionId
 from api.schemas import ActivityRequest, ActivityResponse, CompactRequest, CompactResponse, SessionInfo
 from worker.store import prompts, sessions
+from worker.store.tables import utcnow
 
 router = APIRouter(tags=["sessions"])
 
 
 @router.get("/v1/sessions/{sid}", response_model=SessionInfo)
 def get_session(sid: SessionId, res: ResourcesDep, tenant: TenantDep) -> dict:
-    """Version, epoch, compacted_through, tokens, activity, profile and counts."""
+    """Version, epoch, compacted_through, tokens, activity, profile, counts, per-session cache and
+    summarizer stats, and the outcome of the latest /compact request."""
     info = sessions.session_info(res.engine, tenant, sid)
     if info is None:
         raise NotFound("no such session")
     pk = prompts.session_pk(res.engine, tenant, sid, res.cache)
-    return {**info, **(res.cache.session_stats(pk) if pk is not None else {})}
+    if pk is None:
+        return info
+    return {**info, **res.cache.session_stats(pk), "compact_request": res.cache.compact_requests.status(pk)}
 
 
 @router.post("/v1/sessions/{sid}/compact", status_code=202, response_model=CompactResponse)
@@ -38,7 +42,7 @@ def post_compact(
     if pk is None or info is None:
         raise NotFound("no such session")
     focus = res.redactor.redact_text(body.focus) if body and body.focus else ""
-    res.cache.request_compaction(pk, focus)
+    res.cache.compact_requests.request(pk, focus, utcnow())
     enqueue(tenant, pk, info["version"])
     return CompactResponse(session_id=sid, status="queued", version=info["version"])
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
+import structlog
 from fastapi import APIRouter, Header, Request
 
 from api.deps import ResourcesDep, SenderDep, TenantDep
@@ -12,11 +13,12 @@ from api.routes.paths import SessionId
 from api.schemas import Activity, AppendRequest, AppendResponse
 from worker.compaction.assemble import merge_roles
 from worker.compaction.pipeline import ingest
-from worker.compaction.profiles import profile_for
+from worker.compaction.profiles import known_profile, profile_for
 from worker.compaction.validate import request_problems
-from worker.store.sessions import Profile, append_turns, request_hash
+from worker.store.sessions import Appended, Profile, append_turns, request_hash
 
 router = APIRouter(tags=["turns"])
+log = structlog.get_logger("compactd.api")
 
 
 def _check(window: list[dict[str, Any]], new: list[dict[str, Any]]) -> None:
@@ -42,20 +44,7 @@ def append(
 ) -> AppendResponse:
     """Append messages; the session is created on first append. Retries with the same Idempotency-Key are safe."""
     ingested = ingest(body.messages, first_seq=1, redactor=res.redactor, policy=res.settings.policy())
-    system = res.redactor.redact_text(body.system) if body.system is not None else None
-    # a known model name fills in its window and output reserve unless the client gives them
-    known = profile_for(body.model, body.context_window, body.output_reserve) if body.model else None
-    profile = Profile(
-        # stored and shown back: a key pasted into the wrong field must not ride along
-        model=res.redactor.redact_text(body.model) if body.model else body.model,
-        context_window=body.context_window or (known.context_window if known else None),
-        output_reserve=body.output_reserve
-        if body.output_reserve is not None
-        else (known.output_reserve if known else None),
-        system=system,
-        parent_session_id=body.parent_session_id,
-        parent_tool_use_id=body.parent_tool_use_id,
-    )
+    profile = _profile(body, res)
     done = append_turns(
         res.engine,
         tenant,
@@ -73,6 +62,58 @@ def append(
         request.app.state.metrics.appends.inc()
         request.app.state.metrics.turns.inc(len(ingested.turns))
         enqueue(tenant, done.session_pk, done.version)
+    return _answer(sid, tenant, body, profile, done, res.settings.context_window)
+
+
+def _answer(
+    sid: str, tenant: int, body: AppendRequest, profile: Profile, done: Appended, default_window: int
+) -> AppendResponse:
+    """The append's response: where the turns landed and which window the session uses (warned when
+    an unknown model name left it to the default)."""
+    window = done.context_window or default_window
+    assumed = bool(body.model) and known_profile(body.model) is None and done.context_window is None
+    if assumed:
+        log.warning(
+            "session.window_assumed",
+            session_id=sid,
+            tenant_id=tenant,
+            model=profile.model,
+            context_window=window,
+        )
     return AppendResponse(
-        session_id=sid, first_seq=done.first_seq, last_seq=done.last_seq, version=done.version
+        session_id=sid,
+        first_seq=done.first_seq,
+        last_seq=done.last_seq,
+        version=done.version,
+        context_window=window,
+        window_assumed=assumed,
+        warnings=[_assumed_warning(profile.model, window)] if assumed else [],
+    )
+
+
+def _profile(body: AppendRequest, res: ResourcesDep) -> Profile:
+    """The append's profile; a known model name fills in its window and reserve unless the client
+    gives them (an unknown one leaves the session's window, or the deployment's default)."""
+    known = (
+        profile_for(body.model, body.context_window, body.output_reserve)
+        if known_profile(body.model)
+        else None
+    )
+    return Profile(
+        # stored and shown back: a key pasted into the wrong field must not ride along
+        model=res.redactor.redact_text(body.model) if body.model else body.model,
+        context_window=body.context_window or (known.context_window if known else None),
+        output_reserve=body.output_reserve
+        if body.output_reserve is not None
+        else (known.output_reserve if known else None),
+        system=res.redactor.redact_text(body.system) if body.system is not None else None,
+        parent_session_id=body.parent_session_id,
+        parent_tool_use_id=body.parent_tool_use_id,
+    )
+
+
+def _assumed_warning(model: str | None, window: int) -> str:
+    return (
+        f"unknown model {model!r}: assumed a {window:,}-token context window;"
+        " send context_window (and output_reserve) to set the session's own"
     )

@@ -84,7 +84,10 @@ def test_append_then_fetch_returns_every_turn_as_a_valid_request(api: Api) -> No
     r = api.append(
         "s1", user("task"), assistant_tool("toolu_01"), system="You are helpful.", context_window=50_000
     )
-    assert r.json() == {"session_id": "s1", "first_seq": 1, "last_seq": 2, "version": 2}
+    assert r.json() == {
+        **{"session_id": "s1", "first_seq": 1, "last_seq": 2, "version": 2},
+        **{"context_window": 50_000, "window_assumed": False, "warnings": []},
+    }
     api.append("s1", result("toolu_01"))
     p = api.get("/v1/sessions/s1/prompt").json()
     assert (p["version"], p["epoch"], p["compacted_through"]) == (3, 0, 0)
@@ -238,7 +241,9 @@ def test_idempotent_retry_returns_the_original_response(api: Api) -> None:
     """A retried append with the same key and body returns the first response and appends nothing."""
     first = api.append("s", user("once"), headers={"Idempotency-Key": "abc"}).json()
     again = api.append("s", user("once"), headers={"Idempotency-Key": "abc"}).json()
-    assert first == again == {"session_id": "s", "first_seq": 1, "last_seq": 1, "version": 1}
+    expected = {"session_id": "s", "first_seq": 1, "last_seq": 1, "version": 1}
+    expected |= {"context_window": 200_000, "window_assumed": False, "warnings": []}
+    assert first == again == expected
     assert api.get("/v1/sessions/s").json()["version"] == 1
 
 

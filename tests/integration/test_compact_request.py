@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import structlog
 from fastapi.testclient import TestClient
 
 from api.app import create_app
@@ -79,7 +80,7 @@ def test_compact_request_summarizes_below_the_trigger_with_the_redacted_focus(cl
     text = str(prompt["messages"])
     assert "[compactd handoff note]" in text and "keep the parser API" in text
     assert FOCUS_SECRET not in text and "[REDACTED:" in text
-    assert res.cache.compaction_request(pk) is None  # served: the request is cleared
+    assert res.cache.compact_requests.pending(pk) is None  # served: the request is cleared
 
 
 def test_compact_request_waits_for_a_pending_tool_call(client) -> None:  # type: ignore[no-untyped-def]
@@ -94,11 +95,55 @@ def test_compact_request_waits_for_a_pending_tool_call(client) -> None:  # type:
     jobs.compact(tenant, pk, version, res)
     snap = load(res.engine, pk).snapshot
     assert snap is None or "handoff note" not in str(snap.prompt)
-    assert res.cache.compaction_request(pk) == ""
+    request = res.cache.compact_requests.pending(pk)
+    assert request is not None and request.focus == ""
     append(c, auth, unit(99, "y")[1:])
     tenant, pk, version = sent[-1]
     assert jobs.compact(tenant, pk, version, res) == "published"
     assert "[compactd handoff note]" in str(c.get("/v1/sessions/s/prompt", headers=auth).json()["messages"])
+
+
+def compact_request(c: TestClient, auth: dict[str, str]) -> dict:
+    return c.get("/v1/sessions/s", headers=auth).json()["compact_request"]
+
+
+def test_session_info_reports_a_compact_request_pending_then_done_at_its_epoch(client) -> None:  # type: ignore[no-untyped-def]
+    """GET session shows a /compact request pending (and why) until a job serves it, then done at the epoch it published."""
+    c, auth, sent, res = client
+    append(c, auth, [{"role": "user", "content": "task"}])
+    for n in range(6):
+        append(c, auth, unit(n, "x\n" * 50))
+    append(c, auth, unit(99, "y")[:1])  # a call without its result yet
+    assert compact_request(c, auth) is None
+    c.post("/v1/sessions/s/compact", headers=auth)
+    pending = compact_request(c, auth)
+    assert pending["status"] == "pending" and pending["requested_at"] and pending["epoch"] is None
+    tenant, pk, version = sent[-1]
+    jobs.compact(tenant, pk, version, res)
+    waiting = compact_request(c, auth)
+    assert waiting["status"] == "pending" and "tool call" in waiting["reason"]
+    append(c, auth, unit(99, "y")[1:])
+    tenant, pk, version = sent[-1]
+    assert jobs.compact(tenant, pk, version, res) == "published"
+    epoch = c.get("/v1/sessions/s/prompt", headers=auth).json()["epoch"]
+    assert compact_request(c, auth) == {
+        "status": "done",
+        "epoch": epoch,
+        "reason": "a handoff note was switched in",
+        "requested_at": pending["requested_at"],
+    }
+
+
+def test_session_info_reports_a_compact_request_skipped_with_nothing_to_summarize(client) -> None:  # type: ignore[no-untyped-def]
+    """A /compact on a session with nothing before its newest turns is skipped, and GET session says why."""
+    c, auth, sent, res = client
+    append(c, auth, [{"role": "user", "content": "Port the parser to Rust."}])
+    c.post("/v1/sessions/s/compact", headers=auth)
+    tenant, pk, version = sent[-1]
+    jobs.compact(tenant, pk, version, res)
+    outcome = compact_request(c, auth)
+    assert outcome["status"] == "skipped" and outcome["reason"].startswith("nothing to summarize")
+    assert res.cache.compact_requests.pending(pk) is None
 
 
 def test_session_info_reports_cache_reuse_per_session(client) -> None:  # type: ignore[no-untyped-def]
@@ -145,6 +190,33 @@ def test_a_known_model_name_sets_the_session_window(client) -> None:  # type: ig
     assert c.get("/v1/sessions/m1", headers=auth).json()["profile"]["context_window"] == 128_000
     assert c.get("/v1/sessions/m2", headers=auth).json()["profile"]["context_window"] == 50_000
     assert c.get("/v1/sessions/m1/prompt", headers=auth).json()["budget_tokens"] == 128_000 - 16_384
+
+
+def test_an_unknown_model_name_says_which_window_was_assumed(client) -> None:  # type: ignore[no-untyped-def]
+    """An unknown model and no window: the append answers with the assumed default window and a
+    warning, and logs it with the session and tenant; a known model or an explicit window does not."""
+    c, auth, _, res = client
+    hi = [{"role": "user", "content": "hi"}]
+    with structlog.testing.capture_logs() as logs:
+        r = c.post("/v1/sessions/u1/turns", json={"messages": hi, "model": "llama-9-huge"}, headers=auth)
+    body = r.json()
+    assert body["context_window"] == res.settings.context_window and body["window_assumed"] is True
+    assert "llama-9-huge" in body["warnings"][0] and f"{res.settings.context_window:,}" in body["warnings"][0]
+    [event] = [e for e in logs if e["event"] == "session.window_assumed"]
+    assert event["log_level"] == "warning" and event["session_id"] == "u1" and event["tenant_id"]
+    assert event["context_window"] == res.settings.context_window
+    for sid, extra in (
+        ("u2", {"model": "gpt-4o"}),
+        ("u3", {"model": "llama-9-huge", "context_window": 50_000}),
+    ):
+        body = c.post(f"/v1/sessions/{sid}/turns", json={"messages": hi, **extra}, headers=auth).json()
+        assert body["window_assumed"] is False and body["warnings"] == []
+    assert body["context_window"] == 50_000
+    # the session's own window stays when a later append names an unknown model
+    body = c.post(
+        "/v1/sessions/u3/turns", json={"messages": hi, "model": "llama-9-huge"}, headers=auth
+    ).json()
+    assert body["context_window"] == 50_000 and body["window_assumed"] is False
 
 
 def test_memory_changes_go_to_the_status_note_until_the_next_epoch(client) -> None:  # type: ignore[no-untyped-def]

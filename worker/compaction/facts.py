@@ -10,6 +10,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from worker.compaction.harness import user_instructions
 from worker.compaction.model import Block, Turn, block_text
 
 PATH_KEYS = ("file_path", "path", "filePath", "notebook_path", "filename", "file")
@@ -63,11 +64,11 @@ def extract(turns: Sequence[Turn], task: str = "") -> Facts:
     results = {b["tool_use_id"]: b for t in turns for b in t.content if b.get("type") == "tool_result"}
     open_errors: list[int] = []  # errors not yet followed by an action: the next call is the fix attempt
     for turn in turns:
+        if turn.role == "user":
+            _user_texts(facts, [b["text"] for b in turn.content if b.get("type") == "text"])
         for b in turn.content:
             kind = b.get("type")
-            if kind == "text" and turn.role == "user":
-                _user_text(facts, b["text"])
-            elif kind == "text" and turn.role == "assistant":
+            if kind == "text" and turn.role == "assistant":
                 _assistant_text(facts, b["text"])
             elif kind == "tool_use":
                 action = _call(facts, b, results.get(b["id"]))
@@ -91,10 +92,8 @@ def fold(previous: Mapping[str, Any], new: Facts) -> Facts:
     return out
 
 
-def _user_text(facts: Facts, text: str) -> None:
-    stripped = text.strip()
-    if stripped and not stripped.startswith(SYSTEM_INJECTED):
-        facts["instructions"].append(_cut(stripped, MAX_INSTRUCTION_CHARS))
+def _user_texts(facts: Facts, texts: list[str]) -> None:
+    facts["instructions"].extend(_cut(x, MAX_INSTRUCTION_CHARS) for x in user_instructions(texts))
 
 
 def _assistant_text(facts: Facts, text: str) -> None:

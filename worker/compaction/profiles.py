@@ -37,11 +37,13 @@ def profile_for(
 
     The output reserve is capped at a quarter of the window so a small window still has a budget.
     """
-    base = DEFAULT
-    if model:
-        matches = [k for k in KNOWN if model.startswith(k)]
-        if matches:
-            base = KNOWN[max(matches, key=len)]
+    base = known_profile(model) or DEFAULT
     window = context_window or base.context_window
     reserve = output_reserve if output_reserve is not None else base.output_reserve
     return ModelProfile(window, min(reserve, window // 4))
+
+
+def known_profile(model: str | None) -> ModelProfile | None:
+    """The profile of a known model name (the longest matching prefix), or None."""
+    matches = [k for k in KNOWN if model and model.startswith(k)]
+    return KNOWN[max(matches, key=len)] if matches else None

@@ -12,6 +12,8 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from worker.store.compact_requests import CompactRequests
+
 # Write only if (epoch, through, memver) is newer than what is cached: a late result never wins.
 _PUBLISH = """
 local cur = redis.call('HMGET', KEYS[1], 'epoch', 'through', 'memver')
@@ -119,6 +121,7 @@ class PromptCache:
         self._release = client.register_script(_RELEASE)
         self._reuse = client.register_script(_REUSE)
         self._refresh_files = client.register_script(_REFRESH_FILES)
+        self.compact_requests = CompactRequests(client, prefix)
 
     def key(self, session_pk: int) -> str:
         return f"{self.prefix}prompt:{session_pk}"
@@ -161,7 +164,7 @@ class PromptCache:
 
     def drop(self, session_pk: int) -> None:
         with contextlib.suppress(redis.RedisError):
-            kinds = ("force", "shared", "reuse", "usage", "pending", "job", "switches")
+            kinds = ("force", "compact", "shared", "reuse", "usage", "pending", "job", "switches")
             self.client.delete(self.key(session_pk), *(f"{self.prefix}{k}:{session_pk}" for k in kinds))
 
     def acquire(self, session_pk: int, ttl_seconds: float) -> str | None:
@@ -233,21 +236,6 @@ class PromptCache:
     def drop_pending(self, session_pk: int) -> None:
         with contextlib.suppress(redis.RedisError):
             self.client.delete(f"{self.prefix}pending:{session_pk}")
-
-    def request_compaction(self, session_pk: int, focus: str) -> None:
-        """Remember a user-driven compaction (with its redacted focus) until a job carries it out."""
-        self.client.set(f"{self.prefix}force:{session_pk}", focus, ex=24 * 3600)
-
-    def compaction_request(self, session_pk: int) -> str | None:
-        """The pending user-driven request's focus ("" for none), or None when there is none."""
-        with contextlib.suppress(redis.RedisError):
-            value = self.client.get(f"{self.prefix}force:{session_pk}")
-            return None if value is None else value.decode()  # type: ignore[union-attr]
-        return None
-
-    def clear_compaction_request(self, session_pk: int) -> None:
-        with contextlib.suppress(redis.RedisError):
-            self.client.delete(f"{self.prefix}force:{session_pk}")
 
     def record_shared_prefix(self, session_pk: int, epoch: int, shared_bytes: int) -> None:
         """At publish: how many leading bytes the new epoch's snapshot shares with the old one."""

@@ -57,6 +57,7 @@ class Appended:
     last_seq: int
     version: int
     replayed: bool = False  # an idempotent retry: nothing was written
+    context_window: int | None = None  # the session's own window after the append (None: the default)
 
 
 Validator = Callable[[list[dict[str, Any]], list[dict[str, Any]]], None]
@@ -100,7 +101,9 @@ def append_turns(
             if prior is not None:
                 if prior.request_hash != body_hash:
                     raise IdempotencyMismatch(idempotency_key)
-                return Appended(pk, tenant_id, prior.first_seq, prior.last_seq, prior.last_seq, replayed=True)
+                return Appended(
+                    pk, tenant_id, prior.first_seq, prior.last_seq, prior.last_seq, True, row.context_window
+                )
         # only a real append changes the profile: a retry must not put back an older one
         _apply_profile(conn, row, profile)
         if validate is not None:
@@ -145,7 +148,8 @@ def append_turns(
             )
         if files:
             save_files_conn(conn, engine, tenant_id, pk, files)
-    return Appended(pk, tenant_id, first, last, last)
+    window = profile.context_window or row.context_window
+    return Appended(pk, tenant_id, first, last, last, context_window=window)
 
 
 def _lock_session(
