@@ -4,21 +4,37 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 
 from api import offline
 from worker.settings import Settings
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line: every subcommand, every option with its help text."""
     parser = argparse.ArgumentParser(prog="compactd", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser(
-        "up", help="run API, worker and beat with embedded defaults (SQLite, embedded Redis)"
-    ).set_defaults(func=run_up)
-    sub.add_parser("api", help="run the HTTP API (uvicorn, uvloop, httptools)").set_defaults(func=run_api)
+    up = sub.add_parser("up", help="run API, worker and beat with embedded defaults (SQLite, embedded Redis)")
+    _listen_options(up)
+    up.set_defaults(func=run_up)
+    api = sub.add_parser("api", help="run the HTTP API (uvicorn, uvloop, httptools)")
+    _listen_options(api)
+    api.set_defaults(func=run_api)
     w = sub.add_parser("worker", help="run a Celery worker")
-    w.add_argument("--concurrency", type=int, default=None)
-    w.add_argument("--pool", default="prefork")
+    w.add_argument(
+        "--concurrency",
+        type=int,
+        default=None,
+        help="worker processes (default: COMPACTD_WORKER_CONCURRENCY)",
+    )
+    w.add_argument(
+        "--pool", default="prefork", help="Celery pool: prefork, solo or threads (default prefork)"
+    )
     w.set_defaults(func=run_worker)
     sub.add_parser(
         "prewarm", help="compile Kingfisher's secret rules into COMPACTD_RULE_CACHE_DIR (install/start-up)"
@@ -30,41 +46,72 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dry-run", action="store_true", help="print what would be removed or merged, and why")
     p.set_defaults(func=run_prune)
     f = sub.add_parser("flower", help="run Flower, the Celery monitor")
-    f.add_argument("--port", type=int, default=5555)
-    f.add_argument("--address", default="127.0.0.1")
+    f.add_argument("--port", type=int, default=5555, help="port Flower listens on (default 5555)")
+    f.add_argument("--address", default="127.0.0.1", help="address Flower listens on (default 127.0.0.1)")
     f.set_defaults(func=run_flower)
+    _tenant_commands(sub)
+    offline.register(sub)
+    return parser
+
+
+def _listen_options(p: argparse.ArgumentParser) -> None:
+    defaults = Settings.model_fields
+    p.add_argument(
+        "--host",
+        help=f"address the API listens on (default: COMPACTD_HOST, else {defaults['host'].default})",
+    )
+    p.add_argument(
+        "--port",
+        type=_port,
+        help=f"port the API listens on (default: COMPACTD_PORT, else {defaults['port'].default})",
+    )
+
+
+def _port(value: str) -> int:
+    if not value.isdigit() or not 0 < int(value) < 65536:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a port (1-65535)")
+    return int(value)
+
+
+def _tenant_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     t = sub.add_parser("tenant", help="manage tenants and their API keys")
     tsub = t.add_subparsers(dest="tenant_command", required=True)
     tc = tsub.add_parser("create", help="create a tenant and print its new API key")
-    tc.add_argument("name")
+    tc.add_argument("name", help="the tenant's name")
     tc.set_defaults(func=run_tenant_create)
     tr = tsub.add_parser("reset-key", help="print a new API key for a tenant (the old one stops working)")
-    tr.add_argument("name")
+    tr.add_argument("name", help="the tenant's name")
     tr.set_defaults(func=run_tenant_reset)
-    offline.register(sub)
-    args = parser.parse_args(argv)
-    return int(args.func(args) or 0)
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    """Settings from the environment, with --host/--port taking precedence."""
+    given = {name: getattr(args, name) for name in ("host", "port") if getattr(args, name) is not None}
+    return Settings(**given)
 
 
 def run_up(args: argparse.Namespace) -> int:
     from api.up import up
 
-    return up(Settings())
+    return up(_settings(args))
 
 
 def run_api(args: argparse.Namespace) -> int:
     import uvicorn
 
     from api.app import create_app
+    from api.up import listen
     from worker.resources import Resources
     from worker.store.tenants import ensure_tenant
 
-    settings = Settings()
+    settings = _settings(args)
+    # bound before anything else starts: a busy port fails fast, in one line
+    sock = listen(settings.host, settings.port)
     if settings.default_api_key:
         res = Resources.build(settings)
         ensure_tenant(res.engine, settings.default_tenant, settings.default_api_key)
         res.close()
-    uvicorn.run(
+    config = uvicorn.Config(
         create_app(settings, log_setup=True),
         host=settings.host,
         port=settings.port,
@@ -74,7 +121,9 @@ def run_api(args: argparse.Namespace) -> int:
         access_log=False,
         timeout_graceful_shutdown=5,
     )
-    return 0
+    server = uvicorn.Server(config)
+    server.run(sockets=[sock])
+    return 0 if server.started else 3
 
 
 def _celery(settings: Settings):  # type: ignore[no-untyped-def]
@@ -92,6 +141,7 @@ def run_worker(args: argparse.Namespace) -> int:
     _ = res.summarizer  # a misconfigured summarizer fails here, not in the first task
     res.close()
     app = _celery(settings)
+    _shorten_superuser_warning()
     concurrency = args.concurrency or settings.worker_concurrency
     app.worker_main(
         [
@@ -106,6 +156,30 @@ def run_worker(args: argparse.Namespace) -> int:
         ]
     )
     return 0
+
+
+def _shorten_superuser_warning() -> None:
+    """Show Celery's superuser SecurityWarning (root, or a sudo/wheel group) as one line."""
+    from celery.exceptions import SecurityWarning
+
+    show = warnings.showwarning
+
+    # Celery prints an 8-line banner at every start, but running a worker with superuser privileges is
+    # a real risk, in production and under `compactd up` alike: so it is shortened, not hidden. Only
+    # this warning is: Celery's other security warnings, and its refusal to run as root with pickle
+    # (we accept JSON only), are untouched; a -W error filter still turns it into an error.
+    def shorten(message, category, filename, lineno, file=None, line=None):  # type: ignore[no-untyped-def]
+        text = str(message)
+        if not (issubclass(category, SecurityWarning) and "superuser privileges" in text):
+            return show(message, category, filename, lineno, file, line)
+        user = text.strip().splitlines()[-1].removeprefix("User information: ")
+        print(
+            f"compactd worker: running with superuser privileges ({user}); "
+            "run workers as an unprivileged user (the Docker image does)",
+            file=file or sys.stderr,
+        )
+
+    warnings.showwarning = shorten
 
 
 def run_prewarm(args: argparse.Namespace) -> int:

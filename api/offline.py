@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import re
 import secrets
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,22 +15,27 @@ import orjson
 
 from worker.compaction.assemble import assemble
 from worker.compaction.errors import CompactionError
-from worker.compaction.model import Policy, Transcript
+from worker.compaction.model import FileWrite, Policy, Transcript
 from worker.compaction.pipeline import compact, ingest
 from worker.compaction.tokens import count_request
 from worker.compaction.validate import request_problems
 from worker.redaction import Redactor
 
+# the names pointers.file_ref and pointers.archive_ref give: what `compact` writes and may remove
+_REF_NAME = re.compile(r"[fh]_[0-9a-f]{16}")
+
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add the offline subcommands to the CLI's subparsers."""
     p = sub.add_parser("compact", help="compact a transcript file offline and print the Anthropic request")
-    p.add_argument("file", type=Path)
+    p.add_argument("file", type=Path, help="transcript to compact (any supported format)")
     _common(p)
     p.add_argument(
         "--out",
         type=Path,
-        help="folder for offloaded/clipped/archived files (default: ./compactd-files/<name>)",
+        metavar="DIR",
+        help="folder for offloaded/clipped/archived files (default: ./compactd-files/<name>); "
+        "each run replaces the files an earlier run wrote there",
     )
     p.add_argument("--json", action="store_true", help="print {request, stats} as JSON instead of a summary")
     p.set_defaults(func=run_compact)
@@ -39,7 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         description="Offline (default) the worker is simulated on the same clock as the appends; "
         "with --http the transcript is appended to a running compactd and its prompts fetched.",
     )
-    r.add_argument("file", type=Path)
+    r.add_argument("file", type=Path, help="transcript to replay (any supported format)")
     _common(r)
     r.add_argument(
         "--pace",
@@ -67,10 +74,25 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--format", default="auto", help="anthropic|openai|claude_code|swe_agent|openhands|langchain|auto"
+        "--format",
+        default="auto",
+        help="the transcript's format: anthropic, openai, claude_code, swe_agent, openhands, langchain "
+        "or auto (default: detected)",
     )
-    p.add_argument("--context-window", type=int, default=200_000)
-    p.add_argument("--output-reserve", type=int, default=8_192)
+    p.add_argument(
+        "--context-window",
+        type=int,
+        default=200_000,
+        metavar="TOKENS",
+        help="the model's window, in tokens (default 200000)",
+    )
+    p.add_argument(
+        "--output-reserve",
+        type=int,
+        metavar="TOKENS",
+        default=8_192,
+        help="tokens kept free for the reply, at most a quarter of the window (default 8192)",
+    )
     p.add_argument(
         "--policy",
         action="append",
@@ -119,10 +141,7 @@ def run_compact(args: argparse.Namespace) -> int:
     request = assemble(result.transcript)
     out = args.out or Path("compactd-files") / args.file.stem
     files = result.transcript.files
-    if files:
-        out.mkdir(parents=True, exist_ok=True)
-        for f in files:
-            (out / f.ref).write_text(f.content)
+    replaced = write_files(out, files)
     size = args.file.stat().st_size
     stats = {
         "format": imported.format,
@@ -136,6 +155,7 @@ def run_compact(args: argparse.Namespace) -> int:
         "stages": [r.as_dict() for r in result.reports],
         "files_written": len(files),
         "files_dir": str(out) if files else None,
+        "files_replaced": replaced,
         "valid": not request_problems(request, allow_pending_tool_use=True),
         "seconds": round(seconds, 3),
         "mb_per_second": round(size / 1e6 / max(seconds, 1e-9), 2),
@@ -149,7 +169,7 @@ def run_compact(args: argparse.Namespace) -> int:
     print(
         f"{args.file.name}: {imported.format}, {stats['turns']} turns, {stats['tokens_before']:,} -> "
         f"{stats['tokens_after']:,} tokens ({stats['ratio']:.1%}), budget {policy.budget_tokens:,}, "
-        f"valid={stats['valid']}, {len(files)} files in {stats['files_dir']}",
+        f"valid={stats['valid']}, {_files_line(len(files), out, replaced)}",
         file=sys.stderr,
     )
     for r in stats["stages"]:
@@ -157,6 +177,26 @@ def run_compact(args: argparse.Namespace) -> int:
     for w in imported.warnings:
         print(f"  warning: {w}", file=sys.stderr)
     return 0
+
+
+def write_files(out: Path, files: Sequence[FileWrite]) -> int:
+    """Write this run's virtual files into out, first removing the ones an earlier run left there
+    (other files stay): the folder then holds exactly this run's output. Returns how many went."""
+    earlier = (
+        [p for p in out.iterdir() if _REF_NAME.fullmatch(p.name) and p.is_file()] if out.is_dir() else []
+    )
+    for path in earlier:
+        path.unlink()
+    if files:
+        out.mkdir(parents=True, exist_ok=True)
+    for f in files:
+        (out / f.ref).write_text(f.content)
+    return len(earlier)
+
+
+def _files_line(written: int, out: Path, replaced: int) -> str:
+    line = f"{written} file{'' if written == 1 else 's'} in {out}" if written else "no files"
+    return line + (f" (replacing {replaced} from an earlier run)" if replaced else "")
 
 
 def run_replay(args: argparse.Namespace) -> int:

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -81,7 +83,25 @@ def start_redis(var_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
     return proc, f"unix://{sock}"
 
 
+def listen(host: str, port: int) -> socket.socket:
+    """A TCP socket listening on host:port, or SystemExit with one line saying what to change."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host, port), family=family, backlog=2048)
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise SystemExit(
+                f"compactd: port {port} on {host} is already in use; choose another with --port or COMPACTD_PORT"
+            ) from None
+        raise SystemExit(
+            f"compactd: cannot listen on {host}:{port} ({exc.strerror or exc}); "
+            "change --host/--port or COMPACTD_HOST/COMPACTD_PORT"
+        ) from None
+
+
 def up(settings: Settings) -> int:
+    # the API child binds the port later: a busy one should stop us before anything starts
+    listen(settings.host, settings.port).close()
     configure_logging(settings.log_level)
     var_dir = Path(settings.var_dir)
     var_dir.mkdir(parents=True, exist_ok=True)
@@ -108,7 +128,7 @@ def up(settings: Settings) -> int:
         env["COMPACTD_REDIS_URL"] = redis_url
     py = [sys.executable, "-m", "api.cli"]
     children = {
-        "api": _spawn([*py, "api"], env),
+        "api": _spawn([*py, "api", "--host", settings.host, "--port", str(settings.port)], env),
         "worker": _spawn([*py, "worker"], env),
         "beat": _spawn([*py, "beat"], env),
     }

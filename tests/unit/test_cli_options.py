@@ -1,0 +1,51 @@
+"""The `compactd` command line: every option explained, --host/--port over the environment."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from api.cli import _settings, build_parser
+
+
+def subparsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """The parser and every (nested) subcommand parser under it."""
+    found = [parser]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                found.extend(subparsers(child))
+    return found
+
+
+def test_every_option_and_argument_has_a_help_text() -> None:
+    """`compactd <cmd> --help` explains every option and positional argument of every subcommand."""
+    missing = [
+        f"{p.prog} {'/'.join(a.option_strings) or a.dest}"
+        for p in subparsers(build_parser())
+        for a in p._actions
+        if not isinstance(a, argparse._SubParsersAction) and not a.help
+    ]
+    assert missing == []
+
+
+@pytest.mark.parametrize("command", ["up", "api"])
+def test_host_and_port_options_override_the_environment(
+    command: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--host/--port win over COMPACTD_HOST/COMPACTD_PORT, which stay the defaults without them."""
+    monkeypatch.setenv("COMPACTD_HOST", "127.0.0.2")
+    monkeypatch.setenv("COMPACTD_PORT", "9001")
+    given = _settings(build_parser().parse_args([command, "--host", "0.0.0.0", "--port", "9100"]))
+    default = _settings(build_parser().parse_args([command]))
+    assert (given.host, given.port) == ("0.0.0.0", 9100)
+    assert (default.host, default.port) == ("127.0.0.2", 9001)
+
+
+@pytest.mark.parametrize("port", ["0", "65536", "http", "-1"])
+def test_a_port_out_of_range_is_a_usage_error(port: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A --port that is not 1-65535 is refused by the parser, naming the value."""
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["api", "--port", port])
+    assert f"'{port}' is not a port" in capsys.readouterr().err
