@@ -200,6 +200,20 @@ def run_beat(args: argparse.Namespace) -> int:
     return 0
 
 
+def _with_redis(settings: Settings, command: str) -> Settings:
+    """Settings with a Redis to use: COMPACTD_REDIS_URL, else the embedded one of a running
+    `compactd up` (its socket in COMPACTD_VAR_DIR); else a one-line error, not a traceback."""
+    if settings.redis_url:
+        return settings
+    sock = settings.var_dir / "redis.sock"
+    if sock.exists():
+        return settings.model_copy(update={"redis_url": f"unix://{sock.resolve()}"})
+    raise SystemExit(
+        f"{command}: needs Redis: set COMPACTD_REDIS_URL, or run it beside a running `compactd up` "
+        f"(it uses {sock})"
+    )
+
+
 def run_prune(args: argparse.Namespace) -> int:
     from api.app import celery_enqueue
     from worker import jobs
@@ -207,7 +221,7 @@ def run_prune(args: argparse.Namespace) -> int:
     from worker.resources import Resources
     from worker.store import memory
 
-    settings = Settings()
+    settings = _with_redis(Settings(), "compactd prune")
     res = Resources.build(settings)
     try:
         if not args.dry_run:

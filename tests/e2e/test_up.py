@@ -116,6 +116,16 @@ def test_compactd_up_serves_compacts_and_stops_cleanly(tmp_path: Path) -> None:
         assert (tmp_path / "var" / "compactd.db").exists() and (
             tmp_path / "var" / "redaction.key"
         ).stat().st_mode & 0o077 == 0
+        # the CLI beside a running `compactd up` finds its embedded Redis (no COMPACTD_REDIS_URL)
+        pruned = subprocess.run(
+            [sys.executable, "-m", "api.cli", "prune", "--dry-run"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert pruned.returncode == 0, pruned.stderr[-2000:]
         family = descendants(proc.pid)
         assert len(family) >= 4  # api, worker (+ its pool), beat, redis
     finally:

@@ -49,3 +49,15 @@ def test_a_port_out_of_range_is_a_usage_error(port: str, capsys: pytest.CaptureF
     with pytest.raises(SystemExit):
         build_parser().parse_args(["api", "--port", port])
     assert f"'{port}' is not a port" in capsys.readouterr().err
+
+
+def test_prune_without_a_redis_says_what_to_do(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """No COMPACTD_REDIS_URL and no running `compactd up`: one line naming the setting, no traceback."""
+    from api.cli import main
+
+    monkeypatch.delenv("COMPACTD_REDIS_URL", raising=False)
+    monkeypatch.setenv("COMPACTD_VAR_DIR", str(tmp_path / "var"))
+    monkeypatch.setenv("COMPACTD_DATABASE_URL", f"sqlite:///{tmp_path / 'c.db'}")
+    with pytest.raises(SystemExit) as exc:
+        main(["prune", "--dry-run"])
+    assert "COMPACTD_REDIS_URL" in str(exc.value) and "compactd up" in str(exc.value)
