@@ -335,6 +335,25 @@ def test_the_task_is_the_first_user_message_once() -> None:
     assert observe([*turns, text("user", 3, "Also do X.")], items, observed_through=2) == []
 
 
+def test_the_task_is_what_the_user_typed_not_a_harness_message() -> None:
+    """A slash command is the task as typed; its expansion and hook reminders are not."""
+    command = Turn(
+        1,
+        "user",
+        (
+            {"type": "text", "text": "<system-reminder>hook output</system-reminder>"},
+            {
+                "type": "text",
+                "text": "<command-message>fix is running…</command-message>\n<command-name>/fix</command-name>"
+                "\n<command-args>the login bug</command-args>",
+            },
+            {"type": "text", "text": "You are fixing a bug. Follow these steps…"},
+        ),
+        20,
+    )
+    assert section(run([command]), "task")["task"].value == "/fix the login bug"
+
+
 def test_observing_past_the_watermark_changes_nothing() -> None:
     """Observing again with every turn already observed gives no change."""
     turns = [

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from worker.compaction.facts import SYSTEM_INJECTED, command_of, file_of
+from worker.compaction.harness import user_instructions
 from worker.compaction.model import Block, Turn, block_text
 from worker.compaction.tokens import count_text, head_text
 from worker.memory import commands as C
@@ -146,7 +147,7 @@ def observe_task(turns: Sequence[Turn], current: Sequence[Item], observed_throug
     if any(i.section == "task" for i in current):
         return []
     for turn in turns:
-        text = next((b["text"] for b in turn.content if _user_text(turn, b)), "")
+        text = next(iter(_typed(turn)), "")
         if text and turn.seq > observed_through:
             return [Observation(Change("set", "task", _sentences(text), seq=turn.seq), reason(turn.seq))]
         if text:
@@ -154,9 +155,12 @@ def observe_task(turns: Sequence[Turn], current: Sequence[Item], observed_throug
     return []
 
 
-def _user_text(turn: Turn, b: Block) -> bool:
-    text = b.get("text", "") if b.get("type") == "text" else ""
-    return turn.role == "user" and bool(text.strip()) and not text.strip().startswith(SYSTEM_INJECTED)
+def _typed(turn: Turn) -> list[str]:
+    """What the user typed in a turn: harness messages and slash-command expansions left out."""
+    if turn.role != "user":
+        return []
+    texts = [b["text"] for b in turn.content if b.get("type") == "text" and isinstance(b.get("text"), str)]
+    return [t for t in user_instructions(texts) if not t.startswith(SYSTEM_INJECTED)]
 
 
 def _sentences(text: str, n: int = 2) -> str:
