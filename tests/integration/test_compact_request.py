@@ -256,3 +256,26 @@ def test_memory_changes_go_to_the_status_note_until_the_next_epoch(client) -> No
     assert after["epoch"] > before["epoch"]
     assert decision in str(after["system"]) and decision not in str(before["system"])
     assert "Working memory changed" not in after["messages"][-1]["content"][-1]["text"]
+
+
+def test_the_memory_budget_setting_bounds_the_pinned_block(tmp_path: Path, redis_url: str) -> None:
+    """COMPACTD_MEMORY_BUDGET_TOKENS is what the served prompt's memory block is rendered within."""
+    from worker.compaction.tokens import count_text
+
+    settings = make_settings(tmp_path, f"sqlite:///{tmp_path / 'b.db'}", redis_url, memory_budget_tokens=60)
+    try:
+        with TestClient(create_app(settings, enqueue=lambda t, s, v: None)) as c:
+            res: Resources = c.app.state.resources  # type: ignore[attr-defined]
+            auth = {"Authorization": f"Bearer {create_tenant(res.engine, 'agent')[1]}"}
+            append(c, auth, [{"role": "user", "content": "Port the parser to Rust."}])
+            ops = [
+                {"op": "add", "section": "decisions", "value": f"decision {n}: " + "word " * 20}
+                for n in range(8)
+            ]
+            assert c.patch("/v1/sessions/s/memory", json={"ops": ops}, headers=auth).status_code == 200
+            system = c.get("/v1/sessions/s/prompt", headers=auth).json()["system"]
+    finally:
+        flush_prefix(redis_url, settings.redis_prefix)
+    block = next(b["text"] for b in system if "<working_memory>" in b["text"])
+    inner = block.removeprefix("<working_memory>\n").removesuffix("\n</working_memory>")
+    assert 0 < count_text(inner) <= 60
