@@ -11,16 +11,23 @@ $(UV):
 	$(PY) -m venv .tools
 	.tools/bin/pip install -q uv
 
+# the service and its test/lint tools
 $(VENV)/.synced: $(UV) pyproject.toml uv.lock
 	$(UV) sync --frozen
 	$(UV) run --frozen compactd prewarm
 	@touch $@
 
+# the service only (`make up`); --inexact keeps test tools a `make test` installed before
+$(VENV)/.synced-service: $(UV) pyproject.toml uv.lock
+	$(UV) sync --frozen --no-dev --inexact
+	$(UV) run --frozen --no-sync compactd prewarm
+	@touch $@
+
 sync: $(VENV)/.synced
 
-## Install and run the whole service with embedded defaults (SQLite + embedded Redis).
-up: sync
-	$(RUN) compactd up
+## Install the service (not its test tools) and run it with embedded defaults (SQLite + embedded Redis).
+up: $(VENV)/.synced-service
+	$(UV) run --frozen --no-sync compactd up
 
 ## Install what the tests need and run them all (real Redis, PostgreSQL, Celery workers).
 test: sync
