@@ -110,7 +110,13 @@ def test_an_item_changed_after_the_plan_is_not_pruned(
         [Change("add", "blockers", "pytest tests/test_login.py fails", key="pytest tests/test_login.py")],
         origin="agent",
     )
-    memory.touch(res.engine, pk, [("notes", "stale")], utcnow())
+    # the agent sets the note to the value it has: no event, but the item counts as referenced now
+    memory.change(
+        res.engine,
+        pk,
+        [Change("set", "notes", "ask about the staging database", key="stale")],
+        origin="agent",
+    )
     monkeypatch.setattr(jobs, "prune_plans", lambda *_: plans)
     report = jobs.prune_now(res)
     assert (report["sessions"], report["removed"], report["merged"]) == (1, 0, 1)

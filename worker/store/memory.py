@@ -3,8 +3,7 @@
     load(engine, pk) -> [Item]                          the session's own items
     change(engine, pk, changes, origin=) -> (version, events)   one transaction, capped, recorded
     record_observed(engine, pk, groups, seen=, through=)        the observer's changes + watermark
-    history / state_at / diff                          the events, replayed to any version
-    touch(engine, pk, keys, now)                       referenced_at, for the nightly retirement
+    history / replay / diff                            the events, replayed to any version
     restore(engine, pk, event_id, origin=)             the value an event removed or replaced
 
 A session's own rows have scope ''; shared rows (scope 'tenant' or 'key:<name>') belong to the
@@ -19,7 +18,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, and_, delete, func, insert, or_, select, update
+from sqlalchemy import Connection, Engine, and_, delete, func, insert, select, update
 
 from worker.compaction.tokens import count_text
 from worker.memory import model
@@ -387,28 +386,6 @@ def _apply_observed(
     return applied
 
 
-def touch(
-    engine: Engine, session_pk: int, keys: Iterable[tuple[str, str]], now: datetime, *, scope: str = ""
-) -> int:
-    """Mark (section, key) items as referenced at `now` (no version bump); returns how many matched."""
-    wanted = list(keys)
-    if not wanted:
-        return 0
-    with write_tx(engine) as conn:
-        tenant_id, _ = _tenant_of(conn, session_pk)
-        match = or_(*(and_(M.c.section == s, M.c.key == k) for s, k in wanted))
-        return conn.execute(
-            update(M)
-            .where(
-                M.c.tenant_id == tenant_id,
-                M.c.session_id == _owner(session_pk, scope),
-                M.c.scope == scope,
-                match,
-            )
-            .values(referenced_at=now)
-        ).rowcount
-
-
 def history(engine: Engine, session_pk: int, *, scope: str = "") -> list[Recorded]:
     """Every recorded event of the session's memory (or a shared scope), oldest first."""
     with read_tx(engine) as conn:
@@ -456,11 +433,6 @@ def changes_since(conn: Connection, session_pk: int, pinned_version: int, budget
         return ""
     before = replay(_events(conn, tenant_id, session_pk, ""), pinned_version)
     return model.changes_note(before, _entries(conn, tenant_id, session_pk, ""), budget_tokens)
-
-
-def state_at(engine: Engine, session_pk: int, version: int, *, scope: str = "") -> list[Item]:
-    """The items as they were at memory `version` (replayed from the events)."""
-    return replay(history(engine, session_pk, scope=scope), version)
 
 
 def diff(engine: Engine, session_pk: int, a: int, b: int, *, scope: str = "") -> Diff:
@@ -516,34 +488,6 @@ def restore(
         scope=scope,
         hard_cap_tokens=hard_cap_tokens,
     )
-
-
-def prune(engine: Engine, budget_tokens: int, *, older_than: datetime | None = None) -> int:
-    """Drop unpinned items (never the task) while a session's memory is over budget, oldest first;
-    each removal recorded. Returns how many. (The nightly prune in worker/memory replaces this.)"""
-    with read_tx(engine) as conn:
-        pks = conn.execute(select(M.c.session_id).where(M.c.session_id != 0).distinct()).scalars().all()
-    dropped = 0
-    for pk in pks:
-        items = [i for i in load(engine, pk) if i.status == "open"]
-        candidates = sorted(
-            (
-                i
-                for i in items
-                if not i.pinned and i.section != "task" and (older_than is None or i.updated_at <= older_than)
-            ),
-            key=lambda i: (i.updated_at, i.key),
-        )
-        doomed: list[Item] = []
-        while candidates and count_text(model.render_lines(items)) > budget_tokens:
-            victim = candidates.pop(0)
-            items.remove(victim)
-            doomed.append(victim)
-        if doomed:
-            removals = [Change("remove", i.section, key=i.key) for i in doomed]
-            change(engine, pk, removals, origin="user", reason="over the memory budget")
-            dropped += len(doomed)
-    return dropped
 
 
 def client_ids(engine: Engine, tenant_id: int, session_pks: Iterable[int]) -> dict[int, str]:
