@@ -86,10 +86,8 @@ def _compact(tenant_id: int, session_pk: int, res: Resources) -> str:
     state = loaded.state()
     # working memory observed from the new turns, off the request path; this publish shows it
     if observe_memory(res, session_pk, loaded.current(state).turns, row.memory_observed_through):
-        fresh = snapshots.load(res.engine, session_pk, res.settings.memory_budget_tokens)
-        if fresh is not None:  # its memory and row; the turns stay those just observed
-            loaded = replace(fresh, snapshot=loaded.snapshot, tail=loaded.tail)
-            row = loaded.session
+        loaded = snapshots.with_fresh_memory(res.engine, loaded, res.settings.memory_budget_tokens)
+        row = loaded.session
     # the pinned memory block is the prompt's prefix: it stays as rendered at the epoch, and changes
     # since go to the status note, until this job starts a new epoch anyway (or the system changed)
     system_changed = snap is not None and state.system != row.system
@@ -120,8 +118,10 @@ def _compact(tenant_id: int, session_pk: int, res: Resources) -> str:
     if verdict.decision is Decision.NEW_EPOCH or system_changed:
         epoch += 1  # the prefix changes anyway: the pinned memory block is refreshed with it
         publish, pinned_version = replace(publish, memory=loaded.memory), row.memory_version
-    with read_tx(res.engine) as conn:
-        memory_note = memory.changes_since(conn, session_pk, pinned_version, MEMORY_NOTE_TOKENS)
+    memory_note = ""
+    if pinned_version < row.memory_version:  # else nothing changed since the pinned block
+        with read_tx(res.engine) as conn:
+            memory_note = memory.changes_since(conn, session_pk, pinned_version, MEMORY_NOTE_TOKENS)
     new_through = loaded.tail[-1].seq if loaded.tail else through
     prompt = assemble(publish)
     tokens = served_tokens(publish)

@@ -58,6 +58,17 @@ def latest_snapshot(conn: Connection, session_pk: int) -> Any:
     ).first()
 
 
+def with_fresh_memory(engine: Engine, loaded: Loaded, memory_budget_tokens: int = BUDGET_TOKENS) -> Loaded:
+    """loaded with its session row and memory read again (the observer just changed them); the
+    snapshot and the turns stay those already loaded."""
+    with read_tx(engine) as conn:
+        session = conn.execute(select(S).where(S.c.id == loaded.session.id)).first()
+        if session is None:
+            return loaded
+        memory = render(load_items(conn, session.id), memory_budget_tokens)
+    return replace(loaded, session=session, memory=memory)
+
+
 def load(engine: Engine, session_pk: int, memory_budget_tokens: int = BUDGET_TOKENS) -> Loaded | None:
     with read_tx(engine) as conn:
         session = conn.execute(select(S).where(S.c.id == session_pk)).first()
