@@ -25,10 +25,11 @@ from worker.compaction.codec import transcript_from_json, transcript_to_json
 from worker.compaction.epochs import Decision, Switch, common_prefix_bytes
 from worker.compaction.model import Transcript
 from worker.compaction.ports import SummaryResult
+from worker.compaction.tokens import count_text
 from worker.compaction.validate import pending_tool_use_ids
 from worker.errors import SessionLocked
 from worker.memory import prune
-from worker.memory.model import Item, MemoryOpError
+from worker.memory.model import Item, MemoryOpError, clip_note
 from worker.observing import observe_memory
 from worker.resources import Resources
 from worker.store import memory, snapshots
@@ -115,13 +116,21 @@ def _compact(tenant_id: int, session_pk: int, res: Resources) -> str:
     epoch = snap.epoch if snap else 0
     if s.files:
         save_files(res.engine, tenant_id, session_pk, s.files)
-    if verdict.decision is Decision.NEW_EPOCH or system_changed:
-        epoch += 1  # the prefix changes anyway: the pinned memory block is refreshed with it
-        publish, pinned_version = replace(publish, memory=loaded.memory), row.memory_version
-    memory_note = ""
+    new_epoch = verdict.decision is Decision.NEW_EPOCH
+    if new_epoch or system_changed:
+        epoch += 1
+    note = ""  # unclipped: whether it still fits decides a refresh below
     if pinned_version < row.memory_version:  # else nothing changed since the pinned block
         with read_tx(res.engine) as conn:
-            memory_note = memory.changes_since(conn, session_pk, pinned_version, MEMORY_NOTE_TOKENS)
+            note = memory.changes_since(conn, session_pk, pinned_version, 1 << 30)
+    # The pinned block is refreshed when the prefix is rewritten from the top anyway (a new system
+    # prompt, a summary switched in), or at a new epoch once the changes outgrow the note. A
+    # structural epoch rewrites only from its first changed turn: refreshing the block there would
+    # make the provider cache the whole prompt again.
+    summarized = publish.handoff != current.handoff
+    if system_changed or (new_epoch and (summarized or count_text(note) > MEMORY_NOTE_TOKENS)):
+        publish, pinned_version, note = replace(publish, memory=loaded.memory), row.memory_version, ""
+    memory_note = clip_note(note, MEMORY_NOTE_TOKENS)
     new_through = loaded.tail[-1].seq if loaded.tail else through
     prompt = assemble(publish)
     tokens = served_tokens(publish)

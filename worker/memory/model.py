@@ -323,5 +323,9 @@ def changes_note(pinned: Sequence[Item], current: Sequence[Item], budget_tokens:
             lines.append(f"- {_TITLES[item.section]} ({gone}): {_line(item)[2:]}")
     if not lines:
         return ""
-    text = "Working memory changed since the block at the top:\n" + "\n".join(lines)
+    return clip_note("Working memory changed since the block at the top:\n" + "\n".join(lines), budget_tokens)
+
+
+def clip_note(text: str, budget_tokens: int) -> str:
+    """A changes note within budget_tokens (cut, marked with an ellipsis)."""
     return text if count_text(text) <= budget_tokens else head_text(text, budget_tokens - 2).rstrip() + " …"
