@@ -16,7 +16,7 @@ from structlog.contextvars import clear_contextvars
 
 from api import errors
 from api.metrics import Metrics
-from api.routes import files, health, memory, prompt, sessions, turns
+from api.routes import files, health, memory, prompt, sessions, turns, ui
 from worker.celery_app import sender
 from worker.logs import configure_logging
 from worker.resources import Resources
@@ -60,7 +60,7 @@ def create_app(settings: Settings, *, enqueue: Enqueue | None = None, log_setup:
     app.state.keys = {}
     app.state.metrics = Metrics()
     errors.install(app)
-    for module in (turns, prompt, sessions, memory, files, health):
+    for module in (turns, prompt, sessions, memory, files, health, ui):
         app.include_router(module.router)
     app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
     app.add_middleware(RequestLog, metrics=app.state.metrics)

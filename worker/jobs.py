@@ -40,6 +40,7 @@ from worker.store.files import file_infos, save_files
 from worker.store.prompts import entry_from_prompt, refresh_status_files, request_prefix
 from worker.store.runs import Runs
 from worker.store.tables import utcnow
+from worker.stats import snapshot_kind
 from worker.summarizers import cost_usd
 
 log = structlog.get_logger("compactd.jobs")
@@ -151,6 +152,7 @@ def _compact(tenant_id: int, session_pk: int, res: Resources) -> str:
             "stages": reports,
             "error": s.error,
         },
+        kind=snapshot_kind("new_epoch" if new_epoch or system_changed else "", str(s.switch), summarized),
     )
     with read_tx(res.engine) as conn:
         files = file_infos(conn, session_pk)

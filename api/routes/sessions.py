@@ -2,16 +2,101 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from datetime import datetime, timedelta
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Response
+from pydantic import BaseModel
 
 from api.deps import ResourcesDep, SenderDep, TenantDep
 from api.errors import NotFound
 from api.routes.paths import SessionId
 from api.schemas import ActivityRequest, ActivityResponse, CompactRequest, CompactResponse, SessionInfo
+from worker.stats import session_stats
 from worker.store import prompts, sessions
+from worker.store import stats as stats_store
 from worker.store.tables import utcnow
 
 router = APIRouter(tags=["sessions"])
+
+_EPOCH = datetime(1970, 1, 1)
+_MICRO = timedelta(microseconds=1)
+
+
+class SessionSummary(BaseModel):
+    id: str
+    turns: int
+    epoch: int
+    raw_tokens: int  # every stored turn, uncompacted
+    served_tokens: int  # the published snapshot plus the turns after it
+    last_activity: str  # the last append, ISO 8601 UTC
+
+
+class SessionPage(BaseModel):
+    sessions: list[SessionSummary]
+    next_cursor: str | None  # pass as ?cursor= for the next page; null on the last one
+
+
+def encode_cursor(at: datetime, pk: int) -> str:
+    """An opaque-looking but plain position: microseconds of the last append, then the pk."""
+    return f"{(at - _EPOCH) // _MICRO}.{pk}"
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, int]:
+    micros, _, pk = cursor.partition(".")
+    return _EPOCH + int(micros) * _MICRO, int(pk)
+
+
+@router.get("/v1/sessions", response_model=SessionPage)
+def list_sessions(
+    res: ResourcesDep,
+    tenant: TenantDep,
+    limit: Annotated[int, Query(ge=1, le=200, description="sessions per page")] = 50,
+    cursor: Annotated[
+        str | None,
+        Query(pattern=r"^[0-9]{1,18}\.[0-9]{1,18}$", description="next_cursor of the previous page"),
+    ] = None,
+) -> SessionPage:
+    """The caller's tenant's sessions, most recently active first, a page at a time (keyset
+    paging: a session appended to between pages moves to the front, never repeats on a later page
+    it was already shown on unless it became active again)."""
+    after = decode_cursor(cursor) if cursor else None
+    rows = stats_store.list_sessions(res.engine, tenant, limit + 1, after)
+    page, more = rows[:limit], len(rows) > limit
+    return SessionPage(
+        sessions=[
+            SessionSummary(
+                id=r["id"],
+                turns=r["turns"],
+                epoch=r["epoch"],
+                raw_tokens=r["raw_tokens"],
+                served_tokens=r["served_tokens"],
+                last_activity=r["last_activity"].isoformat() + "Z",
+            )
+            for r in page
+        ],
+        next_cursor=encode_cursor(page[-1]["last_activity"], page[-1]["pk"]) if more else None,
+    )
+
+
+@router.get("/v1/sessions/{sid}/stats")
+def get_stats(sid: SessionId, res: ResourcesDep, tenant: TenantDep) -> dict[str, Any]:
+    """Per turn the served prompt's size, the compaction epochs (at which turn, structural or
+    summary), the compaction ratio, working memory count, virtual files with what was read, and
+    redactions by kind (counts only)."""
+    rows = stats_store.session_rows(res.engine, tenant, sid)
+    if rows is None:
+        raise NotFound("no such session")
+    policy = res.policy_for(rows.session.context_window, rows.session.output_reserve)
+    return session_stats(
+        sid,
+        rows.turns,
+        rows.publishes,
+        budget_tokens=policy.budget_tokens,
+        memory_items=rows.memory_items,
+        files=rows.files,
+        redactions=rows.redactions,
+    )
 
 
 @router.get("/v1/sessions/{sid}", response_model=SessionInfo)

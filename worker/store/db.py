@@ -161,6 +161,7 @@ def _tables() -> list[Any]:
             "Turn",
             "Append",
             "Snapshot",
+            "SnapshotLog",
             "File",
             "FileRead",
             "MemoryEntry",

@@ -13,7 +13,7 @@ from sqlalchemy import Connection, Engine, delete, func, insert, select, update
 from worker.compaction.model import Turn, canonical_json, content_hash
 from worker.store import memory as memory_store
 from worker.store.db import insert_ignore, is_sqlite, read_tx, write_tx
-from worker.store.tables import Append, File, FileRead, Snapshot, utcnow
+from worker.store.tables import Append, File, FileRead, Snapshot, SnapshotLog, utcnow
 from worker.store.tables import Session as SessionTable
 from worker.store.tables import Turn as TurnTable
 
@@ -21,6 +21,7 @@ S = SessionTable.__table__  # type: ignore[attr-defined]
 TT = TurnTable.__table__  # type: ignore[attr-defined]
 A = Append.__table__  # type: ignore[attr-defined]
 SN = Snapshot.__table__  # type: ignore[attr-defined]
+SL = SnapshotLog.__table__  # type: ignore[attr-defined]
 F = File.__table__  # type: ignore[attr-defined]
 FR = FileRead.__table__  # type: ignore[attr-defined]
 
@@ -298,7 +299,7 @@ def delete_session(engine: Engine, tenant_id: int, client_id: str) -> int | None
 def delete_session_rows(conn: Connection, pk: int) -> None:
     file_ids = select(F.c.id).where(F.c.session_id == pk).scalar_subquery()
     conn.execute(delete(FR).where(FR.c.file_id.in_(file_ids)))
-    for table in (F, TT, A, SN):
+    for table in (F, TT, A, SN, SL):
         conn.execute(delete(table).where(table.c.session_id == pk))
     memory_store.delete_rows(conn, pk)
     conn.execute(update(S).where(S.c.parent_session_id == pk).values(parent_session_id=None))

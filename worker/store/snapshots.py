@@ -14,7 +14,7 @@ from worker.compaction.epochs import extend
 from worker.compaction.model import Transcript, Turn
 from worker.store.db import read_tx, write_tx
 from worker.store.memory import BUDGET_TOKENS, load_items, render
-from worker.store.sessions import SN, S, delete_session_rows, load_turns
+from worker.store.sessions import SL, SN, S, delete_session_rows, load_turns
 
 KEEP_SNAPSHOTS = 2  # the published one and its predecessor (for inspection)
 
@@ -92,8 +92,12 @@ def publish(
     prompt: dict[str, Any],
     report: Any,
     pinned_memory_version: int | None = None,
+    kind: str = "extend",
 ) -> bool:
-    """Publish a snapshot unless a newer one is already there (compare-and-set on epoch, through, memory)."""
+    """Publish a snapshot unless a newer one is already there (compare-and-set on epoch, through, memory).
+
+    A publish that wins is also logged (epoch, through, tokens, kind) for the inspector's history:
+    only the newest KEEP_SNAPSHOTS snapshots are kept."""
     newer = or_(
         S.c.epoch < epoch,
         and_(S.c.epoch == epoch, S.c.compacted_through < through_seq),
@@ -124,6 +128,11 @@ def publish(
                 state=orjson.dumps(state).decode(),
                 prompt=orjson.dumps(prompt).decode(),
                 report=orjson.dumps(report).decode(),
+            )
+        )
+        conn.execute(
+            insert(SL).values(
+                session_id=session_pk, epoch=epoch, through_seq=through_seq, tokens=tokens, kind=kind
             )
         )
         old = (

@@ -1,4 +1,4 @@
-"""SQLModel tables: tenants, sessions, turns, appends, snapshots, files, file reads, memory entries and events."""
+"""SQLModel tables: tenants, sessions, turns, appends, snapshots (and their log), files, file reads, memory entries and events."""
 
 from __future__ import annotations
 
@@ -90,6 +90,22 @@ class Snapshot(SQLModel, table=True):
     state: str = Field(sa_column=Column(Text, nullable=False))  # codec.transcript_to_json
     prompt: str = Field(sa_column=Column(Text, nullable=False))  # assemble(): {"system", "messages"}
     report: str = Field(sa_column=Column(Text, nullable=False))  # stage reports
+    created_at: datetime = Field(default_factory=utcnow, sa_type=DateTime)
+
+
+class SnapshotLog(SQLModel, table=True):
+    """One line per published snapshot, kept after the snapshot itself is pruned: the inspector's
+    history of prompt sizes and epochs."""
+
+    __tablename__ = "snapshot_log"
+    __table_args__ = (Index("ix_snapshot_log_session", "session_id", "through_seq"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    session_id: int
+    epoch: int
+    through_seq: int
+    tokens: int
+    kind: str  # structural | summary | extend (worker/stats.py snapshot_kind)
     created_at: datetime = Field(default_factory=utcnow, sa_type=DateTime)
 
 
