@@ -1,0 +1,156 @@
+"""GET /v1/sessions (paging, tenant isolation) and GET /v1/sessions/{sid}/stats over real
+SQLite/PostgreSQL and Redis, with compaction jobs run for real between appends."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from api.app import create_app
+from tests.conftest import require
+from tests.integration.conftest import flush_prefix, make_settings
+from tests.integration.realdata import claude_code_files, load_messages
+from worker import jobs
+from worker.resources import Resources
+from worker.store import sessions
+from worker.store.snapshots import KEEP_SNAPSHOTS
+from worker.store.tenants import create_tenant
+
+pytestmark = pytest.mark.services
+
+
+class Api:
+    def __init__(self, client: TestClient, res: Resources, tenant: int, key: str, other: str) -> None:
+        self.client, self.res, self.tenant, self.key, self.other = client, res, tenant, key, other
+
+    def get(self, path: str, key: str | None = None) -> Any:
+        return self.client.get(path, headers={"Authorization": f"Bearer {key or self.key}"})
+
+    def append(self, sid: str, messages: list[dict], key: str | None = None, **body: Any) -> Any:
+        r = self.client.post(
+            f"/v1/sessions/{sid}/turns",
+            json={"messages": messages, **body},
+            headers={"Authorization": f"Bearer {key or self.key}"},
+        )
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def compact(self, sid: str) -> None:
+        row = sessions.get_session(self.res.engine, self.tenant, sid)
+        jobs.compact(self.tenant, row.id, row.version, self.res)
+
+
+@pytest.fixture
+def api(tmp_path: Path, database_url: str, redis_url: str) -> Iterator[Api]:
+    settings = make_settings(tmp_path, database_url, redis_url)
+    # jobs are run by the test itself (jobs.compact, the worker's own code), not sent to Celery
+    app = create_app(settings, enqueue=lambda *a: None)
+    with TestClient(app, raise_server_exceptions=False) as client:
+        res = app.state.resources
+        tenant, key = create_tenant(res.engine, "a")
+        other = create_tenant(res.engine, "b")[1]
+        yield Api(client, res, tenant, key, other)
+    flush_prefix(redis_url, settings.redis_prefix)
+
+
+def user(text: str) -> dict:
+    return {"role": "user", "content": text}
+
+
+def long_session(turns: int = 200) -> list[dict]:
+    """The first `turns` messages of the smallest real Claude Code session that has that many."""
+    for path in claude_code_files():
+        if path.stat().st_size < 4_000_000 and len(messages := load_messages(path)) >= turns:
+            return messages[:turns]
+    require(False, f"no Claude Code transcript of {turns}+ messages under 4 MB in the shared data")
+    raise AssertionError("unreachable")
+
+
+def test_the_list_pages_through_the_tenants_sessions_most_recent_first(api: Api) -> None:
+    """Seven sessions in pages of three come back newest activity first, each once; another
+    tenant's session never appears, and a touched session moves to the front."""
+    for i in range(7):
+        api.append(f"s{i}", [user(f"task {i}")])
+    api.append("theirs", [user("not yours")], key=api.other)
+    seen: list[str] = []
+    cursor = None
+    pages = 0
+    while True:
+        r = api.get("/v1/sessions?limit=3" + (f"&cursor={cursor}" if cursor else ""))
+        assert r.status_code == 200, r.text
+        page = r.json()
+        pages += 1
+        seen += [s["id"] for s in page["sessions"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert pages == 3
+    assert seen == [f"s{i}" for i in reversed(range(7))]
+    first = api.get("/v1/sessions?limit=1").json()["sessions"][0]
+    assert first["turns"] == 1 and first["epoch"] == 0 and first["served_tokens"] == first["raw_tokens"] > 0
+    assert first["last_activity"].endswith("Z")
+    api.append("s2", [{"role": "assistant", "content": "ok"}, user("again")])
+    assert api.get("/v1/sessions?limit=1").json()["sessions"][0]["id"] == "s2"
+    assert [s["id"] for s in api.get("/v1/sessions", key=api.other).json()["sessions"]] == ["theirs"]
+
+
+@pytest.mark.parametrize("query", ["limit=0", "limit=100000", "cursor=abc", "cursor=1.2.3", "limit=x"])
+def test_bad_paging_is_a_problem(api: Api, query: str) -> None:
+    """A malformed limit or cursor is a 422 problem+json naming the parameter, not a stack trace."""
+    r = api.get(f"/v1/sessions?{query}")
+    assert r.status_code == 422 and r.headers["content-type"] == "application/problem+json"
+    assert query.split("=")[0] in r.text and "Traceback" not in r.text
+
+
+def test_list_and_stats_need_a_key_and_stats_are_per_tenant(api: Api) -> None:
+    """No key is a 401; another tenant's session stats are a 404."""
+    api.append("mine", [user("hello")])
+    assert api.client.get("/v1/sessions").status_code == 401
+    assert api.client.get("/v1/sessions/mine/stats").status_code == 401
+    r = api.get("/v1/sessions/mine/stats", key=api.other)
+    assert r.status_code == 404 and r.headers["content-type"] == "application/problem+json"
+
+
+def test_stats_follow_a_real_session_through_several_epochs(api: Api) -> None:
+    """A real transcript appended in chunks, compacted after each, gives one point per turn, the
+    epochs at the turns where they began (even those whose snapshots were pruned), a served size
+    matching the fetched prompt, redactions by kind and the virtual files with their reads."""
+    messages = long_session()
+    first = messages[0]["content"]
+    blocks = [{"type": "text", "text": first}] if isinstance(first, str) else list(first)
+    planted = {"role": "user", "content": [*blocks, {"type": "text", "text": "deploy with AKIAIOSFODNN7EXAMPLF"}]}
+    api.append("real", [planted], context_window=12_000)
+    chunks = [messages[i : i + 25] for i in range(1, len(messages), 25)]
+    for chunk in chunks:
+        api.append("real", chunk)
+        api.compact("real")
+    stats = api.get("/v1/sessions/real/stats").json()
+    info = api.get("/v1/sessions/real").json()
+    assert stats["turns"] == info["version"] == len(stats["per_turn"])
+    assert [p["seq"] for p in stats["per_turn"]] == list(range(1, info["version"] + 1))
+    assert len(stats["epochs"]) > KEEP_SNAPSHOTS  # the log outlives the pruned snapshots
+    assert [e["epoch"] for e in stats["epochs"]] == sorted({e["epoch"] for e in stats["epochs"]})
+    assert {e["kind"] for e in stats["epochs"]} <= {"structural", "summary"}
+    assert stats["epoch"] == info["epoch"] and stats["raw_tokens"] == info["tokens"]
+    assert stats["served_tokens"] == info["snapshot_tokens"]  # compacted through the last turn
+    assert stats["served_tokens"] <= stats["budget_tokens"] < stats["raw_tokens"]
+    assert stats["compaction_ratio"] > 1
+    for mark in stats["epochs"]:
+        point = stats["per_turn"][mark["at_turn"] - 1]
+        assert point["epoch"] >= mark["epoch"]
+    assert stats["redactions"].get("aws_access_key", 0) >= 1
+    assert "AKIAIOSFODNN7EXAMPLF" not in str(stats)
+    listed = api.get("/v1/sessions/real/files").json()["files"]
+    assert [f["ref"] for f in stats["files"]] == [f["ref"] for f in listed]
+    if listed:
+        api.get(f"/v1/sessions/real/files/{listed[0]['ref']}?start_line=1&end_line=2")
+        again = api.get("/v1/sessions/real/stats").json()
+        assert again["files"][0]["reads"] == ["lines 1-2"] and again["files_read"] >= 1
+    summary = api.get("/v1/sessions").json()["sessions"][0]
+    assert summary["id"] == "real" and summary["served_tokens"] == stats["served_tokens"]
+    api.client.delete("/v1/sessions/real", headers={"Authorization": f"Bearer {api.key}"})
+    assert api.get("/v1/sessions/real/stats").status_code == 404
