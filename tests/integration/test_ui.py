@@ -1,0 +1,201 @@
+"""The inspector (/ui) in a real headless Chromium, and `compactd stats`, against a real `compactd
+api` and `compactd worker` that compacted a real transcript through several epochs."""
+
+from __future__ import annotations
+
+import io
+import shutil
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+import redis
+
+from tests.conftest import REPO, require
+from tests.integration.conftest import Worker, flush_prefix, free_port, make_settings, settings_env, wait_for
+from tests.integration.test_sessions_list import long_session
+from worker.store.db import make_engine, migrate
+from worker.store.tenants import create_tenant
+
+pytestmark = [pytest.mark.services, pytest.mark.browser]
+
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+SECRET = "AKIAIOSFODNN7EXAMPLF"
+SERVED_RGB = (0x1F, 0x6F, 0xEB)  # the served-prompt line in inspector.js
+EPOCH_RGB = {(0x82, 0x50, 0xDF), (0xE1, 0x6F, 0x24)}  # structural / summary epoch marks
+
+
+@dataclass
+class Service:
+    url: str
+    key: str
+    other_key: str
+    env: dict[str, str]
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[Service]:
+    """API + worker processes; session `real` appended in chunks (each compacted before the next,
+    so there are several epochs), working memory changed, a secret planted; another tenant's
+    session beside it."""
+    tmp = tmp_path_factory.mktemp("ui")
+    key = f"cpd_{uuid.uuid4().hex}"
+    port = free_port()
+    settings = make_settings(tmp, f"sqlite:///{tmp / 'compactd.db'}", redis_url, port=port, default_api_key=key)
+    # one at a time, with room: start-up loads the secret rules, on a machine with 2 shared cores
+    api = Worker(settings, "api", log=tmp / "api.log")
+    api.wait_ready("api.started", timeout=120)
+    worker = Worker(settings, "worker", "--concurrency=1", log=tmp / "worker.log")
+    try:
+        worker.wait_ready(timeout=120)
+        engine = make_engine(settings.database_url)
+        migrate(engine)
+        other_key = create_tenant(engine, f"other-{uuid.uuid4().hex[:6]}")[1]
+        engine.dispose()
+        url = f"http://127.0.0.1:{port}"
+        http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=30)
+        messages = long_session()
+        first = messages[0]["content"]
+        blocks = [{"type": "text", "text": first}] if isinstance(first, str) else list(first)
+        planted = {"role": "user", "content": [*blocks, {"type": "text", "text": f"deploy with {SECRET}"}]}
+        http.post("/v1/sessions/real/turns", json={"messages": [planted], "context_window": 12_000})
+        for i in range(1, len(messages), 25):
+            r = http.post("/v1/sessions/real/turns", json={"messages": messages[i : i + 25]})
+            assert r.status_code == 200, r.text
+            version = r.json()["version"]
+            wait_for(lambda v=version: http.get("/v1/sessions/real").json()["compacted_through"] >= v, 60)
+        ops = [{"op": "add", "section": "decisions", "value": "Inspect the epochs in the browser"}]
+        assert http.patch("/v1/sessions/real/memory", json={"ops": ops}).status_code == 200
+        http.post("/v1/sessions/short/turns", json={"messages": [{"role": "user", "content": "hi"}]})
+        httpx.post(
+            f"{url}/v1/sessions/not-yours/turns",
+            json={"messages": [{"role": "user", "content": "private"}]},
+            headers={"Authorization": f"Bearer {other_key}"},
+        ).raise_for_status()
+        http.close()
+        yield Service(url, key, other_key, settings_env(settings))
+    finally:
+        worker.stop()
+        api.stop()
+        flush_prefix(redis_url, settings.redis_prefix)
+        redis.Redis.from_url(redis_url).delete(settings.queue)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    require(
+        Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists(),
+        "Chromium not installed (apt-get install -y chromium chromium-driver)",
+    )
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service as DriverService
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,2200"):
+        options.add_argument(arg)
+    options.add_argument("--force-device-scale-factor=1")
+    driver = webdriver.Chrome(service=DriverService(CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(30)
+    yield driver
+    driver.quit()
+
+
+def colour_pixels(png: bytes, rgb: tuple[int, int, int], tolerance: int = 40) -> int:
+    """How many pixels of the PNG are within `tolerance` (per channel) of `rgb`."""
+    import matplotlib.image
+
+    pixels = (matplotlib.image.imread(io.BytesIO(png), format="png")[..., :3] * 255).astype(int)
+    return int((np.abs(pixels - np.array(rgb)).max(axis=-1) <= tolerance).sum())
+
+
+def test_the_inspector_shows_a_session_behind_its_key(service: Service, browser: object) -> None:
+    """Without a key only the key prompt shows; with it the tenant's sessions (not another's), and
+    for a session the chart (its pixels checked), the prompt with summarized/clipped parts marked
+    and a pointer that opens its file, memory with history, files and redactions by kind."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    d = browser
+    wait = WebDriverWait(d, 30)  # type: ignore[arg-type]
+    d.get(service.url + "/ui")  # type: ignore[attr-defined]
+    find = d.find_element  # type: ignore[attr-defined]
+    find_all = d.find_elements  # type: ignore[attr-defined]
+    wait.until(ec.visibility_of_element_located((By.ID, "key-form")))
+    assert not find(By.ID, "app").is_displayed() and find_all(By.CSS_SELECTOR, "tr.session-row") == []
+
+    find(By.ID, "key").send_keys("cpd_wrong")
+    find(By.ID, "key-submit").click()
+    wait.until(ec.text_to_be_present_in_element((By.ID, "key-error"), "refused"))
+    assert find_all(By.CSS_SELECTOR, "tr.session-row") == []
+
+    find(By.ID, "key").send_keys(service.key)
+    find(By.ID, "key-submit").click()
+    wait.until(lambda _: len(find_all(By.CSS_SELECTOR, "tr.session-row")) == 2)
+    rows = [r.get_attribute("data-sid") for r in find_all(By.CSS_SELECTOR, "tr.session-row")]
+    assert rows == ["short", "real"]  # most recently active first; not the other tenant's
+
+    find(By.CSS_SELECTOR, 'tr.session-row[data-sid="real"]').click()
+    wait.until(lambda _: find_all(By.CSS_SELECTOR, "#prompt .msg"))
+    summary = find(By.ID, "summary").text
+    assert "compaction ratio" in summary and "summary" in summary
+
+    chart = find(By.ID, "chart")
+    png = chart.screenshot_as_png
+    served = colour_pixels(png, SERVED_RGB, tolerance=30)
+    marks = sum(colour_pixels(png, rgb, tolerance=30) for rgb in EPOCH_RGB)
+    assert served > 1_000, f"only {served} pixels of the served-prompt line"
+    assert marks > 200, f"only {marks} pixels of epoch marks"
+
+    prompt = find(By.ID, "prompt")
+    assert prompt.find_elements(By.CSS_SELECTOR, ".summarized")  # the handoff note
+    assert prompt.find_elements(By.CSS_SELECTOR, ".marker")  # clipped / offloaded / deduplicated parts
+    assert SECRET not in prompt.text and "[REDACTED:aws_access_key:" in prompt.text
+    ref = prompt.find_elements(By.CSS_SELECTOR, "a.ref")[0]
+    ref_name = ref.get_attribute("data-ref")
+    d.execute_script("arguments[0].scrollIntoView()", ref)  # type: ignore[attr-defined]
+    ref.click()
+    wait.until(ec.visibility_of_element_located((By.ID, "file-view")))
+    wait.until(lambda _: find(By.ID, "file-text").text.strip())
+    assert find(By.ID, "file-ref").text == ref_name
+
+    assert "Inspect the epochs in the browser" in find(By.ID, "memory").text
+    assert "decisions" in find(By.ID, "memory-history").text
+    assert find_all(By.CSS_SELECTOR, "#files tr.file-row")
+    assert "aws_access_key" in find(By.ID, "redactions").text
+
+    d.execute_script("sessionStorage.clear()")  # type: ignore[attr-defined]
+    d.refresh()  # type: ignore[attr-defined]
+    wait.until(ec.visibility_of_element_located((By.ID, "key-form")))
+    assert not find(By.ID, "app").is_displayed()
+
+
+def test_stats_command_prints_the_table_and_sparkline(service: Service) -> None:
+    """`compactd stats real` prints the numbers and a sparkline; a wrong key or no key says so."""
+    command = [sys.executable, "-m", "api.cli", "stats", "real", "--url", service.url]
+    env = {k: v for k, v in service.env.items() if k not in ("COMPACTD_URL", "COMPACTD_KEY")}
+    done = subprocess.run([*command, "--key", service.key], env=env, cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    lines = {line[:18].strip(): line[20:] for line in done.stdout.splitlines() if line[:1].strip()}
+    stats = httpx.get(
+        f"{service.url}/v1/sessions/real/stats", headers={"Authorization": f"Bearer {service.key}"}
+    ).json()
+    assert lines["turns"] == f"{stats['turns']:,}"
+    assert lines["served tokens"] == f"{stats['served_tokens']:,} of {stats['budget_tokens']:,} budget"
+    assert "summary" in lines["epochs"] and "aws_access_key" in lines["redactions"]
+    assert set(lines["prompt/turn"]) <= set("▁▂▃▄▅▆▇█") and len(lines["prompt/turn"]) == 60
+    assert SECRET not in done.stdout
+    other = subprocess.run(
+        [*command, "--key", service.other_key], env=env, cwd=REPO, capture_output=True, text=True
+    )
+    assert other.returncode == 1 and "404" in other.stderr and "Traceback" not in other.stderr
+    nokey = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True)
+    assert nokey.returncode == 2 and "COMPACTD_KEY" in nokey.stderr
+    assert shutil.which("compactd", path=str(Path(sys.executable).parent))
