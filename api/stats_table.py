@@ -27,7 +27,9 @@ def sparkline(values: Sequence[float], width: int = 60, top: float | None = None
 def render_stats(stats: dict[str, Any], width: int = 60) -> str:
     """The numbers of GET /v1/sessions/{sid}/stats as aligned `name  value` lines, then the curve."""
     files = stats["files"]
-    epochs = ", ".join(f"{e['epoch']} at turn {e['at_turn']} ({e['kind']})" for e in stats["epochs"]) or "none"
+    epochs = (
+        ", ".join(f"{e['epoch']} at turn {e['at_turn']} ({e['kind']})" for e in stats["epochs"]) or "none"
+    )
     redactions = ", ".join(f"{k} {v:,}" for k, v in stats["redactions"].items()) or "none"
     rows = [
         ("session", stats["session_id"]),

@@ -32,6 +32,7 @@ from worker.memory import prune
 from worker.memory.model import Item, MemoryOpError, clip_note
 from worker.observing import observe_memory
 from worker.resources import Resources
+from worker.stats import snapshot_kind
 from worker.store import memory, snapshots
 from worker.store.cache import Entry
 from worker.store.compact_requests import CompactRequest
@@ -40,7 +41,6 @@ from worker.store.files import file_infos, save_files
 from worker.store.prompts import entry_from_prompt, refresh_status_files, request_prefix
 from worker.store.runs import Runs
 from worker.store.tables import utcnow
-from worker.stats import snapshot_kind
 from worker.summarizers import cost_usd
 
 log = structlog.get_logger("compactd.jobs")

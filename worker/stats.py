@@ -62,7 +62,9 @@ def applicable(publishes: Sequence[Publish], seq: int) -> Publish | None:
     """The snapshot serving the prompt right after turn `seq`: the newest covering at most it."""
     best: Publish | None = None
     for p in publishes:
-        if p.through_seq <= seq and (best is None or (p.epoch, p.through_seq) > (best.epoch, best.through_seq)):
+        if p.through_seq <= seq and (
+            best is None or (p.epoch, p.through_seq) > (best.epoch, best.through_seq)
+        ):
             best = p
     return best
 
@@ -86,10 +88,7 @@ def per_turn(turns: Sequence[TurnRow], publishes: Sequence[Publish]) -> list[dic
             if best is None or (p.epoch, p.through_seq) > (best.epoch, best.through_seq):
                 best = p
             i += 1
-        if best is None:
-            prompt = raw
-        else:
-            prompt = best.tokens + raw - raw_at.get(best.through_seq, 0)
+        prompt = raw if best is None else best.tokens + raw - raw_at.get(best.through_seq, 0)
         out.append(
             {
                 "seq": t.seq,
@@ -110,7 +109,8 @@ def epoch_marks(publishes: Sequence[Publish]) -> list[dict[str, Any]]:
         if p.epoch > 0 and p.epoch not in first:
             first[p.epoch] = p
     return [
-        {"epoch": p.epoch, "at_turn": p.through_seq, "kind": p.kind, "tokens": p.tokens} for p in first.values()
+        {"epoch": p.epoch, "at_turn": p.through_seq, "kind": p.kind, "tokens": p.tokens}
+        for p in first.values()
     ]
 
 

@@ -28,7 +28,9 @@ HEADERS = {
 @router.get("/ui")
 def page() -> Response:
     """The inspector page."""
-    return Response((UI_DIR / "index.html").read_bytes(), media_type="text/html; charset=utf-8", headers=HEADERS)
+    return Response(
+        (UI_DIR / "index.html").read_bytes(), media_type="text/html; charset=utf-8", headers=HEADERS
+    )
 
 
 @router.get("/ui/{name}")

@@ -122,7 +122,10 @@ def test_stats_follow_a_real_session_through_several_epochs(api: Api) -> None:
     messages = long_session()
     first = messages[0]["content"]
     blocks = [{"type": "text", "text": first}] if isinstance(first, str) else list(first)
-    planted = {"role": "user", "content": [*blocks, {"type": "text", "text": "deploy with AKIAIOSFODNN7EXAMPLF"}]}
+    planted = {
+        "role": "user",
+        "content": [*blocks, {"type": "text", "text": "deploy with AKIAIOSFODNN7EXAMPLF"}],
+    }
     api.append("real", [planted], context_window=12_000)
     chunks = [messages[i : i + 25] for i in range(1, len(messages), 25)]
     for chunk in chunks:

@@ -47,7 +47,9 @@ def service(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterato
     tmp = tmp_path_factory.mktemp("ui")
     key = f"cpd_{uuid.uuid4().hex}"
     port = free_port()
-    settings = make_settings(tmp, f"sqlite:///{tmp / 'compactd.db'}", redis_url, port=port, default_api_key=key)
+    settings = make_settings(
+        tmp, f"sqlite:///{tmp / 'compactd.db'}", redis_url, port=port, default_api_key=key
+    )
     # one at a time, with room: start-up loads the secret rules, on a machine with 2 shared cores
     api = Worker(settings, "api", log=tmp / "api.log")
     api.wait_ready("api.started", timeout=120)

@@ -85,7 +85,10 @@ def test_session_stats_carries_every_number_the_inspector_shows() -> None:
         [Publish(1, 3, 50, "structural")],
         budget_tokens=1000,
         memory_items=3,
-        files=[FileRow("f_0123456789abcdef", "offload", 10, ("lines 1-5",)), FileRow("h_1", "archive", 2, ())],
+        files=[
+            FileRow("f_0123456789abcdef", "offload", 10, ("lines 1-5",)),
+            FileRow("h_1", "archive", 2, ()),
+        ],
         redactions={"password": 1},
     )
     assert stats["raw_tokens"] == 400 and stats["served_tokens"] == 150

@@ -44,7 +44,7 @@ def list_sessions(
     with read_tx(engine) as conn:
         rows = conn.execute(query).all()
         pks = [r.id for r in rows]
-        tails = dict(
+        tails: dict[int, int] = dict(
             conn.execute(
                 select(TT.c.session_id, func.sum(TT.c.tokens))
                 .join(S, S.c.id == TT.c.session_id)
