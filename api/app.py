@@ -37,7 +37,7 @@ def create_app(settings: Settings, *, enqueue: Enqueue | None = None, log_setup:
         res = Resources.build(settings)
         app.state.resources = res
         app.state.enqueue = enqueue or celery_enqueue(settings, res)
-        app.state.metrics.watch_workers(res.cache.stats)
+        app.state.metrics.attach(res)
         # start-up garbage is long-lived: move it out of the collector's way (cuts p99)
         gc.collect()
         gc.freeze()
@@ -49,6 +49,7 @@ def create_app(settings: Settings, *, enqueue: Enqueue | None = None, log_setup:
         finally:
             flusher.cancel()
             await _flush_once(app, res)
+            await run_in_threadpool(app.state.metrics.close)
             res.close()
 
     app = FastAPI(

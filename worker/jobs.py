@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -33,6 +34,7 @@ from worker.memory.model import Item, MemoryOpError, clip_note
 from worker.observing import observe_memory
 from worker.resources import Resources
 from worker.stats import snapshot_kind
+from worker.stats_counters import epoch_cause, record_job, record_publish, record_usage
 from worker.store import memory, snapshots
 from worker.store.cache import Entry
 from worker.store.compact_requests import CompactRequest
@@ -61,12 +63,15 @@ def compact(tenant_id: int, session_pk: int, seen_version: int, res: Resources) 
     token = res.cache.acquire(session_pk, res.settings.lock_seconds)
     if token is None:
         raise SessionLocked(session_pk)
+    started, outcome = time.monotonic(), "error"
     try:
         # from here on an append sends a new job: this one may load before its turn lands
         res.cache.release_job_claim(session_pk)
-        return _compact(tenant_id, session_pk, res)
+        outcome = _compact(tenant_id, session_pk, res)
+        return outcome
     finally:
         res.cache.release(session_pk, token)
+        record_job(res.cache, outcome, time.monotonic() - started)
 
 
 def _compact(tenant_id: int, session_pk: int, res: Resources) -> str:
@@ -186,6 +191,15 @@ def _compact(tenant_id: int, session_pk: int, res: Resources) -> str:
         log.info("epoch.switched", reason=str(s.switch), epoch=epoch, through_seq=new_through)
     if verdict.decision is Decision.NEW_EPOCH:
         res.cache.count("tokens_saved", max(0, verdict.saved_tokens))
+    tokens_before = verdict.tokens_before + prefix_tokens(current)
+    record_publish(
+        res,
+        session_pk,
+        first_new_seq=loaded.tail[0].seq if loaded.tail else None,
+        cause=epoch_cause(new_epoch, summarized, system_changed),
+        tokens_before=tokens_before,
+        tokens_after=tokens,
+    )
     log.info(
         "session.compacted",
         decision=str(verdict.decision),
@@ -194,7 +208,7 @@ def _compact(tenant_id: int, session_pk: int, res: Resources) -> str:
         epoch=epoch,
         through_seq=new_through,
         quiet=quiet,
-        tokens_before=verdict.tokens_before + prefix_tokens(current),
+        tokens_before=tokens_before,
         tokens_after=tokens,
         budget_tokens=policy.budget_tokens,
         stages=reports,
@@ -247,7 +261,9 @@ def _account(res: Resources, session_pk: int, entry: Entry, s: epochs.Step) -> N
     handoff = s.pending.handoff if s.pending is not None else s.publish.handoff
     if s.prepared and handoff is not None and handoff.input_tokens:
         usage = SummaryResult(handoff.text, handoff.input_tokens, handoff.output_tokens, handoff.summarizer)
-        res.cache.add_usage(session_pk, handoff.input_tokens, handoff.output_tokens, cost_usd(usage))
+        cost = cost_usd(usage)
+        res.cache.add_usage(session_pk, handoff.input_tokens, handoff.output_tokens, cost)
+        record_usage(res.cache, handoff.input_tokens, handoff.output_tokens, cost)
 
 
 def why_not_quiet(activity: str, pending_tool: Sequence[str]) -> str:

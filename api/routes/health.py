@@ -40,5 +40,6 @@ def readyz(res: ResourcesDep) -> Response:
 
 @router.get("/metrics")
 def metrics(request: Request) -> Response:
-    """Prometheus text format."""
+    """Prometheus text format: the totals of every API process and worker (shared in Redis; see
+    api/metrics.py), whichever process is scraped."""
     return Response(generate_latest(request.app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -49,7 +49,7 @@ async def get_prompt(sid: SessionId, request: Request) -> Response:
             ) from None
         if served is None:
             raise NotFound("no such session")
-    request.app.state.metrics.fetches.labels(served.source).inc()
+    request.app.state.metrics.record_fetch(served.source, served.tokens, served.budget_tokens)
     pk = res.cache.pks.get((tenant, sid))
     if not served.fits:
         # never expected (fit clips everything but a tiny system prompt); counted where operators look

@@ -15,6 +15,7 @@ from worker.compaction.assemble import merge_roles
 from worker.compaction.pipeline import ingest
 from worker.compaction.profiles import known_profile, profile_for
 from worker.compaction.validate import request_problems
+from worker.stats_counters import CountingRedactor
 from worker.store.sessions import Appended, Profile, append_turns, request_hash
 
 router = APIRouter(tags=["turns"])
@@ -43,7 +44,9 @@ def append(
     x_compactd_activity: Annotated[Activity | None, Header()] = None,
 ) -> AppendResponse:
     """Append messages; the session is created on first append. Retries with the same Idempotency-Key are safe."""
-    ingested = ingest(body.messages, first_seq=1, redactor=res.redactor, policy=res.settings.policy())
+    # counts the secrets redacted, by kind, for /metrics
+    redactor = CountingRedactor.of(res.redactor)
+    ingested = ingest(body.messages, first_seq=1, redactor=redactor, policy=res.settings.policy())
     profile = _profile(body, res)
     done = append_turns(
         res.engine,
@@ -59,8 +62,7 @@ def append(
         validate=_check,
     )
     if not done.replayed:
-        request.app.state.metrics.appends.inc()
-        request.app.state.metrics.turns.inc(len(ingested.turns))
+        request.app.state.metrics.record_append(len(ingested.turns), redactor.counts)
         enqueue(tenant, done.session_pk, done.version)
     return _answer(sid, tenant, body, profile, done, res.settings.context_window)
 
