@@ -6,7 +6,7 @@ import argparse
 import sys
 import warnings
 
-from api import offline
+from api import offline, transfer
 from worker.settings import Settings
 
 
@@ -51,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     f.set_defaults(func=run_flower)
     _tenant_commands(sub)
     offline.register(sub)
+    transfer.register(sub)
     return parser
 
 

@@ -25,8 +25,8 @@ from worker.compaction.errors import InvalidTranscript
 from worker.compaction.pipeline import ingest
 from worker.compaction.profiles import known_profile, profile_for
 from worker.compaction.validate import request_problems
-from worker.resources import Resources
 from worker.errors import TransientError
+from worker.resources import Resources
 from worker.store.sessions import Appended, IdempotencyMismatch, Profile, append_turns, request_hash
 from worker.store.tenants import tenant_for_key
 
@@ -40,7 +40,7 @@ REJECTED_KEEP = 1000
 Enqueue = Callable[[int, int, int], None]
 
 
-class BrokenConversation(Exception):  # noqa: N818 - named for what the caller sent
+class BrokenConversation(Exception):
     """Raised when an append would make the session an invalid Anthropic conversation."""
 
     def __init__(self, problems: list[str]) -> None:
@@ -141,7 +141,7 @@ class EnqueuedAppend(BaseModel):
     activity: Activity | None = None
 
 
-class Rejected(Exception):  # noqa: N818 - it is the outcome, not a failure of ours
+class Rejected(Exception):
     """Raised when an enqueued append is refused for good: retrying the same message cannot help."""
 
     def __init__(self, reason: str, problems: list[str] | None = None) -> None:
@@ -195,7 +195,12 @@ def append_enqueued(
         first_seq=done.first_seq,
         last_seq=done.last_seq,
     )
-    return {"status": status, "session_id": session_id, "first_seq": done.first_seq, "last_seq": done.last_seq}
+    return {
+        "status": status,
+        "session_id": session_id,
+        "first_seq": done.first_seq,
+        "last_seq": done.last_seq,
+    }
 
 
 def parse_enqueued(kwargs: dict[str, Any]) -> EnqueuedAppend:

@@ -84,7 +84,7 @@ def append(self: Task, *args: Any, **message: Any) -> dict[str, Any]:
             if self.request.retries >= APPEND_MAX_RETRIES:
                 reason = f"gave up after {APPEND_MAX_RETRIES} retries: {exc}"
                 return appending.reject(res, task_id, None, str(message.get("session_id", ""))[:200], reason)
-            raise self.retry(exc=exc, countdown=min(60, 2 ** self.request.retries)) from exc
+            raise self.retry(exc=exc, countdown=min(60, 2**self.request.retries)) from exc
 
 
 def _enqueue_compaction(tenant_id: int, session_pk: int, version: int) -> None:

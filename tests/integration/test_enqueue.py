@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -25,6 +26,8 @@ from worker.store.tenants import tenant_for_key
 
 pytestmark = [pytest.mark.services]
 
+# Celery's log line when a worker takes a message
+RECEIVED = re.compile(r"compactd\.append\[[0-9a-f-]+\] received")
 SECRET = "ghp_a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
 
 # A service that is not compactd: its own Celery app, no compactd import, only the broker URL.
@@ -60,8 +63,11 @@ def send_from_other_process(settings: Settings, tmp_path: Path, messages: list[d
     assert done.returncode == 0, done.stderr
 
 
-@pytest.fixture
-def settings(tmp_path: Path, redis_url: str) -> Iterator[Settings]:
+# One API and one worker for the module (each start loads the redaction rules): tests use
+# sessions of their own, and the test that kills a pool process runs last.
+@pytest.fixture(scope="module")
+def settings(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[Settings]:
+    tmp_path = tmp_path_factory.mktemp("enqueue")
     key = f"cpd_{uuid.uuid4().hex}"
     s = make_settings(
         tmp_path, f"sqlite:///{tmp_path / 'compactd.db'}", redis_url, port=free_port(), default_api_key=key
@@ -70,9 +76,9 @@ def settings(tmp_path: Path, redis_url: str) -> Iterator[Settings]:
     flush_prefix(redis_url, s.redis_prefix)
 
 
-@pytest.fixture
-def api(settings: Settings, tmp_path: Path) -> Iterator[httpx.Client]:
-    proc = Worker(settings, "api", log=tmp_path / "api.log")
+@pytest.fixture(scope="module")
+def api(settings: Settings) -> Iterator[httpx.Client]:
+    proc = Worker(settings, "api", log=settings.var_dir.parent / "api.log")
     proc.wait_ready("api.started")
     headers = {"Authorization": f"Bearer {settings.default_api_key}"}
     with httpx.Client(base_url=f"http://127.0.0.1:{settings.port}", headers=headers, timeout=30) as client:
@@ -80,15 +86,15 @@ def api(settings: Settings, tmp_path: Path) -> Iterator[httpx.Client]:
     proc.stop()
 
 
-@pytest.fixture
-def worker(settings: Settings, tmp_path: Path, api: httpx.Client) -> Iterator[Worker]:
-    w = Worker(settings, "worker", "--concurrency=1", log=tmp_path / "worker.log")
+@pytest.fixture(scope="module")
+def worker(settings: Settings, api: httpx.Client) -> Iterator[Worker]:
+    w = Worker(settings, "worker", "--concurrency=1", log=settings.var_dir.parent / "worker.log")
     w.wait_ready()
     yield w
     w.stop()
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def res(settings: Settings, api: httpx.Client) -> Iterator[Resources]:
     r = Resources.build(settings, run_migrations=False)
     yield r
@@ -191,7 +197,9 @@ def pairs(key: str, sid: str, count: int) -> list[dict[str, Any]]:
         {
             "api_key": key,
             "session_id": sid,
-            "body": {"messages": [{"role": "assistant", "content": big if i == 0 else f"a{i}"}, user(f"u{i}")]},
+            "body": {
+                "messages": [{"role": "assistant", "content": big if i == 0 else f"a{i}"}, user(f"u{i}")]
+            },
         }
         for i in range(count)
     ]
@@ -208,14 +216,17 @@ def test_an_append_whose_worker_process_is_killed_is_stored_once_after_redeliver
     """The pool process running an enqueued append is SIGKILLed: the message was not acked, so it
     is redelivered, and the turns that were queued behind it are stored too, each once."""
     api.post("/v1/sessions/k1/turns", json={"messages": [user("start")]}).raise_for_status()
+    seen = len(worker.log.read_text())
     send_from_other_process(settings, tmp_path, pairs(settings.default_api_key or "", "k1", 11))
-    wait_for(lambda: "received" in worker.log.read_text(), timeout=30, interval=0.02)
+    wait_for(lambda: RECEIVED.search(worker.log.read_text()[seen:]), timeout=30, interval=0.02)
     for child in pool_children(worker.proc.pid):
         os.kill(child, signal.SIGKILL)
     prompt = wait_for(
-        lambda: (r := api.get("/v1/sessions/k1/prompt")).status_code == 200
-        and r.json()["version"] >= 23
-        and r.json(),
+        lambda: (
+            (r := api.get("/v1/sessions/k1/prompt")).status_code == 200
+            and r.json()["version"] >= 23
+            and r.json()
+        ),
         timeout=90,
     )
     assert prompt["version"] == 23
@@ -249,16 +260,18 @@ def test_queued_appends_survive_a_killed_worker_and_land_after_a_new_one_starts(
         send_from_other_process(settings, tmp_path, pairs(key, "w", 31))
         first = Worker(settings, "worker", "--concurrency=1", log=tmp_path / "worker1.log")
         first.wait_ready()
-        wait_for(lambda: "received" in first.log.read_text(), timeout=30, interval=0.02)
+        wait_for(lambda: RECEIVED.search(first.log.read_text()), timeout=30, interval=0.02)
         for pid in [*pool_children(first.proc.pid), first.proc.pid]:
             os.kill(pid, signal.SIGKILL)
         first.proc.wait()
         second = Worker(settings, "worker", "--concurrency=1", log=tmp_path / "worker2.log")
         second.wait_ready()
         prompt = wait_for(
-            lambda: (r := http.get("/v1/sessions/w/prompt")).status_code == 200
-            and r.json()["version"] >= 63
-            and r.json(),
+            lambda: (
+                (r := http.get("/v1/sessions/w/prompt")).status_code == 200
+                and r.json()["version"] >= 63
+                and r.json()
+            ),
             timeout=150,
             interval=0.5,
         )
