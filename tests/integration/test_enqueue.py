@@ -79,7 +79,7 @@ def settings(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterat
 @pytest.fixture(scope="module")
 def api(settings: Settings) -> Iterator[httpx.Client]:
     proc = Worker(settings, "api", log=settings.var_dir.parent / "api.log")
-    proc.wait_ready("api.started")
+    proc.wait_ready("api.started", timeout=120)
     headers = {"Authorization": f"Bearer {settings.default_api_key}"}
     with httpx.Client(base_url=f"http://127.0.0.1:{settings.port}", headers=headers, timeout=30) as client:
         yield client
@@ -89,7 +89,7 @@ def api(settings: Settings) -> Iterator[httpx.Client]:
 @pytest.fixture(scope="module")
 def worker(settings: Settings, api: httpx.Client) -> Iterator[Worker]:
     w = Worker(settings, "worker", "--concurrency=1", log=settings.var_dir.parent / "worker.log")
-    w.wait_ready()
+    w.wait_ready(timeout=120)
     yield w
     w.stop()
 
@@ -252,20 +252,20 @@ def test_queued_appends_survive_a_killed_worker_and_land_after_a_new_one_starts(
     api_proc = Worker(settings, "api", log=tmp_path / "api.log")
     first = second = None
     try:
-        api_proc.wait_ready("api.started")
+        api_proc.wait_ready("api.started", timeout=120)
         http = httpx.Client(
             base_url=f"http://127.0.0.1:{settings.port}", headers={"Authorization": f"Bearer {key}"}
         )
         http.post("/v1/sessions/w/turns", json={"messages": [user("start")]}).raise_for_status()
         send_from_other_process(settings, tmp_path, pairs(key, "w", 31))
         first = Worker(settings, "worker", "--concurrency=1", log=tmp_path / "worker1.log")
-        first.wait_ready()
+        first.wait_ready(timeout=120)
         wait_for(lambda: RECEIVED.search(first.log.read_text()), timeout=30, interval=0.02)
         for pid in [*pool_children(first.proc.pid), first.proc.pid]:
             os.kill(pid, signal.SIGKILL)
         first.proc.wait()
         second = Worker(settings, "worker", "--concurrency=1", log=tmp_path / "worker2.log")
-        second.wait_ready()
+        second.wait_ready(timeout=120)
         prompt = wait_for(
             lambda: (
                 (r := http.get("/v1/sessions/w/prompt")).status_code == 200
