@@ -6,7 +6,7 @@ import argparse
 import sys
 import warnings
 
-from api import offline, stats_cli
+from api import offline, stats_cli, transfer
 from worker.settings import Settings
 
 
@@ -52,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     _tenant_commands(sub)
     offline.register(sub)
     stats_cli.register(sub)
+    transfer.register(sub)
     return parser
 
 

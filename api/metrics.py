@@ -30,6 +30,7 @@ from worker.stats_counters import (
     Recorder,
     Spec,
     parse_field,
+    record_append,
 )
 from worker.store.cache import make_redis
 
@@ -124,10 +125,7 @@ class Metrics:
 
     def record_append(self, turns: int, redactions: Mapping[str, int]) -> None:
         """An append was stored: one append, its turns, and the secrets redacted by kind."""
-        self.appends.inc()
-        self.turns.inc(turns)
-        for kind, n in redactions.items():
-            self.recorder.inc("compactd_redactions", n, (kind,))
+        record_append(self.recorder, turns, redactions)
 
     def queue_length(self) -> int | None:
         if self._queues is None:

@@ -243,6 +243,15 @@ class CountingRedactor(Redactor):
         return Redactor.placeholder(self, kind, secret)
 
 
+def record_append(rec: Recorder, turns: int, redactions: Mapping[str, int]) -> None:
+    """An append was stored (over HTTP, by the `compactd.append` task or an import): one append,
+    its turns, and the secrets redacted by kind."""
+    rec.inc("compactd_appends")
+    rec.inc("compactd_turns_appended", turns)
+    for kind, n in redactions.items():
+        rec.inc("compactd_redactions", n, (kind,))
+
+
 def epoch_cause(new_epoch: bool, summarized: bool, system_changed: bool) -> str | None:
     """Why a job started a new epoch (None: it did not)."""
     if new_epoch:

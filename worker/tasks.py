@@ -7,7 +7,7 @@ from typing import Any
 from celery import Task
 from structlog.contextvars import bound_contextvars
 
-from worker import jobs
+from worker import appending, jobs
 from worker.celery_app import app, resources
 from worker.errors import SessionLocked, TransientError
 
@@ -15,6 +15,11 @@ from worker.errors import SessionLocked, TransientError
 LOCKED_RETRY_SECONDS = 0.25
 LOCKED_MAX_SECONDS = 2.0
 LOCKED_MAX_RETRIES = 200  # past lock_seconds (120 s) at 2 s a try: the lock has expired by then
+# An enqueued append waits out a database outage this long (backoff to 60 s a try), then is recorded
+# as rejected rather than retried forever.
+APPEND_MAX_RETRIES = 30
+# as api/app.py's JOB_CLAIM_SECONDS: one compaction job pending per session, whoever appended
+JOB_CLAIM_SECONDS = 30.0
 
 
 @app.task(
@@ -56,3 +61,33 @@ def prune_memory(self: Task) -> dict[str, Any] | None:
 def expire(self: Task) -> int:
     with bound_contextvars(task_id=self.request.id):
         return jobs.expire(resources())
+
+
+@app.task(name="compactd.append", bind=True, acks_late=True, reject_on_worker_lost=True)
+def append(self: Task, *args: Any, **message: Any) -> dict[str, Any]:
+    """Append turns sent by another service (kwargs: api_key, session_id, body, idempotency_key?,
+    activity?), with the HTTP append's validation, redaction and idempotency (worker/appending.py).
+
+    Acked only when done, and requeued if its worker dies: a message is stored once or recorded
+    as rejected, never lost. Only a database outage is retried.
+    """
+    task_id = str(self.request.id)
+    with bound_contextvars(task_id=task_id, session_id=str(message.get("session_id", ""))[:200]):
+        res = resources()
+        if args:
+            return appending.reject(
+                res, task_id, None, str(message.get("session_id", ""))[:200], "send keyword arguments only"
+            )
+        try:
+            return appending.append_enqueued(res, message, task_id=task_id, enqueue=_enqueue_compaction)
+        except TransientError as exc:
+            if self.request.retries >= APPEND_MAX_RETRIES:
+                reason = f"gave up after {APPEND_MAX_RETRIES} retries: {exc}"
+                return appending.reject(res, task_id, None, str(message.get("session_id", ""))[:200], reason)
+            raise self.retry(exc=exc, countdown=min(60, 2**self.request.retries)) from exc
+
+
+def _enqueue_compaction(tenant_id: int, session_pk: int, version: int) -> None:
+    """Make sure one compaction job is pending for the session, as the API does after an append."""
+    if resources().cache.claim_job(session_pk, JOB_CLAIM_SECONDS):
+        compact.apply_async((tenant_id, session_pk, version))

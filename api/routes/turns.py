@@ -1,8 +1,9 @@
-"""POST /v1/sessions/{sid}/turns: validated, redacted, counted, persisted in one transaction."""
+"""POST /v1/sessions/{sid}/turns: validated, redacted, counted, persisted in one transaction
+(worker/appending.py, shared with the `compactd.append` task and `compactd import`)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 import structlog
 from fastapi import APIRouter, Header, Request
@@ -11,25 +12,12 @@ from api.deps import ResourcesDep, SenderDep, TenantDep
 from api.errors import InvalidAppend
 from api.routes.paths import SessionId
 from api.schemas import Activity, AppendRequest, AppendResponse
-from worker.compaction.assemble import merge_roles
-from worker.compaction.pipeline import ingest
-from worker.compaction.profiles import known_profile, profile_for
-from worker.compaction.validate import request_problems
-from worker.stats_counters import CountingRedactor
-from worker.store.sessions import Appended, Profile, append_turns, request_hash
+from worker.appending import BrokenConversation, append_messages
+from worker.compaction.profiles import known_profile
+from worker.store.sessions import Appended, Profile
 
 router = APIRouter(tags=["turns"])
 log = structlog.get_logger("compactd.api")
-
-
-def _check(window: list[dict[str, Any]], new: list[dict[str, Any]]) -> None:
-    problems = request_problems({"messages": merge_roles(window + new)}, allow_pending_tool_use=True)
-    if problems:
-        raise InvalidAppend(
-            "the messages would make the session an invalid Anthropic conversation"
-            " (indices count from the last stored assistant message, after a stand-in for earlier turns)",
-            problems=problems[:10],
-        )
 
 
 @router.post("/v1/sessions/{sid}/turns", response_model=AppendResponse)
@@ -44,26 +32,21 @@ def append(
     x_compactd_activity: Annotated[Activity | None, Header()] = None,
 ) -> AppendResponse:
     """Append messages; the session is created on first append. Retries with the same Idempotency-Key are safe."""
-    # counts the secrets redacted, by kind, for /metrics
-    redactor = CountingRedactor.of(res.redactor)
-    ingested = ingest(body.messages, first_seq=1, redactor=redactor, policy=res.settings.policy())
-    profile = _profile(body, res)
-    done = append_turns(
-        res.engine,
-        tenant,
-        sid,
-        ingested.turns,
-        files=ingested.files,
-        profile=profile,
-        activity=x_compactd_activity.value if x_compactd_activity else None,
-        # stored: redacted like content (the same key always maps to the same stored value)
-        idempotency_key=res.redactor.redact_text(idempotency_key) if idempotency_key else idempotency_key,
-        body_hash=request_hash(body.model_dump(mode="json")) if idempotency_key else "",
-        validate=_check,
-    )
+    try:
+        outcome = append_messages(
+            res,
+            tenant,
+            sid,
+            body,
+            idempotency_key=idempotency_key,
+            activity=x_compactd_activity.value if x_compactd_activity else None,
+            enqueue=enqueue,
+        )
+    except BrokenConversation as exc:
+        raise InvalidAppend(str(exc), problems=exc.problems) from None
+    done, profile = outcome.appended, outcome.profile
     if not done.replayed:
-        request.app.state.metrics.record_append(len(ingested.turns), redactor.counts)
-        enqueue(tenant, done.session_pk, done.version)
+        request.app.state.metrics.record_append(outcome.turns, outcome.redactions)
     return _answer(sid, tenant, body, profile, done, res.settings.context_window)
 
 
@@ -90,27 +73,6 @@ def _answer(
         context_window=window,
         window_assumed=assumed,
         warnings=[_assumed_warning(profile.model, window)] if assumed else [],
-    )
-
-
-def _profile(body: AppendRequest, res: ResourcesDep) -> Profile:
-    """The append's profile; a known model name fills in its window and reserve unless the client
-    gives them (an unknown one leaves the session's window, or the deployment's default)."""
-    known = (
-        profile_for(body.model, body.context_window, body.output_reserve)
-        if known_profile(body.model)
-        else None
-    )
-    return Profile(
-        # stored and shown back: a key pasted into the wrong field must not ride along
-        model=res.redactor.redact_text(body.model) if body.model else body.model,
-        context_window=body.context_window or (known.context_window if known else None),
-        output_reserve=body.output_reserve
-        if body.output_reserve is not None
-        else (known.output_reserve if known else None),
-        system=res.redactor.redact_text(body.system) if body.system is not None else None,
-        parent_session_id=body.parent_session_id,
-        parent_tool_use_id=body.parent_tool_use_id,
     )
 
 

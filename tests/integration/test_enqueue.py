@@ -1,0 +1,284 @@
+"""`compactd.append` from another service: a separate process on the same Redis, real worker and API processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.integration.conftest import Worker, flush_prefix, free_port, make_settings, wait_for
+from worker.appending import rejections
+from worker.resources import Resources, broker_url
+from worker.settings import Settings
+from worker.store.sessions import get_session
+from worker.store.tenants import tenant_for_key
+
+pytestmark = [pytest.mark.services]
+
+# Celery's log line when a worker takes a message
+RECEIVED = re.compile(r"compactd\.append\[[0-9a-f-]+\] received")
+SECRET = "ghp_a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
+
+# A service that is not compactd: its own Celery app, no compactd import, only the broker URL.
+SENDER = textwrap.dedent(
+    """
+    import json, sys
+    from celery import Celery
+
+    broker, queue = sys.argv[1], sys.argv[2]
+    app = Celery("other-service", broker=broker)
+    app.conf.update(task_serializer="json", accept_content=["json"])
+    for kwargs in json.load(sys.stdin):
+        # kwargsrepr: the API key and the raw turns stay out of Celery's events and logs
+        app.send_task("compactd.append", kwargs=kwargs, queue=queue, kwargsrepr="<append>")
+    """
+)
+
+
+def send_from_other_process(settings: Settings, tmp_path: Path, messages: list[dict[str, Any]]) -> None:
+    """Send `compactd.append` messages from a separate Python process with its own Celery app."""
+    script = tmp_path / "sender.py"
+    script.write_text(SENDER)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("COMPACTD_", "PYTHONPATH"))}
+    done = subprocess.run(
+        [sys.executable, str(script), broker_url(settings), settings.queue],
+        input=json.dumps(messages),
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,  # not the repository: nothing of compactd is importable by path
+        env=env,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+# One API and one worker for the module (each start loads the redaction rules): tests use
+# sessions of their own, and the test that kills a pool process runs last.
+@pytest.fixture(scope="module")
+def settings(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[Settings]:
+    tmp_path = tmp_path_factory.mktemp("enqueue")
+    key = f"cpd_{uuid.uuid4().hex}"
+    s = make_settings(
+        tmp_path, f"sqlite:///{tmp_path / 'compactd.db'}", redis_url, port=free_port(), default_api_key=key
+    )
+    yield s
+    flush_prefix(redis_url, s.redis_prefix)
+
+
+@pytest.fixture(scope="module")
+def api(settings: Settings) -> Iterator[httpx.Client]:
+    proc = Worker(settings, "api", log=settings.var_dir.parent / "api.log")
+    proc.wait_ready("api.started", timeout=120)
+    headers = {"Authorization": f"Bearer {settings.default_api_key}"}
+    with httpx.Client(base_url=f"http://127.0.0.1:{settings.port}", headers=headers, timeout=30) as client:
+        yield client
+    proc.stop()
+
+
+@pytest.fixture(scope="module")
+def worker(settings: Settings, api: httpx.Client) -> Iterator[Worker]:
+    w = Worker(settings, "worker", "--concurrency=1", log=settings.var_dir.parent / "worker.log")
+    w.wait_ready(timeout=120)
+    yield w
+    w.stop()
+
+
+@pytest.fixture(scope="module")
+def res(settings: Settings, api: httpx.Client) -> Iterator[Resources]:
+    r = Resources.build(settings, run_migrations=False)
+    yield r
+    r.close()
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+def texts(prompt: dict[str, Any]) -> str:
+    return json.dumps(prompt["messages"])
+
+
+def test_a_turn_sent_by_another_process_appears_in_the_next_fetch(
+    settings: Settings, tmp_path: Path, api: httpx.Client, worker: Worker
+) -> None:
+    """A service with its own Celery app sends compactd.append; the turn, redacted, is in the next prompt fetched over HTTP."""
+    api.post("/v1/sessions/s1/turns", json={"messages": [user("start")]}).raise_for_status()
+    api.post(
+        "/v1/sessions/s1/turns", json={"messages": [{"role": "assistant", "content": "ready"}]}
+    ).raise_for_status()
+    send_from_other_process(
+        settings,
+        tmp_path,
+        [
+            {
+                "api_key": settings.default_api_key,
+                "session_id": "s1",
+                "idempotency_key": "other-1",
+                "body": {"messages": [user(f"from the other service, token {SECRET}")]},
+            }
+        ],
+    )
+    prompt = wait_for(
+        lambda: (p := api.get("/v1/sessions/s1/prompt").json())["version"] == 3 and p, timeout=60
+    )
+    assert "from the other service" in texts(prompt)
+    assert SECRET not in texts(prompt) and "[REDACTED:github_token:" in texts(prompt)
+    assert "append.appended" in worker.log.read_text()
+
+
+def test_one_idempotency_key_over_http_and_the_task_stores_one_turn(
+    settings: Settings, tmp_path: Path, api: httpx.Client, worker: Worker, res: Resources
+) -> None:
+    """The same Idempotency-Key sent over HTTP and then through compactd.append stores the turn once."""
+    body = {"messages": [user("exactly once")]}
+    r = api.post("/v1/sessions/s2/turns", json=body, headers={"Idempotency-Key": "same-key"})
+    assert r.status_code == 200 and r.json()["last_seq"] == 1
+    message = {
+        "api_key": settings.default_api_key,
+        "session_id": "s2",
+        "idempotency_key": "same-key",
+        "body": body,
+    }
+    send_from_other_process(settings, tmp_path, [message, message])
+    wait_for(lambda: worker.log.read_text().count("append.replayed") == 2, timeout=60)
+    tenant = tenant_for_key(res.engine, settings.default_api_key or "")
+    assert get_session(res.engine, tenant, "s2").version == 1
+    assert api.get("/v1/sessions/s2/prompt").json()["version"] == 1
+
+
+def test_rejected_messages_are_recorded_once_and_write_nothing(
+    settings: Settings, tmp_path: Path, api: httpx.Client, worker: Worker, res: Resources
+) -> None:
+    """A bad key, a broken conversation and a malformed message are each logged, recorded once with a reason, and store nothing."""
+    key = settings.default_api_key
+    orphan = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_x", "content": "?"}]}
+    send_from_other_process(
+        settings,
+        tmp_path,
+        [
+            {"api_key": "cpd_wrong", "session_id": "r1", "body": {"messages": [user("hi")]}},
+            {"api_key": key, "session_id": "r2", "body": {"messages": [orphan]}},
+            {"api_key": key, "session_id": "r3 bad", "body": {"messages": []}, "extra": SECRET},
+        ],
+    )
+    records = wait_for(lambda: len(found := rejections(res)) >= 3 and found, timeout=60)
+    by_session = {r["session_id"]: r for r in records}
+    assert by_session["r1"]["reason"] == "unknown API key" and by_session["r1"]["tenant_id"] is None
+    assert "invalid Anthropic conversation" in by_session["r2"]["reason"]
+    assert by_session["r2"]["tenant_id"] is not None and by_session["r2"]["problems"]
+    bad = by_session["r3 bad"]
+    assert {p.split(":")[0] for p in bad["problems"]} == {"session_id", "body.messages", "extra"}
+    assert SECRET not in json.dumps(records) and SECRET not in worker.log.read_text()
+    for sid in ("r1", "r2", "r3 bad"):
+        assert api.get(f"/v1/sessions/{sid}/prompt").status_code in (404, 422)
+    log = worker.log.read_text()
+    assert log.count("append.rejected") == 3
+    # done, not retried: nothing waits in the queue and no rejection is recorded twice
+    assert res.cache.client.llen(settings.queue) == 0
+    assert len(rejections(res)) == 3
+
+
+def pairs(key: str, sid: str, count: int) -> list[dict[str, Any]]:
+    """`count` messages, each an assistant turn and the user's answer, so any order is a valid
+    conversation; the first one is ~4 MB (redaction keeps its task busy for a while)."""
+    big = "lorem ipsum dolor sit amet " * 150_000
+    return [
+        {
+            "api_key": key,
+            "session_id": sid,
+            "body": {
+                "messages": [{"role": "assistant", "content": big if i == 0 else f"a{i}"}, user(f"u{i}")]
+            },
+        }
+        for i in range(count)
+    ]
+
+
+def pool_children(pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def test_an_append_whose_worker_process_is_killed_is_stored_once_after_redelivery(
+    settings: Settings, tmp_path: Path, api: httpx.Client, worker: Worker
+) -> None:
+    """The pool process running an enqueued append is SIGKILLed: the message was not acked, so it
+    is redelivered, and the turns that were queued behind it are stored too, each once."""
+    api.post("/v1/sessions/k1/turns", json={"messages": [user("start")]}).raise_for_status()
+    seen = len(worker.log.read_text())
+    send_from_other_process(settings, tmp_path, pairs(settings.default_api_key or "", "k1", 11))
+    wait_for(lambda: RECEIVED.search(worker.log.read_text()[seen:]), timeout=30, interval=0.02)
+    for child in pool_children(worker.proc.pid):
+        os.kill(child, signal.SIGKILL)
+    prompt = wait_for(
+        lambda: (
+            (r := api.get("/v1/sessions/k1/prompt")).status_code == 200
+            and r.json()["version"] >= 23
+            and r.json()
+        ),
+        timeout=90,
+    )
+    assert prompt["version"] == 23
+    assert "WorkerLostError" in worker.log.read_text()
+
+
+@pytest.mark.slow
+def test_queued_appends_survive_a_killed_worker_and_land_after_a_new_one_starts(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """Appends queued and in flight when the whole worker is SIGKILLed are all stored, once, after
+    a new worker starts (the in-flight one after the broker's visibility timeout)."""
+    key = f"cpd_{uuid.uuid4().hex}"
+    # a short task limit makes the visibility timeout (2 x limit + idle + 60 s) about 70 s
+    settings = make_settings(
+        tmp_path,
+        f"sqlite:///{tmp_path / 'compactd.db'}",
+        redis_url,
+        port=free_port(),
+        default_api_key=key,
+        task_time_limit_seconds=5,
+    )
+    api_proc = Worker(settings, "api", log=tmp_path / "api.log")
+    first = second = None
+    try:
+        api_proc.wait_ready("api.started", timeout=120)
+        http = httpx.Client(
+            base_url=f"http://127.0.0.1:{settings.port}", headers={"Authorization": f"Bearer {key}"}
+        )
+        http.post("/v1/sessions/w/turns", json={"messages": [user("start")]}).raise_for_status()
+        send_from_other_process(settings, tmp_path, pairs(key, "w", 31))
+        first = Worker(settings, "worker", "--concurrency=1", log=tmp_path / "worker1.log")
+        first.wait_ready(timeout=120)
+        wait_for(lambda: RECEIVED.search(first.log.read_text()), timeout=30, interval=0.02)
+        for pid in [*pool_children(first.proc.pid), first.proc.pid]:
+            os.kill(pid, signal.SIGKILL)
+        first.proc.wait()
+        second = Worker(settings, "worker", "--concurrency=1", log=tmp_path / "worker2.log")
+        second.wait_ready(timeout=120)
+        prompt = wait_for(
+            lambda: (
+                (r := http.get("/v1/sessions/w/prompt")).status_code == 200
+                and r.json()["version"] >= 63
+                and r.json()
+            ),
+            timeout=150,
+            interval=0.5,
+        )
+        assert prompt["version"] == 63
+        http.close()
+    finally:
+        for proc in (first, second, api_proc):
+            if proc is not None:
+                proc.stop()
+        flush_prefix(redis_url, settings.redis_prefix)

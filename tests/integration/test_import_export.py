@@ -1,0 +1,151 @@
+"""`compactd import` / `compactd export` as processes, against a real store (SQLite file, Redis)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from tests.conftest import REPO, require
+from tests.integration.conftest import flush_prefix, make_settings, settings_env
+from tests.integration.realdata import claude_code_files
+from worker.compaction.formats import load_transcript
+from worker.compaction.pipeline import ingest
+from worker.compaction.validate import request_problems
+from worker.redaction import Redactor
+from worker.resources import Resources
+from worker.settings import Settings
+from worker.store.sessions import get_session
+from worker.store.tenants import T, create_tenant
+
+pytestmark = [pytest.mark.services]
+
+SECRET = "ghp_a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
+
+
+@pytest.fixture
+def settings(tmp_path: Path, redis_url: str) -> Iterator[Settings]:
+    s = make_settings(tmp_path, f"sqlite:///{tmp_path / 'compactd.db'}", redis_url)
+    res = Resources.build(s)
+    create_tenant(res.engine, "acme")
+    res.close()
+    yield s
+    flush_prefix(redis_url, s.redis_prefix)
+
+
+def compactd(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "api.cli", *args],
+        env=settings_env(settings),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def stored(settings: Settings, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages as the service stores them: normalized, redacted, offloaded (its redaction key)."""
+    redactor = Redactor((settings.redaction_key or "").encode())
+    turns = ingest(messages, first_seq=1, redactor=redactor, policy=settings.policy()).turns
+    return json.loads(orjson.dumps([t.as_message() for t in turns]))
+
+
+def version(settings: Settings, sid: str) -> int:
+    res = Resources.build(settings, run_migrations=False)
+    try:
+        with res.engine.connect() as conn:
+            tenant = conn.execute(T.select().where(T.c.name == "acme")).one().id
+        row = get_session(res.engine, tenant, sid)
+        return 0 if row is None else row.version
+    finally:
+        res.close()
+
+
+@pytest.mark.data
+def test_a_real_transcript_imports_once_and_exports_back(settings: Settings, tmp_path: Path) -> None:
+    """A real Claude Code session imports in chunks with a progress bar; a re-run adds nothing; the archive
+    export is exactly the stored (redacted) messages and the prompt export is a valid Messages request."""
+    files = [p for p in claude_code_files() if 60_000 < p.stat().st_size < 400_000]
+    require(bool(files), "no Claude Code transcript of 60-400 KB in the shared data")
+    path = files[0]
+    messages = load_transcript(path).messages
+    first = compactd(settings, "import", str(path), "--session", "real", "--tenant", "acme", "--progress")
+    assert first.returncode == 0, first.stderr
+    assert f"{len(messages)}/{len(messages)}" in first.stderr and "[" + "#" * 30 + "]" in first.stderr
+    assert version(settings, "real") == len(messages)
+
+    again = compactd(settings, "import", str(path), "--session", "real", "--tenant", "acme")
+    assert again.returncode == 0, again.stderr
+    assert "0 new turns (already imported)" in again.stderr and "#" not in again.stderr
+    assert version(settings, "real") == len(messages)
+
+    out = tmp_path / "archive.json"
+    archive = compactd(settings, "export", "real", "--tenant", "acme", "-o", str(out))
+    assert archive.returncode == 0, archive.stderr
+    exported = orjson.loads(out.read_bytes())
+    assert exported["messages"] == stored(settings, messages)
+
+    prompt = compactd(settings, "export", "real", "--tenant", "acme", "--what", "prompt")
+    assert prompt.returncode == 0, prompt.stderr
+    request = orjson.loads(prompt.stdout)
+    assert set(request) == {"system", "messages"}
+    assert request_problems(request, allow_pending_tool_use=True) == []
+
+
+def test_an_exported_archive_is_redacted_and_imports_again(settings: Settings, tmp_path: Path) -> None:
+    """A secret in an imported file never leaves in the export, and the archive re-imports into a new session unchanged."""
+    source = tmp_path / "session.json"
+    source.write_text(
+        json.dumps(
+            {
+                "system": "You are a coding agent.",
+                "messages": [
+                    {"role": "user", "content": f"deploy with token {SECRET}"},
+                    {"role": "assistant", "content": "Deploying."},
+                    {"role": "user", "content": "thanks"},
+                ],
+            }
+        )
+    )
+    assert compactd(settings, "import", str(source), "--session", "a", "--tenant", "acme").returncode == 0
+    archive = compactd(settings, "export", "a", "--tenant", "acme")
+    assert archive.returncode == 0, archive.stderr
+    assert SECRET not in archive.stdout and "[REDACTED:github_token:" in archive.stdout
+    copy = tmp_path / "archive.json"
+    copy.write_text(archive.stdout)
+    assert compactd(settings, "import", str(copy), "--session", "b", "--tenant", "acme").returncode == 0
+    again = compactd(settings, "export", "b", "--tenant", "acme")
+    assert orjson.loads(again.stdout) == orjson.loads(archive.stdout)
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["import", "{bad}", "--session", "s", "--tenant", "acme"], "cannot import"),
+        (["import", "{missing}", "--session", "s", "--tenant", "acme"], "cannot import"),
+        (["import", "{good}", "--session", "s", "--tenant", "nobody"], "no tenant named 'nobody'"),
+        (["export", "nope", "--tenant", "acme"], "no session 'nope'"),
+    ],
+)
+def test_bad_input_is_one_line_and_a_failure(
+    settings: Settings, tmp_path: Path, args: list[str], says: str
+) -> None:
+    """A file that is not a transcript, a missing file, an unknown tenant or session: one line on stderr, exit code 1, no traceback."""
+    (tmp_path / "bad.jsonl").write_bytes(b"\x00\x01 not a transcript {")
+    (tmp_path / "good.json").write_text(json.dumps([{"role": "user", "content": "hi"}]))
+    paths = {
+        "bad": tmp_path / "bad.jsonl",
+        "missing": tmp_path / "missing.json",
+        "good": tmp_path / "good.json",
+    }
+    done = compactd(settings, *(a.format(**paths) for a in args))
+    assert done.returncode == 1
+    assert says in done.stderr and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
