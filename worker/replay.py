@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from worker.compaction.assemble import assemble, finish, served_tokens, status_note, turn_policy
+from worker.compaction.assemble import assemble, finish, note_tokens, served_tokens, status_note, turn_policy
 from worker.compaction.epochs import Decision, Step, Switch, extend, served_request, step
 from worker.compaction.fit import fit
 from worker.compaction.model import Policy, Transcript, Turn
@@ -306,7 +306,7 @@ def _rendered(snapshot: Transcript, tail: Sequence[Turn], budget: int) -> tuple[
     tokens = served_tokens(snapshot) + sum(t.tokens for t in tail)
     note = status_note(tokens, budget, ())
     request = served_request(snapshot, tail, note)
-    return request, tokens + count_text(note)
+    return request, tokens + note_tokens(note)
 
 
 def plot(report: ReplayReport, path: str, title: str) -> None:

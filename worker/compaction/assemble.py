@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from worker.compaction.model import Block, Policy, Transcript
-from worker.compaction.tokens import count_text
+from worker.compaction.tokens import count_block, count_text
 
 CACHE_CONTROL = {"type": "ephemeral"}
 # Room the engine leaves in the budget for the status note a fetch adds (at most 20 file lines).
@@ -164,6 +164,12 @@ def status_note(
     if memory_note:
         lines.append(memory_note)
     return "\n".join(lines)
+
+
+def note_tokens(note: str) -> int:
+    """Tokens the status note adds to a request: a text block of its own on the last message
+    (counted as count_request counts it, block overhead included, or the served total runs short)."""
+    return count_block({"type": "text", "text": note}) if note else 0
 
 
 def add_status(messages: list[dict[str, Any]], note: str) -> list[dict[str, Any]]:

@@ -23,6 +23,7 @@ from worker.compaction.assemble import (
     FileInfo,
     assemble,
     finish,
+    note_tokens,
     served_tokens,
     status_note,
     turn_policy,
@@ -30,7 +31,6 @@ from worker.compaction.assemble import (
 from worker.compaction.codec import transcript_from_json
 from worker.compaction.fit import fit
 from worker.compaction.model import Policy, Transcript
-from worker.compaction.tokens import count_text
 from worker.store.cache import Entry, PromptCache
 from worker.store.db import read_tx
 from worker.store.files import file_infos, last_read_id, save_files
@@ -119,7 +119,7 @@ def render_body(
     note = status_note(tokens, policy.budget_tokens, files, entry.memory_note.decode())
     end = finish(end, note)
     has_note = bool(end) and end[-1]["role"] == "user" and end[-1]["content"][-1].get("text") == note
-    tokens += count_text(note) if has_note else 0
+    tokens += note_tokens(note) if has_note else 0
     parts = [entry.head] if entry.head else []
     parts += [orjson.dumps(m) for m in end]
     messages = b",".join(parts)
