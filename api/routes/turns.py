@@ -61,6 +61,8 @@ def append(
     if not done.replayed:
         request.app.state.metrics.appends.inc()
         request.app.state.metrics.turns.inc(len(ingested.turns))
+        # what a fetch served from the cache alone (the database down) must cover
+        res.cache.note_version(done.session_pk, done.version, done.context_window, done.output_reserve)
         enqueue(tenant, done.session_pk, done.version)
     return _answer(sid, tenant, body, profile, done, res.settings.context_window)
 
