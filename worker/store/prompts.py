@@ -296,14 +296,19 @@ def _tail_rows(engine: Engine, tenant_id: int, client_id: str, after: int) -> Se
         params = (after, tenant_id, client_id)
     else:
         params = {"after": after, "tenant_id": tenant_id, "client_id": client_id}
-    raw = engine.raw_connection()
+    dbapi_error = engine.dialect.loaded_dbapi.Error
     try:
-        cur = raw.cursor()
-        cur.execute(sql, params)
-        rows = cur.fetchall()
-        cur.close()
-    finally:
-        raw.close()
+        raw = engine.raw_connection()
+        try:
+            cur = raw.cursor()
+            cur.execute(sql, params)
+            rows = cur.fetchall()
+            cur.close()
+        finally:
+            raw.close()
+    except dbapi_error as exc:
+        # the raw path skips SQLAlchemy's wrapping: wrap here, so callers see one kind of error
+        raise DBAPIError.instance(sql, params, exc, dbapi_error) from exc
     return rows
 
 
