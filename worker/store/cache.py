@@ -79,6 +79,7 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 """
 FIELDS = ("epoch", "through", "memver", "system", "head", "last", "tokens", "files", "memory_note")
+_MISSING: list[Any] = [None] * len(FIELDS)  # an entry's values when Redis is skipped or down
 
 
 def make_redis(url: str, timeout_seconds: float = 0.25) -> redis.Redis:
@@ -164,7 +165,7 @@ class PromptCache:
 
     def get(self, session_pk: int) -> Entry | None:
         """The cached entry; None when missing or Redis is unreachable."""
-        return _entry(self._try(lambda: self.client.hmget(self.key(session_pk), FIELDS), [None]))
+        return _entry(self._try(lambda: self.client.hmget(self.key(session_pk), FIELDS), _MISSING))
 
     def refill(self, session_pk: int, entry: Entry) -> None:
         """Guarded write from the fetch path (the entry was missing, e.g. after a Redis restart);
@@ -182,7 +183,7 @@ class PromptCache:
     def noted_version(self, session_pk: int) -> tuple[int, int | None, int | None] | None:
         """(version, context window, output reserve) as the last append noted them; None if unknown."""
         key = f"{self.prefix}version:{session_pk}"
-        v, w, r = self._try(lambda: self.client.hmget(key, ("version", "window", "reserve")), [None] * 3)
+        v, w, r = self._try(lambda: self.client.hmget(key, ("version", "window", "reserve")), _MISSING[:3])
         if v is None:
             return None
         return int(v), int(w) if w else None, int(r) if r else None  # type: ignore[arg-type]
@@ -194,7 +195,7 @@ class PromptCache:
     def position(self, session_pk: int) -> tuple[int, int, int] | None:
         """(epoch, through, memver) of the cached entry; None when there is none or Redis is down."""
         fields = ("epoch", "through", "memver")
-        e, t, m = self._try(lambda: self.client.hmget(self.key(session_pk), fields), [None] * 3)
+        e, t, m = self._try(lambda: self.client.hmget(self.key(session_pk), fields), _MISSING[:3])
         return None if e is None else (int(e), int(t), int(m))  # type: ignore[arg-type]
 
     def refresh_files(
@@ -258,7 +259,7 @@ class PromptCache:
     def pending_entry(self, session_pk: int) -> Entry | None:
         """The prepared epoch's prompt fragments; None when there is none or Redis is down."""
         key = f"{self.prefix}pending:{session_pk}"
-        return _entry(self._try(lambda: self.client.hmget(key, FIELDS), [None]))
+        return _entry(self._try(lambda: self.client.hmget(key, FIELDS), _MISSING))
 
     def invalidate(self, session_pk: int) -> None:
         """Forget the cached prompt and any prepared summary (the memory block changed); the
