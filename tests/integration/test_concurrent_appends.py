@@ -19,7 +19,7 @@ from worker.store.db import make_engine, normalize_url, read_tx
 from worker.store.sessions import get_session, load_turns
 from worker.store.tenants import create_tenant, tenant_for_key
 
-pytestmark = pytest.mark.services
+pytestmark = [pytest.mark.services, pytest.mark.slow]
 
 WRITERS, TURNS = 20, 50
 

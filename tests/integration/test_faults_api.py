@@ -31,11 +31,12 @@ from tests.integration.conftest import Worker, answers, flush_prefix, free_port,
 from worker import jobs
 from worker.resources import Resources
 from worker.settings import Settings
+from worker.store.cache import PromptCache, make_redis
 from worker.store.db import read_tx
 from worker.store.sessions import get_session, load_turns
 from worker.store.tenants import tenant_for_key
 
-pytestmark = pytest.mark.services
+pytestmark = [pytest.mark.services, pytest.mark.slow]
 
 FETCH_SECONDS_MAX = 1.0  # the issue's bound on any fetch while Redis is dead or frozen
 
@@ -358,3 +359,29 @@ def test_database_down_appends_503_cached_fetches_served_and_recovers(
         api.stop()
         res.close()
         flush_prefix(redis_url, settings.redis_prefix)
+
+
+def test_an_unreachable_redis_opens_the_breaker_and_calls_skip_it() -> None:
+    """A cache whose Redis refuses connections answers "nothing cached" and opens its breaker;
+    while it is open every call answers its default without trying Redis."""
+    cache = PromptCache(make_redis(f"redis://127.0.0.1:{free_port()}/0"), "t:", cooldown_seconds=60)
+    assert cache.available
+    assert cache.get(1) is None
+    assert not cache.available
+    started = time.perf_counter()
+    assert cache.claim_job(1, 1.0) is None and cache.position(1) is None and cache.stats() == {}
+    assert cache.noted_version(1) is None
+    assert time.perf_counter() - started < 0.25  # skipped, not even a refused connection
+
+
+def test_a_redis_error_reply_does_not_open_the_breaker(redis_url: str) -> None:
+    """An error the server answers with (here WRONGTYPE) is not an outage: the breaker stays closed."""
+    prefix = f"t-{uuid.uuid4().hex[:8]}:"
+    cache = PromptCache(make_redis(redis_url), prefix)
+    try:
+        cache.client.set(cache.key(1), "not a hash")
+        assert cache.get(1) is None
+        assert cache.available
+    finally:
+        flush_prefix(redis_url, prefix)
+        cache.client.close()

@@ -144,13 +144,18 @@ class PromptCache:
         self.compact_requests = CompactRequests(client, prefix)
 
     def _try(self, call: Callable[[], T], default: T) -> T:
-        """`call()`, or `default` when the breaker is open or Redis fails (which opens it)."""
+        """`call()`, or `default` when the breaker is open or Redis fails (unreachable or timing
+        out opens it)."""
         if not self.breaker.allow():
             return default
         try:
             value = call()
-        except redis.RedisError:
+        except (redis.ConnectionError, redis.TimeoutError):
             self.breaker.failed()
+            return default
+        except redis.RedisError:
+            # the server answered (a script or type error): no reason to skip it
+            self.breaker.succeeded()
             return default
         self.breaker.succeeded()
         return value
