@@ -19,7 +19,7 @@ from api.metrics import Metrics
 from api.routes import files, health, memory, prompt, sessions, turns, ui
 from worker.celery_app import sender
 from worker.logs import configure_logging
-from worker.resources import Resources
+from worker.resources import Resources, broker_url, redis_url
 from worker.settings import Settings
 
 log = structlog.get_logger("compactd.api")
@@ -96,9 +96,16 @@ def celery_enqueue(settings: Settings, res: Resources) -> Enqueue:
     logged, and the beat sweep catches up.
     """
     celery = sender(settings)
+    shared_broker = broker_url(settings) == redis_url(settings)
 
     def enqueue(tenant_id: int, session_pk: int, version: int) -> None:
-        if not res.cache.claim_job(session_pk, JOB_CLAIM_SECONDS):
+        claimed = res.cache.claim_job(session_pk, JOB_CLAIM_SECONDS)
+        if claimed is None and shared_broker:
+            # Redis is down and it is the broker too: sending would only wait out its timeouts.
+            # The turns are committed; the beat sweep compacts the session once Redis is back.
+            log.warning("compaction.enqueue_skipped", session_id=session_pk, reason="redis_unavailable")
+            return
+        if claimed is False:
             return
         try:
             celery.send_task(

@@ -8,6 +8,7 @@ import orjson
 import structlog
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from sqlalchemy import exc as sa_exc
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
@@ -19,6 +20,14 @@ from worker.store.sessions import IdempotencyMismatch
 log = structlog.get_logger("compactd.api")
 
 PROBLEM = "application/problem+json"
+# Connection-level database failures (server down or restarting, pool exhausted, SQLite busy):
+# 503 with Retry-After. Integrity and programming errors stay 500s.
+DATABASE_UNAVAILABLE: tuple[type[Exception], ...] = (
+    sa_exc.OperationalError,
+    sa_exc.InterfaceError,
+    sa_exc.DisconnectionError,
+    sa_exc.TimeoutError,
+)
 
 
 class ApiError(Exception):
@@ -151,6 +160,12 @@ def _http(_: Request, exc: Exception) -> Response:
     return problem(exc.status_code, titles.get(exc.status_code, "HTTP error"))
 
 
+def _database_unavailable(request: Request, exc: Exception) -> Response:
+    # the database is down, restarting or busy: nothing was committed, so a retry is safe
+    log.warning("database.unavailable", path=request.url.path, error=type(exc).__name__)
+    return problem(503, "Service unavailable", "the database is unavailable; nothing was stored, retry")
+
+
 def _unexpected(request: Request, exc: Exception) -> Response:
     log.error("request.failed", path=request.url.path, error=type(exc).__name__, exc_info=exc)
     return problem(500, "Internal server error", "the error was logged")
@@ -165,4 +180,6 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(MemoryOverCap, _memory_cap)
     app.add_exception_handler(BadRead, _bad_read)
     app.add_exception_handler(StarletteHTTPException, _http)
+    for unavailable in DATABASE_UNAVAILABLE:
+        app.add_exception_handler(unavailable, _database_unavailable)
     app.add_exception_handler(Exception, _unexpected)

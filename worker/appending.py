@@ -95,6 +95,8 @@ def append_messages(
         validate=check_window,
     )
     if not done.replayed:
+        # what a fetch served from the cache alone (the database down) must cover
+        res.cache.note_version(done.session_pk, done.version, done.context_window, done.output_reserve)
         enqueue(tenant_id, done.session_pk, done.version)
     return Outcome(done, profile, len(ingested.turns), dict(counting.counts))
 

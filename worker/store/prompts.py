@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 from sqlalchemy import Connection, Engine, and_, bindparam, select
+from sqlalchemy.exc import DBAPIError
 
 from worker.compaction.assemble import (
     MEMORY_NOTE_TOKENS,
@@ -200,7 +201,14 @@ def fetch_ready(
         entry = cache.get(pk)
     after = entry.through if entry else 0
     if entry is not None:
-        rows = _tail_rows(engine, tenant_id, client_id, after)
+        try:
+            rows = _tail_rows(engine, tenant_id, client_id, after)
+        except DBAPIError:
+            # the database is down: the cached entry alone, if it provably holds every append
+            served = _from_cache_alone(cache, pk, client_id, entry, policy_for)  # type: ignore[arg-type]
+            if served is None:
+                raise
+            return served
         if not rows:
             return None
         head = rows[0]
@@ -214,6 +222,18 @@ def fetch_ready(
             return None
         head = rows[0]
         return _from_db(conn, client_id, head, policy_for(head.context_window, head.output_reserve))
+
+
+def _from_cache_alone(
+    cache: PromptCache, pk: int, client_id: str, entry: Entry, policy_for: Any
+) -> Served | None:
+    """The cached entry served without the database, when it covers the newest acknowledged append
+    (noted in Redis by the append, after its commit); None when that cannot be shown."""
+    noted = cache.noted_version(pk)
+    if noted is None or entry.through < noted[0]:
+        return None
+    version, window, reserve = noted
+    return _served(client_id, version, entry, [], policy_for(window, reserve), "cache")
 
 
 def fallback(
@@ -276,14 +296,19 @@ def _tail_rows(engine: Engine, tenant_id: int, client_id: str, after: int) -> Se
         params = (after, tenant_id, client_id)
     else:
         params = {"after": after, "tenant_id": tenant_id, "client_id": client_id}
-    raw = engine.raw_connection()
+    dbapi_error = engine.dialect.loaded_dbapi.Error
     try:
-        cur = raw.cursor()
-        cur.execute(sql, params)
-        rows = cur.fetchall()
-        cur.close()
-    finally:
-        raw.close()
+        raw = engine.raw_connection()
+        try:
+            cur = raw.cursor()
+            cur.execute(sql, params)
+            rows = cur.fetchall()
+            cur.close()
+        finally:
+            raw.close()
+    except dbapi_error as exc:
+        # the raw path skips SQLAlchemy's wrapping: wrap here, so callers see one kind of error
+        raise DBAPIError.instance(sql, params, exc, dbapi_error) from exc
     return rows
 
 

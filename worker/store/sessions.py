@@ -59,6 +59,7 @@ class Appended:
     version: int
     replayed: bool = False  # an idempotent retry: nothing was written
     context_window: int | None = None  # the session's own window after the append (None: the default)
+    output_reserve: int | None = None  # the session's own output reserve after the append
 
 
 Validator = Callable[[list[dict[str, Any]], list[dict[str, Any]]], None]
@@ -150,7 +151,8 @@ def append_turns(
         if files:
             save_files_conn(conn, engine, tenant_id, pk, files)
     window = profile.context_window or row.context_window
-    return Appended(pk, tenant_id, first, last, last, context_window=window)
+    reserve = profile.output_reserve if profile.output_reserve is not None else row.output_reserve
+    return Appended(pk, tenant_id, first, last, last, context_window=window, output_reserve=reserve)
 
 
 def _lock_session(

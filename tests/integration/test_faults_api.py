@@ -1,0 +1,387 @@
+"""Redis and database faults on the API path, with a real `compactd api` process and private
+servers that the tests kill, freeze and restart (never the shared 6379/5432 ones).
+
+- Redis killed or frozen under fetch load: every fetch answers from the database within 1 s, an
+  append still answers 200 (committed; the sweep compacts it later), and the cache refills.
+- The database down: appends answer 503 with Retry-After and store nothing, cached fetches keep
+  being served from Redis, and the service recovers by itself when the database returns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import require
+from tests.integration.conftest import Worker, answers, flush_prefix, free_port, make_settings, wait_for
+from worker import jobs
+from worker.resources import Resources
+from worker.settings import Settings
+from worker.store.cache import PromptCache, make_redis
+from worker.store.db import read_tx
+from worker.store.sessions import get_session, load_turns
+from worker.store.tenants import tenant_for_key
+
+pytestmark = [pytest.mark.services, pytest.mark.slow]
+
+FETCH_SECONDS_MAX = 1.0  # the issue's bound on any fetch while Redis is dead or frozen
+
+
+class PrivateRedis:
+    """A redis-server of this test's own on a free loopback port, without persistence."""
+
+    def __init__(self) -> None:
+        binary = shutil.which("redis-server")
+        require(binary is not None, "redis-server not installed (needed for a private Redis)")
+        self.binary = str(binary)
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.start()
+
+    def start(self) -> None:
+        args = ["--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        self.proc = subprocess.Popen(
+            [self.binary, *args],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        wait_for(lambda: answers("127.0.0.1", self.port), 10)
+
+    def signal(self, sig: int) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.kill()
+
+
+class PrivatePostgres:
+    """A PostgreSQL cluster of this test's own (initdb into a temporary directory, trust auth on
+    loopback), stopped and started with pg_ctl; run as the postgres user when we are root."""
+
+    def __init__(self) -> None:
+        found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+        require(bool(found), "PostgreSQL server binaries not installed (/usr/lib/postgresql/*/bin)")
+        self.bin = Path(found[-1]).parent
+        self.dir = Path(tempfile.mkdtemp(prefix="compactd-pg-"))
+        self.port = free_port()
+        self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+        if os.geteuid() == 0:
+            shutil.chown(self.dir, "postgres", "postgres")
+        self._run("initdb", "-D", str(self.dir / "data"), "-A", "trust", "-U", "postgres", "--no-sync")
+        self.start()
+
+    def _run(self, tool: str, *args: str) -> None:
+        command = [str(self.bin / tool), *args]
+        if os.geteuid() == 0:
+            command = ["runuser", "-u", "postgres", "--", *command]
+        subprocess.run(command, check=True, capture_output=True, timeout=120)
+
+    def start(self) -> None:
+        options = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off"
+        self._run(
+            "pg_ctl", "-D", str(self.dir / "data"), "-o", options, "-l", str(self.dir / "log"), "-w", "start"
+        )
+
+    def stop(self) -> None:
+        self._run("pg_ctl", "-D", str(self.dir / "data"), "-m", "fast", "-w", "stop")
+
+    def remove(self) -> None:
+        with contextlib.suppress(subprocess.CalledProcessError):  # already stopped
+            self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _api(settings: Settings, log: Path) -> Worker:
+    proc = Worker(settings, "api", log=log)
+    proc.wait_ready("api.started")
+    return proc
+
+
+def _messages(n: int, tag: str) -> list[dict[str, Any]]:
+    return [
+        {"role": "user", "content": f"{tag} ask {n}"},
+        {"role": "assistant", "content": f"{tag} answer {n}"},
+    ]
+
+
+def _texts(prompt: dict[str, Any]) -> list[str]:
+    return [b["text"] for m in prompt["messages"] for b in m["content"] if b.get("type") == "text"]
+
+
+def _fetch_sources(base: str) -> dict[str, float]:
+    metrics = httpx.get(f"{base}/metrics", timeout=10).text
+    found = {}
+    for line in metrics.splitlines():
+        if line.startswith("compactd_prompt_fetches_total{"):
+            source = line.split('source="', 1)[1].split('"', 1)[0]
+            found[source] = float(line.rsplit(" ", 1)[1])
+    return found
+
+
+class FetchLoad:
+    """Threads fetching the sessions' prompts in a loop, recording status, seconds and version."""
+
+    def __init__(self, base: str, key: str, sids: list[str], threads: int = 4) -> None:
+        self.base, self.auth, self.sids = base, {"Authorization": f"Bearer {key}"}, sids
+        self.results: list[tuple[float, str, int, float, dict[str, Any] | None]] = []
+        self.stopping = threading.Event()
+        self.threads = [threading.Thread(target=self._run, args=(i,)) for i in range(threads)]
+
+    def _run(self, i: int) -> None:
+        with httpx.Client(headers=self.auth, timeout=30) as http:
+            n = i
+            while not self.stopping.is_set():
+                sid = self.sids[n % len(self.sids)]
+                n += 1
+                at, started = time.monotonic(), time.perf_counter()
+                r = http.get(f"{self.base}/v1/sessions/{sid}/prompt")
+                seconds = time.perf_counter() - started
+                body = r.json() if r.status_code == 200 else None
+                self.results.append((at, sid, r.status_code, seconds, body))
+
+    def __enter__(self) -> FetchLoad:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stopping.set()
+        for t in self.threads:
+            t.join()
+
+    def since(self, t0: float) -> list[tuple[float, str, int, float, dict[str, Any] | None]]:
+        return [r for r in list(self.results) if r[0] >= t0]
+
+
+@pytest.fixture
+def private_redis() -> Iterator[PrivateRedis]:
+    server = PrivateRedis()
+    yield server
+    server.stop()
+
+
+def test_redis_killed_or_frozen_under_fetch_load(tmp_path: Path, private_redis: PrivateRedis) -> None:
+    """Under fetch load, Redis frozen (SIGSTOP) and then killed: every fetch answers 200 with every
+    appended turn, none takes 1 s or more; an append while Redis is dead answers 200 and is
+    committed (the sweep finds it); after SIGCONT and after a restart the cache serves again."""
+    key = f"cpd_{uuid.uuid4().hex}"
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    settings = make_settings(
+        tmp_path, f"sqlite:///{tmp_path / 'c.db'}", private_redis.url, port=port, default_api_key=key
+    )
+    api = _api(settings, tmp_path / "api.log")
+    res = Resources.build(settings)
+    auth = {"Authorization": f"Bearer {key}"}
+    sids = [f"s{i}" for i in range(4)]
+    try:
+        tenant = tenant_for_key(res.engine, key)
+        assert tenant is not None
+        for sid in sids:
+            for n in range(3):
+                r = httpx.post(
+                    f"{base}/v1/sessions/{sid}/turns", json={"messages": _messages(n, sid)}, headers=auth
+                )
+                assert r.status_code == 200, r.text
+            row = get_session(res.engine, tenant, sid)
+            assert jobs.compact(tenant, row.id, row.version, res) == "published"
+        expected = {sid: [f"{sid} {w} {n}" for n in range(3) for w in ("ask", "answer")] for sid in sids}
+
+        with FetchLoad(base, key, sids) as load:
+            time.sleep(1.0)
+            warm = _fetch_sources(base)
+            assert warm.get("cache", 0) > 0 and warm.get("db", 0) == 0
+
+            frozen_at = time.monotonic()
+            private_redis.signal(signal.SIGSTOP)
+            time.sleep(3.0)
+            during_freeze = _fetch_sources(base)
+            private_redis.signal(signal.SIGCONT)
+            thawed_at = time.monotonic()
+            time.sleep(2.5)  # past the breaker's cool-down: the probe closes it
+            after_thaw = _fetch_sources(base)
+            time.sleep(1.0)
+            thawed = _fetch_sources(base)
+
+            killed_at = time.monotonic()
+            private_redis.kill()
+            extra = {"messages": [{"role": "user", "content": "s0 while redis is dead"}]}
+            appended = httpx.post(f"{base}/v1/sessions/s0/turns", json=extra, headers=auth, timeout=30)
+            appended_at = time.monotonic()
+            time.sleep(3.0)
+            private_redis.start()
+            restarted_at = time.monotonic()
+            time.sleep(2.5)
+            results = load.since(frozen_at)
+
+        # every fetch answered, complete, within the bound, through the freeze and the kill
+        assert results, "no fetches recorded"
+        assert {status for _, _, status, _, _ in results} == {200}
+        slowest = max(seconds for _, _, _, seconds, _ in results)
+        assert slowest < FETCH_SECONDS_MAX, slowest
+        for at, sid, _, _, body in results:
+            assert body is not None
+            got = [t for t in _texts(body) if not t.startswith("[compactd status]")]
+            # a fetch started after the append answered has its turn; one before may or may not
+            late = [*expected[sid], "s0 while redis is dead"] if sid == "s0" else expected[sid]
+            assert got == late if at >= appended_at else got in (expected[sid], late), (sid, got)
+        fetched_while = [
+            r
+            for r in results
+            if frozen_at + 0.5 <= r[0] < thawed_at or killed_at + 0.5 <= r[0] < restarted_at
+        ]
+        assert len(fetched_while) > 10
+
+        # while frozen the database served; once thawed, the cache (its data intact) serves again
+        assert during_freeze.get("db", 0) > warm.get("db", 0)
+        assert thawed["cache"] > after_thaw["cache"] and thawed.get("db", 0) == after_thaw.get("db", 0)
+
+        # the append during the outage: answered, committed, left for the sweep
+        assert appended.status_code == 200, appended.text
+        row = get_session(res.engine, tenant, "s0")
+        with read_tx(res.engine) as conn:
+            assert [t.seq for t in load_turns(conn, row.id)] == list(range(1, 8))
+        assert row.compacted_through == 6 and row.version == 7
+        assert "compaction.enqueue_skipped" in api.log.read_text()
+        time.sleep(settings.idle_seconds)
+        found: list[tuple[int, int, int]] = []
+        res.close()
+        res = Resources.build(settings)  # its pooled Redis connections died with the old server
+        assert jobs.sweep(res, lambda *a: found.append(a)) >= 1
+        assert (tenant, row.id, 7) in found
+
+        # the cache refills: the restarted Redis is empty; the sweep's job publishes again
+        assert res.cache.get(row.id) is None
+        assert jobs.compact(tenant, row.id, 7, res) == "published"
+        before = _fetch_sources(base)
+        prompt = httpx.get(f"{base}/v1/sessions/s0/prompt", headers=auth).json()
+        assert _fetch_sources(base)["cache"] == before["cache"] + 1
+        assert [t for t in _texts(prompt) if not t.startswith("[compactd status]")] == [
+            *expected["s0"],
+            "s0 while redis is dead",
+        ]
+    finally:
+        api.stop()
+        res.close()
+
+
+@pytest.fixture
+def private_postgres() -> Iterator[PrivatePostgres]:
+    server = PrivatePostgres()
+    yield server
+    server.remove()
+
+
+def test_database_down_appends_503_cached_fetches_served_and_recovers(
+    tmp_path: Path, private_postgres: PrivatePostgres, redis_url: str
+) -> None:
+    """With the database stopped, an append answers 503 with Retry-After and stores nothing, a
+    fetch of a session whose cached prompt covers every append answers 200 from Redis, one that
+    needs the database answers 503; when the database returns, the same process serves again
+    and the retried append is stored once."""
+    key = f"cpd_{uuid.uuid4().hex}"
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    settings = make_settings(tmp_path, private_postgres.url, redis_url, port=port, default_api_key=key)
+    api = _api(settings, tmp_path / "api.log")
+    res = Resources.build(settings)
+    auth = {"Authorization": f"Bearer {key}"}
+    try:
+        tenant = tenant_for_key(res.engine, key)
+        assert tenant is not None
+        for sid in ("cached", "uncached"):
+            for n in range(3):
+                r = httpx.post(
+                    f"{base}/v1/sessions/{sid}/turns", json={"messages": _messages(n, sid)}, headers=auth
+                )
+                assert r.status_code == 200, r.text
+        row = get_session(res.engine, tenant, "cached")
+        assert jobs.compact(tenant, row.id, row.version, res) == "published"
+        before = httpx.get(f"{base}/v1/sessions/cached/prompt", headers=auth)
+        assert before.status_code == 200
+        assert httpx.get(f"{base}/v1/sessions/uncached/prompt", headers=auth).status_code == 200
+        res.engine.dispose()
+
+        private_postgres.stop()
+        retry = {"Authorization": f"Bearer {key}", "Idempotency-Key": "during-outage"}
+        extra = {"messages": [{"role": "user", "content": "appended around the outage"}]}
+        down = httpx.post(f"{base}/v1/sessions/cached/turns", json=extra, headers=retry, timeout=30)
+        served = httpx.get(f"{base}/v1/sessions/cached/prompt", headers=auth, timeout=30)
+        uncached = httpx.get(f"{base}/v1/sessions/uncached/prompt", headers=auth, timeout=30)
+        private_postgres.start()
+
+        assert down.status_code == 503, down.text
+        assert down.headers["retry-after"] == "1"
+        assert down.headers["content-type"] == "application/problem+json"
+        assert "database" in down.json()["detail"] and "Traceback" not in down.text
+        assert served.status_code == 200 and served.content == before.content
+        assert uncached.status_code == 503 and uncached.headers["retry-after"] == "1"
+
+        # recovers by itself: the same process, the same request, until it is stored
+        def stored() -> httpx.Response | None:
+            r = httpx.post(f"{base}/v1/sessions/cached/turns", json=extra, headers=retry, timeout=30)
+            assert r.status_code in (200, 503), r.text
+            return r if r.status_code == 200 else None
+
+        again = wait_for(stored, 30, 0.5)
+        assert (again.json()["first_seq"], again.json()["last_seq"]) == (7, 7)
+        assert wait_for(lambda: stored(), 10).json()["first_seq"] == 7  # a retry stores nothing more
+        after = httpx.get(f"{base}/v1/sessions/cached/prompt", headers=auth).json()
+        assert after["version"] == 7 and "appended around the outage" in _texts(after)
+        assert httpx.get(f"{base}/v1/sessions/uncached/prompt", headers=auth).status_code == 200
+        with read_tx(res.engine) as conn:
+            texts = [t.content[0]["text"] for t in load_turns(conn, row.id)]
+        assert texts.count("appended around the outage") == 1 and len(texts) == 7
+    finally:
+        api.stop()
+        res.close()
+        flush_prefix(redis_url, settings.redis_prefix)
+
+
+def test_an_unreachable_redis_opens_the_breaker_and_calls_skip_it() -> None:
+    """A cache whose Redis refuses connections answers "nothing cached" and opens its breaker;
+    while it is open every call answers its default without trying Redis."""
+    cache = PromptCache(make_redis(f"redis://127.0.0.1:{free_port()}/0"), "t:", cooldown_seconds=60)
+    assert cache.available
+    assert cache.get(1) is None
+    assert not cache.available
+    started = time.perf_counter()
+    assert cache.claim_job(1, 1.0) is None and cache.position(1) is None and cache.stats() == {}
+    assert cache.noted_version(1) is None
+    assert time.perf_counter() - started < 0.25  # skipped, not even a refused connection
+
+
+def test_a_redis_error_reply_does_not_open_the_breaker(redis_url: str) -> None:
+    """An error the server answers with (here WRONGTYPE) is not an outage: the breaker stays closed."""
+    prefix = f"t-{uuid.uuid4().hex[:8]}:"
+    cache = PromptCache(make_redis(redis_url), prefix)
+    try:
+        cache.client.set(cache.key(1), "not a hash")
+        assert cache.get(1) is None
+        assert cache.available
+    finally:
+        flush_prefix(redis_url, prefix)
+        cache.client.close()
