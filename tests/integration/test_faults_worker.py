@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -58,7 +59,7 @@ from worker.store.tenants import create_tenant
 
 pytestmark = [pytest.mark.services, pytest.mark.data]
 
-WINDOW = 8_000  # budget 6,000: every generated session is past its structural trigger (1,800)
+WINDOW = 4_000  # budget 3,000: every generated session is past its summarize trigger, and small
 FAST_SESSIONS = 200
 SOAK_SESSIONS = 1_000
 TIMEOUT = 180.0  # generous: a wait, never a speed assertion
@@ -194,7 +195,8 @@ _CORPORA: dict[int, Corpus] = {}
 
 def corpus(n: int, res: Resources) -> Corpus:
     """n sessions cut from the shared Claude Code transcripts at varying lengths, each past the
-    structural trigger of a WINDOW-token session (so every one needs real compaction work)."""
+    summarize trigger of a WINDOW-token session (so every one must shrink: a new epoch) and at most
+    three budgets long (so 200 of them compact in seconds)."""
     if n in _CORPORA:
         return _CORPORA[n]
     files = [p for p in claude_code_files() if 20_000 < p.stat().st_size < 400_000][:6]
@@ -203,14 +205,14 @@ def corpus(n: int, res: Resources) -> Corpus:
         ingest(load_messages(p), first_seq=1, redactor=res.redactor, policy=res.base_policy).turns
         for p in files
     ]
-    trigger = res.policy_for(WINDOW, None).structural_trigger_tokens
+    policy = res.policy_for(WINDOW, None)
     cuts = [
         (i, end)
         for i, turns in enumerate(transcripts)
         for end in range(4, len(turns) + 1)
-        if sum(t.tokens for t in turns[:end]) > trigger
+        if policy.summarize_trigger_tokens < sum(t.tokens for t in turns[:end]) < 3 * policy.budget_tokens
     ]
-    require(bool(cuts), "no transcript past the structural trigger")
+    require(len(cuts) >= 10, "too few transcript prefixes past the summarize trigger")
     out = []
     for k in range(n):
         i, end = cuts[(k * 7) % len(cuts)]
@@ -386,6 +388,7 @@ def test_kill_9_mid_compaction_loses_nothing_and_equals_a_crash_free_run(
     res, recovery = _crash_run(tmp_path, pg_url, private_redis, FAST_SESSIONS, kill)
     try:
         record_property("recovery_seconds", round(recovery, 2))
+        print(f"kill={kill} sessions={FAST_SESSIONS} recovery_seconds={recovery:.2f}")
         _assert_equals_crash_free(res, expected, FAST_SESSIONS)
     finally:
         res.close()
@@ -527,6 +530,12 @@ def _note_served(res: Resources, pk: int, text: str) -> bool:
     return loaded is not None and loaded.snapshot is not None and text in loaded.snapshot.prompt
 
 
+def _snapshot(res: Resources, pk: int) -> Any:
+    """The session's newest snapshot row (None before the first publish)."""
+    loaded = snapshots.load(res.engine, pk)
+    return loaded.snapshot if loaded is not None else None
+
+
 def _assert_once(res: Resources, pk: int, fake: FakeMessagesAPI) -> None:
     assert len(fake.requests) == 1  # the summarizer was called once for the epoch
     per = snapshots_per_through(res.engine)
@@ -626,12 +635,10 @@ def test_a_summary_failing_transiently_is_retried_with_backoff_without_any_appen
             tid = create_tenant(res.engine, "retry")[0]
             a = _real_session(res, tid)
             celery_enqueue(settings, res)(tid, a.session_pk, a.version)
-            structural = wait_for(
-                lambda: (s := snapshots.load(res.engine, a.session_pk).snapshot) and s, TIMEOUT
-            )
+            structural = wait_for(lambda: (s := _snapshot(res, a.session_pk)) and s, TIMEOUT)
             assert jobs.summary_failed(structural.report) == "transient"
             wait_for(lambda: _note_served(res, a.session_pk, "NOTE-AFTER-RETRIES"), TIMEOUT)
-            final = snapshots.load(res.engine, a.session_pk).snapshot
+            final = _snapshot(res, a.session_pk)
         finally:
             worker.stop()
             res.close()
@@ -664,7 +671,7 @@ def test_a_permanent_summarizer_error_is_not_retried_until_the_next_append(
             a = _real_session(res, tid)
             enqueue = celery_enqueue(settings, res)
             enqueue(tid, a.session_pk, a.version)
-            snap = wait_for(lambda: (s := snapshots.load(res.engine, a.session_pk).snapshot) and s, TIMEOUT)
+            snap = wait_for(lambda: (s := _snapshot(res, a.session_pk)) and s, TIMEOUT)
             assert jobs.summary_failed(snap.report) == "permanent"
             # several sweeps and more than the first retry's delay later: still one request
             wait_for(lambda: worker.log.read_text().count("compactd.sweep") >= 6, TIMEOUT)
@@ -697,7 +704,7 @@ def test_an_idle_session_whose_summary_retries_died_gets_its_summary_from_the_sw
             tid = create_tenant(res.engine, "idle")[0]
             a = _real_session(res, tid)
             assert jobs.compact(tid, a.session_pk, a.version, res) == "published"  # no retry callback
-            snap = snapshots.load(res.engine, a.session_pk).snapshot
+            snap = _snapshot(res, a.session_pk)
             assert jobs.summary_failed(snap.report) == "transient"
             time.sleep(settings.idle_seconds)
             assert [pk for _, pk, _ in snapshots.summary_retry_due(res.engine, utcnow())] == [a.session_pk]
@@ -711,6 +718,6 @@ def test_an_idle_session_whose_summary_retries_died_gets_its_summary_from_the_sw
                 worker.stop()
             assert snapshots.summary_retry_due(res.engine, utcnow()) == []
             assert len(fake.requests) == 2
-            assert snapshots.load(res.engine, a.session_pk).snapshot.epoch == snap.epoch + 1
+            assert _snapshot(res, a.session_pk).epoch == snap.epoch + 1
         finally:
             res.close()
