@@ -43,22 +43,38 @@ from worker.store.files import file_infos, save_files
 from worker.store.prompts import entry_from_prompt, refresh_status_files, request_prefix
 from worker.store.runs import Runs
 from worker.store.tables import utcnow
-from worker.summarizers import cost_usd
+from worker.summarizers import Backoff, Watched, cost_usd
 
 log = structlog.get_logger("compactd.jobs")
+# A summary that failed transiently (the API down through the summarizer's own retries) is tried
+# again by the job itself: 1 s, 2 s, 4 s... capped at 2 min, 8 times (~4 min); then the beat sweep
+# tries it at its own pace while the session stays idle. A permanent failure (HTTP 400, a broken
+# response) waits for the next append.
+SUMMARY_RETRY = Backoff(base_seconds=1.0, max_seconds=120.0)
+SUMMARY_RETRY_ATTEMPTS = 8
+# the sweep's claim on a busy session it sends a job for, like an append's (api.app.JOB_CLAIM_SECONDS)
+SWEEP_CLAIM_SECONDS = 30.0
 NOTHING_TO_SUMMARIZE = (
     "nothing to summarize: no settled turns between the first user message and the newest ones"
     " that a handoff note would shrink"
 )
 
 
-def compact(tenant_id: int, session_pk: int, seen_version: int, res: Resources) -> str:
+def compact(
+    tenant_id: int,
+    session_pk: int,
+    seen_version: int,
+    res: Resources,
+    on_summary_failed: Callable[[], object] | None = None,
+) -> str:
     """Compact the session's latest version and publish a snapshot unless a newer one won.
 
     Coalesced, not debounced: the job runs as soon as a worker is free and never gives up because
     newer turns arrived (the next append sends the next job). Idempotent per (session,
     through_seq): a duplicate delivery finds the snapshot current. `seen_version` is the version
     that sent the job (logged only). Returns what happened: gone, current, published or stale.
+    When the summarizer failed transiently the structural result is published all the same and
+    `on_summary_failed` is called (the task schedules a retry: no append may ever come).
     """
     token = res.cache.acquire(session_pk, res.settings.lock_seconds)
     if token is None:
@@ -67,14 +83,33 @@ def compact(tenant_id: int, session_pk: int, seen_version: int, res: Resources) 
     try:
         # from here on an append sends a new job: this one may load before its turn lands
         res.cache.release_job_claim(session_pk)
-        outcome = _compact(tenant_id, session_pk, res)
-        return outcome
+        watched = Watched(res.summarizer) if res.summarizer is not None else None
+        outcome = _compact(tenant_id, session_pk, res, watched)
     finally:
         res.cache.release(session_pk, token)
         record_job(res.cache, outcome, time.monotonic() - started)
+    if watched is not None and watched.failed_transiently and on_summary_failed is not None:
+        on_summary_failed()
+    return outcome
 
 
-def _compact(tenant_id: int, session_pk: int, res: Resources) -> str:
+def summary_retry_delay(attempt: int, jitter: float) -> float | None:
+    """Seconds before retry number `attempt` (0-based) of a failed summary, None once given up;
+    `jitter` is uniform in [0, 1)."""
+    if attempt >= SUMMARY_RETRY_ATTEMPTS:
+        return None
+    return SUMMARY_RETRY.delay_seconds(attempt, None, jitter)
+
+
+def summary_failed(report: str | None) -> str | None:
+    """How the summary of a snapshot's job failed ("transient", "permanent"), from its report."""
+    if not report:
+        return None
+    value = orjson.loads(report).get("summary_failed")
+    return value if isinstance(value, str) else None
+
+
+def _compact(tenant_id: int, session_pk: int, res: Resources, summarizer: Watched | None) -> str:
     loaded = snapshots.load(res.engine, session_pk, res.settings.memory_budget_tokens)
     if loaded is None or loaded.session.tenant_id != tenant_id:
         return "gone"
@@ -88,6 +123,7 @@ def _compact(tenant_id: int, session_pk: int, res: Resources) -> str:
         and through >= row.version
         and snap.memory_version >= row.memory_version
         and not res.cache.has_pending(session_pk)  # a prepared summary may be due at this quiet point
+        and summary_failed(snap.report) != "transient"  # its summary is to be tried again
     ):
         return "current"
     state = loaded.state()
@@ -116,7 +152,7 @@ def _compact(tenant_id: int, session_pk: int, res: Resources) -> str:
         # a user's /compact runs at the next quiet point (never mid tool call, never per busy append)
         force=forced and quiet,
         focus=(request.focus if request else None) or None,
-        summarizer=res.summarizer,
+        summarizer=summarizer,
     )
     verdict, publish = s.verdict, s.publish
     epoch = snap.epoch if snap else 0
@@ -156,6 +192,7 @@ def _compact(tenant_id: int, session_pk: int, res: Resources) -> str:
             "switch": str(s.switch),
             "stages": reports,
             "error": s.error,
+            "summary_failed": _failure(s.error, summarizer),
         },
         kind=snapshot_kind("new_epoch" if new_epoch or system_changed else "", str(s.switch), summarized),
     )
@@ -215,6 +252,13 @@ def _compact(tenant_id: int, session_pk: int, res: Resources) -> str:
         summarizer_error=s.error,
     )
     return "published"
+
+
+def _failure(error: str | None, summarizer: Watched | None) -> str | None:
+    """The report's "summary_failed": None (no failure), "transient" (to retry) or "permanent"."""
+    if error is None:
+        return None
+    return "transient" if summarizer is not None and summarizer.failed_transiently else "permanent"
 
 
 def _pending(res: Resources, session_pk: int) -> Transcript | None:
@@ -289,14 +333,30 @@ def _answer_request(
 
 
 def sweep(res: Resources, enqueue: Callable[[int, int, int], object]) -> int:
-    """Enqueue compaction for idle sessions whose snapshot misses turns or memory (a lost message)."""
-    idle_before = utcnow() - timedelta(seconds=res.settings.idle_seconds)
-    behind = snapshots.behind(res.engine, idle_before)
-    for tenant_id, pk, version in behind:
+    """Enqueue compaction for sessions the database shows need it, whatever Redis lost: idle
+    sessions whose snapshot misses turns or memory (a lost message); busy ones too, unless a job is
+    pending for them (their appends send jobs, but a lost one waits for its claim to expire); idle
+    sessions whose summary failed transiently and has not been prepared since."""
+    now = utcnow()
+    idle_before = now - timedelta(seconds=res.settings.idle_seconds)
+    idle = snapshots.behind(res.engine, idle_before)
+    seen = {pk for _, pk, _ in idle}
+    busy = [
+        (tenant_id, pk, version)
+        for tenant_id, pk, version in snapshots.behind(res.engine, now)
+        if pk not in seen and res.cache.claim_job(pk, SWEEP_CLAIM_SECONDS)
+    ]
+    retry = [
+        (tenant_id, pk, version)
+        for tenant_id, pk, version in snapshots.summary_retry_due(res.engine, idle_before)
+        if pk not in seen and not res.cache.has_pending(pk)
+    ]
+    for tenant_id, pk, version in [*idle, *busy, *retry]:
         enqueue(tenant_id, pk, version)
-    if behind:
-        log.info("sweep.enqueued", sessions=len(behind))
-    return len(behind)
+    sent = len(idle) + len(busy) + len(retry)
+    if sent:
+        log.info("sweep.enqueued", sessions=sent, idle=len(idle), busy=len(busy), summary_retry=len(retry))
+    return sent
 
 
 @dataclass(frozen=True, slots=True)

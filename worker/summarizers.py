@@ -72,6 +72,22 @@ class SummarizerTransientError(SummarizerError):
     """Raised when the API stayed unavailable (429, 5xx, timeout, dropped connection) through every retry."""
 
 
+class Watched:
+    """A summarizer that remembers whether a call failed transiently, so the job that used it can
+    schedule a retry of the summary (the pipeline turns every failure into a report string)."""
+
+    def __init__(self, inner: Summarizer) -> None:
+        self.inner = inner
+        self.failed_transiently = False
+
+    def summarize(self, request: SummaryRequest) -> SummaryResult:
+        try:
+            return self.inner.summarize(request)
+        except SummarizerTransientError:
+            self.failed_transiently = True
+            raise
+
+
 class SummarizerConfigError(SummarizerError):
     """Raised at start-up when the configured summarizer cannot be built (unknown name, no API key)."""
 

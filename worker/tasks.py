@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
+import structlog
 from celery import Task
 from structlog.contextvars import bound_contextvars
 
@@ -21,6 +23,8 @@ APPEND_MAX_RETRIES = 30
 # as api/app.py's JOB_CLAIM_SECONDS: one compaction job pending per session, whoever appended
 JOB_CLAIM_SECONDS = 30.0
 
+log = structlog.get_logger("compactd.tasks")
+
 
 @app.task(
     name="compactd.compact",
@@ -32,10 +36,21 @@ JOB_CLAIM_SECONDS = 30.0
     retry_backoff_max=60,
     max_retries=8,
 )
-def compact(self: Task, tenant_id: int, session_id: int, seen_version: int) -> str:
+def compact(self: Task, tenant_id: int, session_id: int, seen_version: int, summary_attempt: int = 0) -> str:
+    def retry_summary() -> None:
+        # a new message, not self.retry: the structural result is published and this one is done
+        delay = jobs.summary_retry_delay(summary_attempt, random.random())
+        if delay is None:
+            log.warning("summary.retries_exhausted", attempts=summary_attempt)
+            return
+        log.info("summary.retry_scheduled", attempt=summary_attempt + 1, countdown=round(delay, 2))
+        compact.apply_async(
+            (tenant_id, session_id, seen_version), {"summary_attempt": summary_attempt + 1}, countdown=delay
+        )
+
     with bound_contextvars(task_id=self.request.id, tenant_id=tenant_id, session_id=session_id):
         try:
-            return jobs.compact(tenant_id, session_id, seen_version, resources())
+            return jobs.compact(tenant_id, session_id, seen_version, resources(), retry_summary)
         except SessionLocked as exc:
             # SessionLocked is transient but not autoretried (dont_autoretry_for): it waits here,
             # briefly at first, then backing off to 2 s (the running job may be an LLM summary)

@@ -162,6 +162,28 @@ def behind(engine: Engine, idle_before: datetime, limit: int = 1000) -> list[tup
     return [(r.tenant_id, r.id, r.version) for r in rows]
 
 
+def summary_retry_due(engine: Engine, idle_before: datetime, limit: int = 1000) -> list[tuple[int, int, int]]:
+    """(tenant id, session pk, version) of idle sessions whose published snapshot's summary failed
+    transiently (jobs writes "summary_failed": "transient" into its report): to be tried again."""
+    with read_tx(engine) as conn:
+        rows = conn.execute(
+            select(S.c.tenant_id, S.c.id, S.c.version)
+            .join(
+                SN,
+                and_(
+                    SN.c.session_id == S.c.id,
+                    SN.c.epoch == S.c.epoch,
+                    SN.c.through_seq == S.c.compacted_through,
+                    SN.c.memory_version == S.c.snapshot_memory_version,
+                ),
+            )
+            .where(SN.c.report.contains('"summary_failed":"transient"'), S.c.last_append_at <= idle_before)
+            .order_by(S.c.last_append_at)
+            .limit(limit)
+        ).all()
+    return [(r.tenant_id, r.id, r.version) for r in rows]
+
+
 def expire(engine: Engine, inactive_before: datetime) -> list[int]:
     """Delete sessions with no append since `inactive_before`; returns their pks."""
     with write_tx(engine) as conn:
