@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
@@ -16,6 +17,9 @@ from worker.store.tables import utcnow
 from worker.store.tenants import KeyGrant, grant_for_digest, hash_key
 
 KEY_CACHE_SIZE = 10_000
+# a backstop only: revocations reach every process at once through the Redis stamp; this bounds a
+# change the CLI could not announce (its Redis unreachable while the API processes' was not)
+KEY_CACHE_SECONDS = 30.0
 
 
 async def get_resources(request: Request) -> Resources:
@@ -34,12 +38,15 @@ def bearer_key(request: Request) -> str:
     return key.strip()
 
 
-def cached_grant(keys: dict[str, tuple[KeyGrant, str]], digest: str, stamp: str | None) -> KeyGrant | None:
+KeyCache = dict[str, tuple[KeyGrant, str, float]]
+
+
+def cached_grant(keys: KeyCache, digest: str, stamp: str | None) -> KeyGrant | None:
     """The cached grant if it may still be served: the keys stamp unchanged since it was looked up
-    (no revocation or rotation since, on any process) and not past a rotation's overlap. Without a
-    stamp (Redis down) nothing is served from the cache."""
+    (no revocation or rotation since, on any process), not past a rotation's overlap, and younger
+    than KEY_CACHE_SECONDS. Without a stamp (Redis down) nothing is served from the cache."""
     hit = keys.get(digest)
-    if hit is None or stamp is None or hit[1] != stamp:
+    if hit is None or stamp is None or hit[1] != stamp or hit[2] < time.monotonic():
         return None
     grant = hit[0]
     if grant.expires_at is not None and grant.expires_at <= utcnow():
@@ -55,7 +62,7 @@ async def get_tenant(request: Request) -> int:
     guard: Guard = request.app.state.guard
     # one Redis round trip inline (0.25 s ceiling): cheaper than a thread hop on the fetch path
     verdict = guard.check(digest)
-    keys: dict[str, tuple[KeyGrant, str]] = request.app.state.keys
+    keys: KeyCache = request.app.state.keys
     grant = cached_grant(keys, digest, verdict.stamp)
     if grant is None:
         res: Resources = request.app.state.resources
@@ -66,7 +73,7 @@ async def get_tenant(request: Request) -> int:
         if verdict.stamp is not None:
             if len(keys) > KEY_CACHE_SIZE:
                 keys.clear()
-            keys[digest] = (grant, verdict.stamp)
+            keys[digest] = (grant, verdict.stamp, time.monotonic() + KEY_CACHE_SECONDS)
     bind_contextvars(tenant_id=grant.tenant_id, key_id=grant.key_id, session=request.path_params.get("sid"))
     if verdict.retry_after_ms > 0:
         raise TooManyRequests(
