@@ -65,15 +65,70 @@ def create_app(settings: Settings, *, enqueue: Enqueue | None = None, log_setup:
         summary="Keeps long-running LLM agents inside their context window without making them wait.",
         lifespan=lifespan,
     )
+    app.openapi = lambda: documented_errors(app)  # type: ignore[method-assign]
     app.state.keys = {}
     app.state.metrics = Metrics()
     errors.install(app)
     for module in (turns, prompt, sessions, memory, files, health):
         app.include_router(module.router)
     app.add_middleware(JsonOnly)
+    app.add_middleware(BearerRequired)
     app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
     app.add_middleware(RequestLog, metrics=app.state.metrics)
     return app
+
+
+PROBLEM_SCHEMA = {
+    "type": "object",
+    "required": ["type", "title", "status"],
+    "properties": {
+        "type": {"type": "string"},
+        "title": {"type": "string"},
+        "status": {"type": "integer"},
+        "detail": {"type": "string"},
+    },
+}
+# every answer an operation can give besides its own: what api/errors.py and the middlewares send
+ERRORS = {
+    "400": "Malformed JSON or a bad request",
+    "401": "No, unknown, revoked or expired API key",
+    "404": "No such session or file for this tenant",
+    "405": "Method not allowed",
+    "413": "Request body or one turn too large",
+    "415": "The body is not declared application/json",
+    "422": "The request does not match the schema or cannot apply",
+    "429": "This API key is over its rate limit (Retry-After)",
+    "500": "Internal error (logged; no details)",
+    "503": "A dependency is down; retry (Retry-After)",
+}
+PUBLIC_PATHS = {"/healthz", "/readyz", "/metrics"}
+
+
+def documented_errors(app: FastAPI) -> dict[str, object]:
+    """The OpenAPI document with every problem+json answer documented, so clients (and schemathesis)
+    know them; built once, like FastAPI's own."""
+    if app.openapi_schema:
+        return app.openapi_schema
+    from fastapi.openapi.utils import get_openapi
+
+    doc = get_openapi(title=app.title, version=app.version, summary=app.summary, routes=app.routes)
+    problem = {"application/problem+json": {"schema": PROBLEM_SCHEMA}}
+    for path, operations in doc["paths"].items():
+        for operation in operations.values():
+            responses = operation.setdefault("responses", {})
+            for code, text in ERRORS.items():
+                if path in PUBLIC_PATHS and code not in ("500", "503"):
+                    continue
+                # FastAPI documents its 422 as application/json: every error here is problem+json
+                responses[code] = {
+                    "description": responses.get(code, {}).get("description", text),
+                    "content": problem,
+                }
+    doc["paths"]["/metrics"]["get"]["responses"]["200"]["content"] = {
+        "text/plain": {"schema": {"type": "string"}}
+    }
+    app.openapi_schema = doc
+    return doc
 
 
 FLUSH_SECONDS = 0.5
@@ -148,6 +203,24 @@ class BodyLimit:
             return message
 
         await self.app(scope, limited, send)
+
+
+class BearerRequired:
+    """401 problem for a /v1 request without an `Authorization: Bearer` header, before anything else
+    looks at it: an anonymous caller learns nothing about its body or parameters. The key itself is
+    checked by deps.get_tenant."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"].startswith("/v1/"):
+            header = dict(scope["headers"]).get(b"authorization", b"")
+            scheme, _, key = header.partition(b" ")
+            if scheme.lower() != b"bearer" or not key.strip():
+                response = errors.problem(401, "Unauthorized", "send Authorization: Bearer <api key>")
+                return await response(scope, receive, send)
+        await self.app(scope, receive, send)
 
 
 class JsonOnly:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -12,7 +13,12 @@ from api.errors import TurnTooLarge
 
 def turn_bytes(message: dict[str, Any]) -> int:
     """A message's size as compact JSON: what it costs to store, whatever the client's spacing."""
-    return len(orjson.dumps(message))
+    try:
+        return len(orjson.dumps(message))
+    except orjson.JSONEncodeError:
+        # what orjson refuses (integers past 64 bits, lone surrogates) the stdlib writes, escaped;
+        # the message is refused later for what it holds, not here for its size
+        return len(json.dumps(message, separators=(",", ":")))
 
 
 def check_turn_sizes(messages: Sequence[dict[str, Any]], max_turn_bytes: int) -> None:
