@@ -10,9 +10,9 @@ COPY worker ./worker
 RUN uv sync --frozen --no-dev && uv run --frozen --no-dev compactd prewarm
 
 FROM python:3.11-slim
-RUN useradd --system --uid 10001 --home /app compactd
+RUN groupadd --system --gid 10001 compactd && useradd --system --uid 10001 --gid 10001 --home /app compactd
 WORKDIR /app
-COPY --from=build --chown=compactd /app /app
+COPY --from=build --chown=10001:10001 /app /app
 ENV PATH=/app/.venv/bin:$PATH PYTHONUNBUFFERED=1 COMPACTD_HOST=0.0.0.0 COMPACTD_VAR_DIR=/app/var
 USER compactd
 EXPOSE 8700

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import re
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -15,6 +16,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from structlog.contextvars import clear_contextvars
 
 from api import errors
+from api.guard import Guard
 from api.metrics import Metrics
 from api.routes import files, health, memory, prompt, sessions, turns, ui
 from worker.celery_app import sender
@@ -36,6 +38,12 @@ def create_app(settings: Settings, *, enqueue: Enqueue | None = None, log_setup:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         res = Resources.build(settings)
         app.state.resources = res
+        app.state.guard = Guard(
+            res.cache.client,
+            settings.redis_prefix,
+            settings.rate_limit_per_second,
+            settings.rate_limit_burst,
+        )
         app.state.enqueue = enqueue or celery_enqueue(settings, res)
         app.state.metrics.attach(res)
         # start-up garbage is long-lived: move it out of the collector's way (cuts p99)
@@ -58,14 +66,70 @@ def create_app(settings: Settings, *, enqueue: Enqueue | None = None, log_setup:
         summary="Keeps long-running LLM agents inside their context window without making them wait.",
         lifespan=lifespan,
     )
+    app.openapi = lambda: documented_errors(app)  # type: ignore[method-assign]
     app.state.keys = {}
     app.state.metrics = Metrics()
     errors.install(app)
     for module in (turns, prompt, sessions, memory, files, health, ui):
         app.include_router(module.router)
+    app.add_middleware(JsonOnly)
+    app.add_middleware(BearerRequired)
     app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
     app.add_middleware(RequestLog, metrics=app.state.metrics)
     return app
+
+
+PROBLEM_SCHEMA = {
+    "type": "object",
+    "required": ["type", "title", "status"],
+    "properties": {
+        "type": {"type": "string"},
+        "title": {"type": "string"},
+        "status": {"type": "integer"},
+        "detail": {"type": "string"},
+    },
+}
+# every answer an operation can give besides its own: what api/errors.py and the middlewares send
+ERRORS = {
+    "400": "Malformed JSON or a bad request",
+    "401": "No, unknown, revoked or expired API key",
+    "404": "No such session or file for this tenant",
+    "405": "Method not allowed",
+    "413": "Request body or one turn too large",
+    "415": "The body is not declared application/json",
+    "422": "The request does not match the schema or cannot apply",
+    "429": "This API key is over its rate limit (Retry-After)",
+    "500": "Internal error (logged; no details)",
+    "503": "A dependency is down; retry (Retry-After)",
+}
+PUBLIC_PATHS = {"/healthz", "/readyz", "/metrics"}
+
+
+def documented_errors(app: FastAPI) -> dict[str, object]:
+    """The OpenAPI document with every problem+json answer documented, so clients (and schemathesis)
+    know them; built once, like FastAPI's own."""
+    if app.openapi_schema:
+        return app.openapi_schema
+    from fastapi.openapi.utils import get_openapi
+
+    doc = get_openapi(title=app.title, version=app.version, summary=app.summary, routes=app.routes)
+    problem = {"application/problem+json": {"schema": PROBLEM_SCHEMA}}
+    for path, operations in doc["paths"].items():
+        for operation in operations.values():
+            responses = operation.setdefault("responses", {})
+            for code, text in ERRORS.items():
+                if path in PUBLIC_PATHS and code not in ("500", "503"):
+                    continue
+                # FastAPI documents its 422 as application/json: every error here is problem+json
+                responses[code] = {
+                    "description": responses.get(code, {}).get("description", text),
+                    "content": problem,
+                }
+    doc["paths"]["/metrics"]["get"]["responses"]["200"]["content"] = {
+        "text/plain": {"schema": {"type": "string"}}
+    }
+    app.openapi_schema = doc
+    return doc
 
 
 FLUSH_SECONDS = 0.5
@@ -147,6 +211,66 @@ class BodyLimit:
             return message
 
         await self.app(scope, limited, send)
+
+
+class BearerRequired:
+    """401 problem for a /v1 request without an `Authorization: Bearer` header, before anything else
+    looks at it: an anonymous caller learns nothing about its body or parameters. The key itself is
+    checked by deps.get_tenant."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"].startswith("/v1/"):
+            header = dict(scope["headers"]).get(b"authorization", b"")
+            scheme, _, key = header.partition(b" ")
+            if scheme.lower() != b"bearer" or not key.strip():
+                response = errors.problem(401, "Unauthorized", "send Authorization: Bearer <api key>")
+                return await response(scope, receive, send)
+        await self.app(scope, receive, send)
+
+
+class JsonOnly:
+    """415 problem for a /v1 request with a body that is not declared application/json (or +json).
+
+    Without it a missing Content-Type would be parsed as JSON and a wrong one reported as a schema
+    mismatch; the cause is the header, so the answer names the header.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"].startswith("/v1/"):
+            headers = dict(scope["headers"])
+            problem = media_type_problem(headers.get(b"content-type"), _has_body(headers))
+            if problem:
+                response = errors.problem(415, "Unsupported media type", problem)
+                return await response(scope, receive, send)
+        await self.app(scope, receive, send)
+
+
+def _has_body(headers: dict[bytes, bytes]) -> bool:
+    length = headers.get(b"content-length", b"0")
+    return b"transfer-encoding" in headers or not length.isdigit() or int(length) > 0
+
+
+def media_type_problem(content_type: bytes | None, has_body: bool) -> str | None:
+    """Why a body with this Content-Type is refused, or None when it is JSON (or there is no body)."""
+    if not has_body:
+        return None
+    if content_type is None:
+        return "the request has a body but no Content-Type header: send Content-Type: application/json"
+    media = content_type.split(b";", 1)[0].strip().lower()
+    if media == b"application/json" or (media.startswith(b"application/") and media.endswith(b"+json")):
+        return None
+    # named back only when it looks like a media type: a header is request input too
+    shown = media.decode("latin-1") if _MEDIA_TYPE.fullmatch(media) else "an unreadable value"
+    return f"the body must be JSON: send Content-Type: application/json (got {shown})"
+
+
+_MEDIA_TYPE = re.compile(rb"[a-z0-9!#$&^_.+-]{1,40}/[a-z0-9!#$&^_.+-]{1,60}")
 
 
 class RequestLog:

@@ -82,6 +82,24 @@ class PayloadTooLarge(ApiError):
     status, title = 413, "Request body too large"
 
 
+class TooManyRequests(ApiError):
+    """Raised when an API key is over its rate limit; `retry_after_seconds` goes to Retry-After."""
+
+    status, title = 429, "Too many requests"
+
+
+class UnsupportedMediaType(ApiError):
+    """Raised when a request with a body does not say Content-Type: application/json."""
+
+    status, title = 415, "Unsupported media type"
+
+
+class TurnTooLarge(ApiError):
+    """Raised when one message of an append is over max_turn_bytes; names its index and the limit."""
+
+    status, title = 413, "Turn too large"
+
+
 def problem(status: int, title: str, detail: str | None = None, **extensions: Any) -> Response:
     body: dict[str, Any] = {"type": "about:blank", "title": title, "status": status}
     if detail:
@@ -101,13 +119,19 @@ def _redacted(request: Request, value: Any) -> Any:
 
 def _api_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ApiError)
-    return problem(
+    response = problem(
         exc.status, exc.title, _redacted(request, exc.detail), **_redacted(request, exc.extensions)
     )
+    if "retry_after_seconds" in exc.extensions:
+        response.headers["Retry-After"] = str(exc.extensions["retry_after_seconds"])
+    return response
 
 
 def _validation(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestValidationError)
+    malformed = next((e for e in exc.errors() if e.get("type") == "json_invalid"), None)
+    if malformed is not None:
+        return _malformed_json(request, malformed)
     # field path, message and error type only: never the submitted value (pydantic's "input"/"ctx")
     errors = [
         {"loc": [str(p) for p in e.get("loc", ())], "msg": _safe_msg(e), "type": e.get("type", "")}
@@ -116,6 +140,27 @@ def _validation(request: Request, exc: Exception) -> Response:
     # a location can name a submitted key (an unknown field): redacted like any request content
     return problem(
         422, "Invalid request", "the request does not match the schema", errors=_redacted(request, errors)
+    )
+
+
+def _malformed_json(request: Request, error: dict[str, Any]) -> Response:
+    """400 saying the body is not JSON, where (line and column) and why, quoting none of it."""
+    loc = error.get("loc", ())
+    pos = loc[1] if len(loc) > 1 and isinstance(loc[1], int) else None
+    # the parser's reason ("Expecting value", "Unterminated string starting at"...) quotes no input
+    reason = str((error.get("ctx") or {}).get("error", "not valid JSON"))[:100]
+    body = getattr(request, "_body", None)
+    where = ""
+    if pos is not None and isinstance(body, bytes):
+        # the parser's position counts characters of the decoded body
+        before = body.decode("utf-8", errors="replace")[:pos]
+        line, column = before.count("\n") + 1, pos - before.rfind("\n")
+        where = f" at line {line}, column {column} (character {pos + 1})"
+    return problem(
+        400,
+        "Malformed JSON",
+        f"the request body is not valid JSON: {reason}{where}",
+        errors=[{"loc": ["body"], "msg": "body is not valid JSON", "type": "json_invalid"}],
     )
 
 
@@ -156,7 +201,14 @@ def _bad_read(request: Request, exc: Exception) -> Response:
 
 def _http(_: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
-    titles = {404: "Not found", 405: "Method not allowed", 401: "Unauthorized", 413: "Request body too large"}
+    titles = {
+        400: "Bad request",
+        404: "Not found",
+        405: "Method not allowed",
+        401: "Unauthorized",
+        413: "Request body too large",
+        415: "Unsupported media type",
+    }
     return problem(exc.status_code, titles.get(exc.status_code, "HTTP error"))
 
 

@@ -18,6 +18,8 @@ import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy.exc import InterfaceError, OperationalError
 
+from api.errors import TurnTooLarge
+from api.limits import check_turn_sizes
 from api.routes.paths import SessionId
 from api.schemas import Activity, AppendRequest
 from worker.compaction.assemble import merge_roles
@@ -171,6 +173,10 @@ def append_enqueued(
         tenant_id = tenant_for_key(res.engine, message.api_key)
         if tenant_id is None:
             raise Rejected("unknown API key")
+        try:  # the HTTP path's 413, as a rejection
+            check_turn_sizes(message.body.messages, res.settings.max_turn_bytes)
+        except TurnTooLarge as exc:
+            raise Rejected(str(exc)) from None
         outcome = append_messages(
             res,
             tenant_id,

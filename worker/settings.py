@@ -73,6 +73,10 @@ class Settings(BaseSettings):
 
     redis_socket_timeout_seconds: float = 0.25
     max_request_bytes: int = 32 * 1024 * 1024
+    max_turn_bytes: int = 8 * 1024 * 1024  # one message of an append, as JSON
+    # per API key, shared by every API process (a token bucket in Redis); 0 turns limits off
+    rate_limit_per_second: float = 0.0
+    rate_limit_burst: int = 100
     log_level: str = "INFO"
 
     @field_validator("memory_prune_at")

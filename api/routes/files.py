@@ -20,7 +20,7 @@ router = APIRouter(tags=["files"])
 
 
 @router.get("/v1/tools")
-async def get_tools() -> list[dict[str, Any]]:
+async def get_tools(_tenant: TenantDep) -> list[dict[str, Any]]:
     """Tool definitions an agent passes to messages.create: read_file and grep recover clipped content;
     update_working_memory's input is forwarded as is as the PATCH /v1/sessions/{sid}/memory body."""
     return tool_definitions() + memory_tool_definitions()

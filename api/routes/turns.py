@@ -10,6 +10,7 @@ from fastapi import APIRouter, Header, Request
 
 from api.deps import ResourcesDep, SenderDep, TenantDep
 from api.errors import InvalidAppend
+from api.limits import check_turn_sizes
 from api.routes.paths import SessionId
 from api.schemas import Activity, AppendRequest, AppendResponse
 from worker.appending import BrokenConversation, append_messages
@@ -32,6 +33,7 @@ def append(
     x_compactd_activity: Annotated[Activity | None, Header()] = None,
 ) -> AppendResponse:
     """Append messages; the session is created on first append. Retries with the same Idempotency-Key are safe."""
+    check_turn_sizes(body.messages, res.settings.max_turn_bytes)
     try:
         outcome = append_messages(
             res,

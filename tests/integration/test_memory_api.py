@@ -183,7 +183,7 @@ def test_keys_and_values_are_redacted_like_put(api: Api) -> None:
 def test_the_tool_input_is_a_patch_body(api: Api) -> None:
     """GET /v1/tools has update_working_memory; an input matching its schema, forwarded as is, applies."""
     api.append("s", user("go"))
-    tools = {t["name"]: t for t in api.client.get("/v1/tools").json()}
+    tools = {t["name"]: t for t in api.client.get("/v1/tools", headers=api.auth).json()}
     tool = tools["update_working_memory"]
     item_schema = tool["input_schema"]["properties"]["ops"]["items"]
     assert set(item_schema["properties"]["section"]["enum"]) >= {"task", "blockers", "notes"}

@@ -64,6 +64,15 @@ MIGRATIONS: list[tuple[int, list[Step]]] = [
             "UPDATE snapshots SET pinned_memory_version = memory_version",
         ],
     ),
+    # keys move to api_keys (revocation, rotation): each tenant's key keeps working there
+    (
+        7,
+        [
+            "INSERT INTO api_keys (tenant_id, key_hash, key_id, prefix, created_at)"
+            " SELECT id, api_key_hash, substr(api_key_hash, 1, 12), '', created_at FROM tenants"
+            " WHERE 1 = 1 ON CONFLICT DO NOTHING"
+        ],
+    ),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
@@ -157,6 +166,7 @@ def _tables() -> list[Any]:
         getattr(tables, name).__table__  # type: ignore[attr-defined]
         for name in (
             "Tenant",
+            "ApiKey",
             "Session",
             "Turn",
             "Append",

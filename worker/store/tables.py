@@ -1,4 +1,4 @@
-"""SQLModel tables: tenants, sessions, turns, appends, snapshots (and their log), files, file reads, memory entries and events."""
+"""SQLModel tables: tenants, API keys, sessions, turns, appends, snapshots (and their log), files, file reads, memory entries and events."""
 
 from __future__ import annotations
 
@@ -17,8 +17,24 @@ class Tenant(SQLModel, table=True):
 
     id: int | None = Field(default=None, primary_key=True)
     name: str = Field(index=True, unique=True)
-    api_key_hash: str = Field(index=True, unique=True)  # sha256 hex of the bearer key
+    # sha256 hex of the tenant's first key; auth reads api_keys (this column predates it)
+    api_key_hash: str = Field(index=True, unique=True)
     created_at: datetime = Field(default_factory=utcnow, sa_type=DateTime)
+
+
+class ApiKey(SQLModel, table=True):
+    """One bearer key of a tenant: stored as a sha256, listed by its public id and prefix."""
+
+    __tablename__ = "api_keys"
+
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: int = Field(foreign_key="tenants.id", index=True)
+    key_hash: str = Field(index=True, unique=True)  # sha256 hex of the bearer key
+    key_id: str = Field(index=True)  # public: the hash's first 12 hex digits
+    prefix: str = ""  # public: the key's first 12 characters ('' for keys migrated from tenants)
+    created_at: datetime = Field(default_factory=utcnow, sa_type=DateTime)
+    expires_at: datetime | None = Field(default=None, sa_type=DateTime)  # the end of a rotation's overlap
+    revoked_at: datetime | None = Field(default=None, sa_type=DateTime)
 
 
 class Session(SQLModel, table=True):
