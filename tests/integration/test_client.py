@@ -52,11 +52,11 @@ def _unit(n: int) -> list[dict[str, Any]]:
 def test_sync_client_appends_fetches_reads_remembers_and_compacts(service: Service) -> None:
     sid = _sid()
     my_tool = {"name": "bash", "description": "run a command", "input_schema": {"type": "object"}}
-    with Compactd(service.url, service.key, model="claude-sonnet-4-5", max_tokens=1024, retry=FAST) as cpd:
+    with Compactd(service.url, service.key, model="claude-sonnet-4-6", max_tokens=1024, retry=FAST) as cpd:
         first = cpd.append(
             sid,
             [{"role": "user", "content": "Fix the failing test"}],
-            model="claude-sonnet-4-5",
+            model="claude-sonnet-4-6",
             system="You fix tests.",
         )
         assert (first.first_seq, first.last_seq, first.window_assumed) == (1, 1, False)
@@ -66,7 +66,7 @@ def test_sync_client_appends_fetches_reads_remembers_and_compacts(service: Servi
 
         kwargs = cpd.prompt(sid, tools=[my_tool])
         assert set(kwargs) == {"model", "max_tokens", "system", "messages", "tools"}
-        assert (kwargs["model"], kwargs["max_tokens"]) == ("claude-sonnet-4-5", 1024)
+        assert (kwargs["model"], kwargs["max_tokens"]) == ("claude-sonnet-4-6", 1024)
         assert [t["name"] for t in kwargs["tools"]] == ["bash", "read_file", "grep", "update_working_memory"]
         assert "You fix tests." in str(kwargs["system"])
         assert kwargs["messages"][0]["content"][0]["text"].startswith("Fix the failing test")
@@ -105,7 +105,7 @@ def test_async_client_does_the_same(service: Service) -> None:
     sid = _sid()
 
     async def scenario() -> None:
-        async with AsyncCompactd(service.url, service.key, model="claude-sonnet-4-5", retry=FAST) as cpd:
+        async with AsyncCompactd(service.url, service.key, model="claude-sonnet-4-6", retry=FAST) as cpd:
             await cpd.append(sid, [{"role": "user", "content": "Summarize the logs"}])
             await cpd.append(sid, _tool_turns(BIG_OUTPUT))
             kwargs = await cpd.prompt(sid, max_tokens=77)
