@@ -74,9 +74,12 @@ def _blocks(content: Any) -> Any:
 def _tool_results(m: Any) -> list[dict[str, Any]]:
     """A ToolMessage as tool_result blocks: its own content when it already is one (as
     `from_anthropic` builds them), else one block wrapping its content."""
-    if isinstance(m.content, list) and m.content:
-        if all(isinstance(b, dict) and b.get("type") == "tool_result" for b in m.content):
-            return list(m.content)
+    if (
+        isinstance(m.content, list)
+        and m.content
+        and all(isinstance(b, dict) and b.get("type") == "tool_result" for b in m.content)
+    ):
+        return list(m.content)
     content = m.content if isinstance(m.content, str) else _blocks(m.content)
     block: dict[str, Any] = {"type": "tool_result", "tool_use_id": m.tool_call_id, "content": content}
     if getattr(m, "status", None) == "error":
