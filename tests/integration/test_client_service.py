@@ -1,7 +1,9 @@
 """A real compactd for the client tests: `compactd api` and `compactd worker` processes on loopback.
 
-Imported by test_client*.py, test_agent_loop.py and test_langgraph.py (no tests here). SQLite keeps
-start-up short; the offload threshold is lowered so a small tool output becomes a virtual file.
+Imported by test_client*.py, test_agent_loop.py and test_langgraph.py (no tests here). Each module
+that imports the fixture gets a fixture definition of its own, so the processes are kept here and
+started once per test run (every test uses session ids of its own). SQLite keeps start-up short;
+the offload threshold is lowered so a small tool output becomes a virtual file.
 """
 
 from __future__ import annotations
@@ -24,9 +26,15 @@ class Service:
     api_log: Path
 
 
-@pytest.fixture(scope="module")
+_running: list[Service] = []
+
+
+@pytest.fixture(scope="session")
 def service(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[Service]:
-    """One API and one worker process per test module (start-up is the slow part)."""
+    """One API and one worker process for the run (start-up is the slow part); stopped at its end."""
+    if _running:
+        yield _running[0]
+        return
     tmp = tmp_path_factory.mktemp("compactd")
     key = f"cpd_{uuid.uuid4().hex}"
     port = free_port()
@@ -45,8 +53,10 @@ def service(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterato
     try:
         api.wait_ready("api.started", timeout=120)
         worker.wait_ready(timeout=120)
-        yield Service(f"http://127.0.0.1:{port}", key, tmp / "api.log")
+        _running.append(Service(f"http://127.0.0.1:{port}", key, tmp / "api.log"))
+        yield _running[0]
     finally:
+        _running.clear()
         api.stop()
         worker.stop()
         flush_prefix(redis_url, settings.redis_prefix)

@@ -4,19 +4,29 @@ FakeMessagesAPI, with a real compactd in the middle; the model request carries c
 from __future__ import annotations
 
 import uuid
+from importlib.util import find_spec
 from typing import Any
 
 import pytest
 
 from api.client import Compactd
 from api.client.langgraph import CompactdHook, CompactdMiddleware, from_anthropic, to_anthropic
+from tests.conftest import require
 from tests.fakes.messages_api import FakeMessagesAPI, reply, tool_call
 from tests.integration.test_client_service import Service, service
 
 pytestmark = [pytest.mark.services]
 __all__ = ["service"]
 
-pytest.importorskip("langgraph")
+# the optional extra `langgraph` (in the dev group, so CI has it)
+HAVE_LANGGRAPH = all(find_spec(m) for m in ("langgraph", "langchain", "langchain_anthropic"))
+
+
+@pytest.fixture(autouse=True)
+def _langgraph_installed() -> None:
+    require(HAVE_LANGGRAPH, "langgraph/langchain not installed (uv sync installs the dev group)")
+
+
 SYSTEM = "You answer questions about the weather."
 
 
@@ -85,6 +95,32 @@ def test_pre_model_hook_serves_compactds_prompt_to_an_unchanged_react_agent(serv
         assert [m.type for m in state["messages"]] == ["human", "ai", "tool", "ai"]
         assert "[compactd status]" not in str([m.content for m in state["messages"]])
         _check_requests(fake, cpd, sid)
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_a_new_hook_continues_a_thread_without_appending_twice(service: Service) -> None:
+    """A restarted process (a new hook, the graph's checkpointer keeping the thread) finds where it
+    left off from the session's version: only the new messages are appended."""
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.prebuilt import create_react_agent
+
+    sid = f"lg-{uuid.uuid4().hex[:8]}"
+    saver = InMemorySaver()
+    config = {"configurable": {"thread_id": sid}}
+    with FakeMessagesAPI() as fake, Compactd(service.url, service.key) as cpd:
+        fake.script(reply("Sunny."), reply("Rain tomorrow."))
+        for question in ("Weather in Oslo?", "And tomorrow?"):
+            hook = CompactdHook(cpd, model="claude-sonnet-4-6", system=SYSTEM)  # a fresh one each time
+            graph = create_react_agent(
+                _model(fake), [_weather_tool()], pre_model_hook=hook.pre_model_hook, checkpointer=saver
+            )
+            state = graph.invoke({"messages": [("user", question)]}, config)
+        assert [m.type for m in state["messages"]] == ["human", "ai", "human", "ai"]
+        served = cpd.fetch_prompt(sid)
+        # the last answer is appended at the next model call (no post_model_hook here)
+        assert served.version == 3
+        assert [m["role"] for m in served.messages] == ["user", "assistant", "user"]
+        assert "And tomorrow?" in str(fake.bodies[1]["messages"][-1]["content"])
 
 
 def test_middleware_serves_compactds_prompt_to_a_langchain_agent(service: Service) -> None:
