@@ -48,6 +48,7 @@ class Reply:
     output_tokens: int = 0
     stop_reason: str = "end_turn"
     hang_seconds: float = 0.0
+    content: tuple[Mapping[str, Any], ...] = ()  # content blocks instead of one text block
 
 
 def reply(
@@ -57,6 +58,13 @@ def reply(
     return Reply(
         "message", text, input_tokens=input_tokens, output_tokens=output_tokens, stop_reason=stop_reason
     )
+
+
+def tool_call(name: str, tool_input: Mapping[str, Any], *, tool_id: str, text: str = "") -> Reply:
+    """A response asking for one tool call (stop_reason tool_use), after an optional text block."""
+    blocks: list[Mapping[str, Any]] = [{"type": "text", "text": text}] if text else []
+    blocks.append({"type": "tool_use", "id": tool_id, "name": name, "input": dict(tool_input)})
+    return Reply("message", stop_reason="tool_use", input_tokens=100, output_tokens=20, content=tuple(blocks))
 
 
 def error(
@@ -158,7 +166,7 @@ class FakeMessagesAPI:
             "type": "message",
             "role": "assistant",
             "model": model,
-            "content": [{"type": "text", "text": r.text}],
+            "content": [dict(b) for b in r.content] or [{"type": "text", "text": r.text}],
             "stop_reason": r.stop_reason,
             "stop_sequence": None,
             "usage": {"input_tokens": r.input_tokens, "output_tokens": r.output_tokens},
