@@ -201,6 +201,9 @@ def _compact(tenant_id: int, session_pk: int, res: Resources, summarizer: Watche
     # a summary prepared here is kept even if the snapshot itself was already current
     _keep_pending(res, session_pk, s, epoch, row.memory_version, files, loaded.memory)
     if not won:
+        if request is not None and s.switch is not Switch.FORCED:
+            # nothing new to publish (the snapshot was current): the /compact is still answered
+            _answer_request(res, session_pk, request, s, epoch, why_not_quiet(row.activity, pending_tool))
         log.info("snapshot.stale", epoch=epoch, through_seq=new_through)
         return "stale"
     entry = entry_from_prompt(

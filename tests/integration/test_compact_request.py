@@ -146,6 +146,19 @@ def test_session_info_reports_a_compact_request_skipped_with_nothing_to_summariz
     assert res.cache.compact_requests.pending(pk) is None
 
 
+def test_a_compact_request_on_a_current_session_with_nothing_to_summarize_is_answered(client) -> None:  # type: ignore[no-untyped-def]
+    """A /compact after the session's snapshot is current publishes nothing new, and is still answered (skipped)."""
+    c, auth, sent, res = client
+    append(c, auth, [{"role": "user", "content": "Port the parser to Rust."}])
+    tenant, pk, version = sent[-1]
+    assert jobs.compact(tenant, pk, version, res) == "published"
+    c.post("/v1/sessions/s/compact", headers=auth)
+    jobs.compact(tenant, pk, version, res)
+    outcome = compact_request(c, auth)
+    assert outcome["status"] == "skipped" and outcome["reason"].startswith("nothing to summarize")
+    assert res.cache.compact_requests.pending(pk) is None
+
+
 def test_session_info_reports_cache_reuse_per_session(client) -> None:  # type: ignore[no-untyped-def]
     """Consecutive fetches within an epoch reuse nearly all of the previous prompt, and the session reports it."""
     c, auth, sent, res = client
