@@ -161,8 +161,10 @@ def private_redis(net: Net, tmp_path: Path) -> Iterator[str]:
     """A redis-server of the test's own, reachable from every namespace through the bridge."""
     port = _free_port(net.gateway)
     proc = subprocess.Popen(
-        ["redis-server", "--bind", net.gateway, "--port", str(port), "--save", "", "--appendonly", "no"]
-        + ["--protected-mode", "no", "--dir", str(tmp_path)],
+        [
+            *("redis-server", "--bind", net.gateway, "--port", str(port), "--save", ""),
+            *("--appendonly", "no", "--protected-mode", "no", "--dir", str(tmp_path)),
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -201,9 +203,11 @@ def private_postgres(net: Net) -> Iterator[str]:
         hba.write(f"host all all {net.subnet}.0/24 trust\n")
     port = _free_port(net.gateway)
     proc = subprocess.Popen(
-        [*as_pg, str(bindir / "postgres"), "-D", str(data / "db"), "-p", str(port)]
-        + ["-c", f"listen_addresses={net.gateway}", "-c", f"unix_socket_directories={data}"]
-        + ["-c", "fsync=off", "-c", "max_connections=200"],
+        [
+            *(*as_pg, str(bindir / "postgres"), "-D", str(data / "db"), "-p", str(port)),
+            *("-c", f"listen_addresses={net.gateway}", "-c", f"unix_socket_directories={data}"),
+            *("-c", "fsync=off", "-c", "max_connections=200"),
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -359,10 +363,9 @@ def lock_holds(
         verb = c.words[0].upper() if c.words else ""
         if verb == "SET" and len(c.words) >= 4 and (m := lock_key.match(c.words[1])):
             started[c.words[2]] = (int(m.group(1)), by_address.get(c.address, c.address), c.at)
-        elif verb == "EVALSHA" and len(c.words) >= 5 and lock_key.match(c.words[3]):
-            # the last call counts: redis-py sends EVALSHA again after loading a script Redis lacked
-            if (token := c.words[4]) in started:
-                released[token] = c.at
+        # the last call counts: redis-py sends EVALSHA again after loading a script Redis lacked
+        elif verb == "EVALSHA" and len(c.words) >= 5 and lock_key.match(c.words[3]) and c.words[4] in started:
+            released[c.words[4]] = c.at
     for token, (pk, host, at) in started.items():
         if token in released or token in cut:
             holds.append(Hold(pk, host, at, released.get(token) or cut[token], token))
@@ -377,7 +380,8 @@ def overlaps(holds: list[Hold]) -> list[tuple[Hold, Hold]]:
         by_session.setdefault(h.session_pk, []).append(h)
     for hs in by_session.values():
         hs.sort(key=lambda h: h.start)
-        found += [(a, b) for a, b in zip(hs, hs[1:], strict=False) if b.start < a.end]
+        for i, later in enumerate(hs):
+            found += [(earlier, later) for earlier in hs[:i] if later.start < earlier.end]
     return found
 
 
@@ -395,6 +399,9 @@ def test_lock_holds_pair_set_and_release_and_flag_overlap() -> None:
     assert sorted((h.host, h.start, h.end) for h in holds) == [("a", 1.0, 2.0), ("a", 2.6, 3.0)]
     assert overlaps(holds) == []
     assert overlaps([*holds, Hold(7, "b", 2.5, 2.7, "t3")]) != []
+    # a long hold overlapping a later, not adjacent one is found too
+    assert overlaps([Hold(1, "a", 0, 10, "x"), Hold(1, "b", 1, 2, "y"), Hold(1, "b", 3, 4, "z")]) != []
+    assert len(overlaps([Hold(1, "a", 0, 10, "x"), Hold(1, "b", 1, 2, "y"), Hold(1, "b", 3, 4, "z")])) == 2
 
 
 def _turns(round_no: int) -> list[dict[str, Any]]:
@@ -428,7 +435,7 @@ def _append_round(clients: list[httpx.Client], round_no: int) -> None:
 
 def _held_locks(r: redis.Redis, prefix: str) -> set[str]:
     """The tokens of the compaction locks held now."""
-    return {v.decode() for k in r.scan_iter(f"{prefix}lock:*") if (v := r.get(k))}
+    return {str(v) for k in r.scan_iter(f"{prefix}lock:*") if (v := r.get(k))}
 
 
 def _sessions(db_url: str) -> dict[str, tuple[int, int, int]]:
@@ -484,7 +491,7 @@ def test_two_hosts_compact_one_dies_mid_run_and_nothing_is_lost_or_compacted_twi
         net.add_host(name, octet)
     hosts = {name: Host(net, name, settings, tmp_path) for name in ("a", "b")}
     monitor = Monitor(private_redis, tmp_path / "redis-monitor.log")
-    r = redis.Redis.from_url(private_redis)
+    r = redis.Redis.from_url(private_redis, decode_responses=True)
     clients: list[httpx.Client] = []
     try:
         for h in hosts.values():
