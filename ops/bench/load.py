@@ -62,8 +62,21 @@ def _turn(agent: int, n: int, rng: random.Random) -> list[dict[str, Any]]:
     ]
 
 
+async def _request(conn: Conn, stats: Stats, method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
+    """One request; a connection the server closed while the agent was thinking (uvicorn keeps an
+    idle connection 5 s) is reopened and the request sent again, as an HTTP client pool would."""
+    try:
+        return await conn.request(method, path, body)
+    except (ConnectionError, asyncio.IncompleteReadError):
+        stats.reconnects += 1
+        conn.close()
+        await conn.open()
+        return await conn.request(method, path, body)
+
+
 class Stats:
     def __init__(self) -> None:
+        self.reconnects = 0
         self.latency: dict[str, list[float]] = defaultdict(list)
         self.errors: dict[str, int] = defaultdict(int)
         self.fetches_within = 0
@@ -87,7 +100,7 @@ async def _agent(port: int, key: str, agent: int, deadline: float, stats: Stats)
     n = 0
     while time.monotonic() < deadline:
         t = time.perf_counter()
-        status, body = await conn.request("GET", f"/v1/sessions/{sid}/prompt")
+        status, body = await _request(conn, stats, "GET", f"/v1/sessions/{sid}/prompt")
         stats.latency["fetch"].append(time.perf_counter() - t)
         if status != 200:
             stats.errors["fetch"] += 1
@@ -99,8 +112,8 @@ async def _agent(port: int, key: str, agent: int, deadline: float, stats: Stats)
             stats.fallbacks += prompt.get("fallback") is not None
         n += 1
         t = time.perf_counter()
-        status, _ = await conn.request(
-            "POST", f"/v1/sessions/{sid}/turns", orjson.dumps({"messages": _turn(agent, n, rng)})
+        status, _ = await _request(
+            conn, stats, "POST", f"/v1/sessions/{sid}/turns", orjson.dumps({"messages": _turn(agent, n, rng)})
         )
         stats.latency["append"].append(time.perf_counter() - t)
         if status != 200:
@@ -233,7 +246,8 @@ def main(argv: list[str] | None = None) -> None:
     fetched = stats.fetches_within + stats.fetches_over
     print(
         f"fetches within budget: {stats.fetches_within:,} of {fetched:,}"
-        f" ({100 * stats.fetches_within / max(1, fetched):.2f}%); served with a fallback: {stats.fallbacks:,}"
+        f" ({100 * stats.fetches_within / max(1, fetched):.2f}%); served with a fallback: {stats.fallbacks:,};"
+        f" connections reopened after an idle close: {stats.reconnects:,}"
     )
     print("backlog after the load stopped (s, queued messages, sessions behind):")
     for at, queued, behind in drain[:: max(1, len(drain) // 12)] + drain[-1:]:
