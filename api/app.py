@@ -43,6 +43,7 @@ def create_app(settings: Settings, *, enqueue: Enqueue | None = None, log_setup:
             settings.redis_prefix,
             settings.rate_limit_per_second,
             settings.rate_limit_burst,
+            res.cache.breaker,
         )
         app.state.enqueue = enqueue or celery_enqueue(settings, res)
         app.state.metrics.attach(res)

@@ -70,6 +70,12 @@ class InvalidMemoryOp(ApiError):
         super().__init__(detail, field=field, errors=errors)
 
 
+class InvalidCursor(ApiError):
+    """Raised when a paging cursor is well formed but points nowhere a page can start."""
+
+    status, title = 422, "Invalid cursor"
+
+
 class Unavailable(ApiError):
     """Raised when a request cannot be served right now but may be on a retry (503, Retry-After)."""
 

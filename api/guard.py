@@ -13,6 +13,8 @@ from typing import Any
 
 import redis
 
+from worker.store.breaker import Breaker
+
 # A token bucket per key, on Redis' clock (API processes on several hosts share one clock):
 # refill `rate` tokens a second up to `burst`, take one, or say how many ms until one is there.
 _BUCKET = """
@@ -56,12 +58,19 @@ def bump_stamp(client: redis.Redis, prefix: str) -> str:
 class Guard:
     """The per-request Redis round trip: read the keys stamp and, when limits are on, take a token."""
 
-    def __init__(self, client: redis.Redis, prefix: str, per_second: float, burst: int) -> None:
+    def __init__(
+        self, client: redis.Redis, prefix: str, per_second: float, burst: int, breaker: Breaker | None = None
+    ) -> None:
         self.client, self.prefix = client, prefix
         self.per_second, self.burst = per_second, max(1, burst)
+        # the prompt cache's circuit: while Redis is down or frozen, requests skip the round trip
+        # (keys checked in the database, no rate limit) instead of each waiting out the timeout
+        self.breaker = breaker or Breaker()
 
     def check(self, digest: str) -> Verdict:
         """The stamp and, for this key, how long to wait (0: go ahead). Never raises."""
+        if not self.breaker.allow():
+            return Verdict(None)
         try:
             pipe = self.client.pipeline(transaction=False)
             pipe.get(stamp_key(self.prefix))
@@ -69,8 +78,13 @@ class Guard:
                 # EVAL, not a registered script: redis-py checks a pipeline's scripts in a round trip of its own
                 pipe.eval(_BUCKET, 1, f"{self.prefix}ratelimit:{digest[:32]}", self.per_second, self.burst)
             results: list[Any] = pipe.execute()
-        except redis.RedisError:
+        except (redis.ConnectionError, redis.TimeoutError):
+            self.breaker.failed()
             return Verdict(None)
+        except redis.RedisError:
+            self.breaker.succeeded()
+            return Verdict(None)
+        self.breaker.succeeded()
         raw = results[0]
         stamp = raw.decode() if isinstance(raw, bytes) else (raw or "")
         return Verdict(stamp, int(results[1]) if len(results) > 1 else 0)

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel
 
 from api.deps import ResourcesDep, SenderDep, TenantDep
-from api.errors import NotFound
+from api.errors import InvalidCursor, NotFound
 from api.routes.paths import SessionId
 from api.schemas import ActivityRequest, ActivityResponse, CompactRequest, CompactResponse, SessionInfo
 from worker.stats import session_stats
@@ -37,14 +37,24 @@ class SessionPage(BaseModel):
     next_cursor: str | None  # pass as ?cursor= for the next page; null on the last one
 
 
+MAX_PK = 2**31 - 1  # ids are INTEGER: a larger pk cannot be one of ours (and PostgreSQL refuses it)
+
+
 def encode_cursor(at: datetime, pk: int) -> str:
     """An opaque-looking but plain position: microseconds of the last append, then the pk."""
     return f"{(at - _EPOCH) // _MICRO}.{pk}"
 
 
 def decode_cursor(cursor: str) -> tuple[datetime, int]:
+    """The position a cursor names; a 422 problem when it is out of range (not one we issued)."""
     micros, _, pk = cursor.partition(".")
-    return _EPOCH + int(micros) * _MICRO, int(pk)
+    try:
+        at = _EPOCH + int(micros) * _MICRO
+    except OverflowError:
+        raise InvalidCursor("cursor is not a next_cursor this API returned: pass it back unchanged") from None
+    if int(pk) > MAX_PK:
+        raise InvalidCursor("cursor is not a next_cursor this API returned: pass it back unchanged")
+    return at, int(pk)
 
 
 @router.get("/v1/sessions", response_model=SessionPage)

@@ -98,7 +98,18 @@ def test_the_list_pages_through_the_tenants_sessions_most_recent_first(api: Api)
     assert [s["id"] for s in api.get("/v1/sessions", key=api.other).json()["sessions"]] == ["theirs"]
 
 
-@pytest.mark.parametrize("query", ["limit=0", "limit=100000", "cursor=abc", "cursor=1.2.3", "limit=x"])
+@pytest.mark.parametrize(
+    "query",
+    [
+        "limit=0",
+        "limit=100000",
+        "cursor=abc",
+        "cursor=1.2.3",
+        "limit=x",
+        "cursor=1.607979420579272007",
+        "cursor=999999999999999999.1",
+    ],
+)
 def test_bad_paging_is_a_problem(api: Api, query: str) -> None:
     """A malformed limit or cursor is a 422 problem+json naming the parameter, not a stack trace."""
     r = api.get(f"/v1/sessions?{query}")
