@@ -10,6 +10,8 @@ secret always gets the same placeholder (an agent can still tell two keys apart)
 anyone from confirming a guess, and 32 bits reveal nothing of the secret. The HMAC is taken over
 the unescaped secret (`\\/` -> `/`, `%40` -> `@`), so escaped and plain copies match. A
 placeholder matches no detector, so redacting twice changes nothing.
+Percent- and JSON-escaped text is also scanned decoded (encoded.py): a secret whose context the
+escapes hide replaces its whole encoded token.
 
 What is not a secret, by policy: tool-use, message and request ids (`toolu_…`, `call_…`,
 `msg_…`, `req_…`), git SHAs, UUIDs, hex content hashes, and base64 image/document payloads
@@ -41,6 +43,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from worker.compaction.model import Block
+from worker.redaction.encoded import encoded_secrets, may_hide_secrets
 from worker.redaction.keywords import is_assigned_secret, secret_kind_of_key
 from worker.redaction.scanner import ALL, KEYED_FIELD, Finding, Ruleset, find, find_spans
 
@@ -119,12 +122,20 @@ class Redactor:
         """text with every secret replaced by its placeholder; unchanged text is returned as is."""
         data = text.encode("utf-8", "surrogatepass")
         spans = find_spans(data, self.rules)
-        if not spans:
+        cuts = [
+            (start, end, kind, data[start:end].decode("utf-8", "surrogatepass")) for kind, start, end in spans
+        ]
+        if may_hide_secrets(data):
+            # percent- and JSON-escaped tokens, decoded: their escapes hide the context rules need
+            hidden = encoded_secrets(data, spans, lambda decoded: find_spans(decoded, self.rules))
+            cuts = sorted(
+                cuts + [(h.start, h.end, h.kind, h.secret.decode("utf-8", "replace")) for h in hidden]
+            )
+        if not cuts:
             return text
         out: list[bytes] = []
         pos = 0
-        for kind, start, end in spans:
-            secret = data[start:end].decode("utf-8", "surrogatepass")
+        for start, end, kind, secret in cuts:
             out += [data[pos:start], self.placeholder(kind, secret).encode()]
             pos = end
         out.append(data[pos:])

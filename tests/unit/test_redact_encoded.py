@@ -1,0 +1,79 @@
+"""Redaction of secrets hidden by percent, JSON-string and base64 encodings of the text around them."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from collections.abc import Callable
+from urllib.parse import quote
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from worker.redaction import Redactor
+
+R = Redactor(b"encoded-key")
+PLACEHOLDER = re.compile(r"\[REDACTED:[a-z0-9_]+:[0-9a-f]{8}\]")
+SECRET = "Xk9mQ2vLp8Rt4WzB7nC3"
+FILE = f'config:\n  DB_PASSWORD: "{SECRET}"\n  region: eu-west-1\n'
+
+ENCODINGS: dict[str, Callable[[str], str]] = {
+    "percent": lambda t: f"Open https://example.test/view?file={quote(t, safe='')}",
+    "json": lambda t: '{"file": "' + json.dumps(t)[1:-1] + '"}',
+    "json_unicode": lambda t: '{"file": "' + json.dumps("caf\u00e9 \u2014 " + t)[1:-1] + '"}',
+    "base64": lambda t: f"The file, base64: {base64.b64encode(t.encode()).decode()}",
+}
+
+
+@pytest.mark.parametrize("encode", ENCODINGS.values(), ids=ENCODINGS.keys())
+def test_encoded_secret_is_replaced(encode: Callable[[str], str]) -> None:
+    """A secret inside an encoded file is gone and a placeholder stands in its place."""
+    text = encode(FILE)
+
+    redacted = R.redact_text(text)
+
+    assert SECRET not in redacted and SECRET[:8] not in redacted
+    assert PLACEHOLDER.search(redacted)
+
+
+BENIGN = {
+    "percent_url": "see https://example.com/search?q=hello%20world%26more&lang=en%2DGB for results",
+    "json_code": '{"code": "def main():\\n    print(\\"hello, world\\")\\n    return 0\\n", "path": "a\\/b.py"}',
+    "json_unicode": '{"text": "caf\\u00e9 \\u2014 open at 9\\n"}',
+    "base64_text": base64.b64encode(b"The quick brown fox jumps over the lazy dog, twice.").decode(),
+}
+
+
+@pytest.mark.parametrize("text", BENIGN.values(), ids=BENIGN.keys())
+def test_benign_encoded_text_is_returned_as_is(text: str) -> None:
+    """Encoded text without a secret comes back as the same object."""
+    assert R.redact_text(text) is text
+
+
+_KEY = st.text(
+    alphabet="ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz23456789", min_size=20, max_size=32
+).filter(lambda s: len(set(s)) >= 10 and any(c.isdigit() for c in s) and any(c.isalpha() for c in s))
+_WORDS = st.lists(
+    st.sampled_from(["deploy", "the", "service", "ok", "100%", "a\\b", "x=1", "done"]), max_size=8
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    key=_KEY,
+    encoding=st.sampled_from(sorted(ENCODINGS)),
+    before=_WORDS,
+    after=_WORDS,
+)
+def test_redacting_planted_encoded_secrets_twice_changes_nothing(
+    key: str, encoding: str, before: list[str], after: list[str]
+) -> None:
+    """Redaction is idempotent on text holding an encoded secret, and the secret does not survive."""
+    text = " ".join([*before, ENCODINGS[encoding](f'api_key = "{key}"\n'), *after])
+
+    once = R.redact_text(text)
+
+    assert R.redact_text(once) == once
+    assert key not in once

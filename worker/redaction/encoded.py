@@ -1,0 +1,162 @@
+"""Secrets hidden by an encoding: a decoded view of the text is scanned with the same rules.
+
+Percent escapes (`%3D`, `%22`) and JSON string escapes (`\\"`, `\\n`) hide the `=`, quotes and
+line breaks that many rules need as context, so a secret the plain text would give away passes the
+scan of the encoded text. Each decoding is applied to the whole text (a JSON-escaped file keeps its
+spaces, so a token alone would lose the `key = ` in front of a value), the decoded bytes are scanned
+with `find_spans`, and a secret found there is mapped back to the encoded token that carries it: the
+run of non-space bytes around it that holds an escape of that kind. The whole token is replaced,
+since the escapes inside it make a byte-exact cut between secret and context guesswork.
+
+Base64 runs need nothing here: `find_spans` already scans the text they decode to.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from worker.redaction.scanner import Span
+
+__all__ = ["EncodedSecret", "encoded_secrets", "may_hide_secrets"]
+
+_PERCENT = re.compile(rb"%[0-9A-Fa-f]{2}")
+# `\uXXXX` first; any other backslash pair is the escaped character (`\n`, `\"`, `\/`, `\\`)
+_JSON_ESCAPE = re.compile(rb"\\u[0-9A-Fa-f]{4}|\\[\"\\/bfnrt]")
+_JSON_SIMPLE = {
+    b'"': b'"',
+    b"\\": b"\\",
+    b"/": b"/",
+    b"b": b"\b",
+    b"f": b"\f",
+    b"n": b"\n",
+    b"r": b"\r",
+    b"t": b"\t",
+}
+# a URL's user:password part, where `%40` is a literal `@` of the password, not a delimiter
+_USERINFO = re.compile(rb"[A-Za-z][A-Za-z0-9+.-]*://[^\s/?#@]*@")
+_SPACE = frozenset(b" \t\r\n\f\v")
+# the hot-path test: a text with none of these has no escapes to decode
+_HINT = re.compile(rb"%[0-9A-Fa-f]{2}|\\[\"\\/bfnrtu]")
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedSecret:
+    """An encoded token at data[start:end] that decodes to text holding a secret of `kind`."""
+
+    kind: str
+    start: int
+    end: int
+    secret: bytes  # the decoded secret, what the placeholder's HMAC is taken over
+
+
+@dataclass(frozen=True, slots=True)
+class _View:
+    """Decoded bytes and where each piece came from: (decoded start, encoded start, encoded length,
+    whether the piece is an escape) per piece, in order."""
+
+    decoded: bytes
+    pieces: list[tuple[int, int, int, bool]]
+    escape: re.Pattern[bytes]
+
+    def encoded_start(self, at: int) -> int:
+        """The encoded offset of decoded byte `at` (an escape maps to where it starts)."""
+        dec, enc, _size, is_escape = self.pieces[bisect.bisect_right(self.pieces, (at, 1 << 62)) - 1]
+        return enc if is_escape else enc + (at - dec)
+
+    def encoded_end(self, at: int) -> int:
+        """The encoded offset just past decoded byte `at - 1` (an escape maps to where it ends)."""
+        dec, enc, size, is_escape = self.pieces[bisect.bisect_right(self.pieces, (at - 1, 1 << 62)) - 1]
+        return enc + size if is_escape else enc + (at - dec)
+
+
+def may_hide_secrets(data: bytes) -> bool:
+    """Whether data holds any escape worth decoding: the one check a plain text pays."""
+    return (b"%" in data or b"\\" in data) and _HINT.search(data) is not None
+
+
+def _json_unescaped(escape: bytes) -> bytes:
+    if escape[1:2] != b"u":
+        return _JSON_SIMPLE[escape[1:2]]
+    # a lone surrogate half stays a surrogate: the bytes only feed the scanner
+    return chr(int(escape[2:], 16)).encode("utf-8", "surrogatepass")
+
+
+def _percent_unescaped(escape: bytes) -> bytes:
+    return bytes([int(escape[1:], 16)])
+
+
+def _view(
+    data: bytes, escape: re.Pattern[bytes], unescape: Callable[[bytes], bytes], keep: list[tuple[int, int]]
+) -> _View | None:
+    """data with every match of `escape` outside the `keep` ranges decoded, or None when there is none."""
+    out: list[bytes] = []
+    pieces: list[tuple[int, int, int, bool]] = []
+    dec = pos = 0
+    for m in escape.finditer(data):
+        if any(a <= m.start() < b for a, b in keep):
+            continue
+        if m.start() > pos:
+            pieces.append((dec, pos, m.start() - pos, False))
+            out.append(data[pos : m.start()])
+            dec += m.start() - pos
+        plain = unescape(m.group(0))
+        pieces.append((dec, m.start(), m.end() - m.start(), True))
+        out.append(plain)
+        dec += len(plain)
+        pos = m.end()
+    if not pieces:
+        return None
+    if pos < len(data):
+        pieces.append((dec, pos, len(data) - pos, False))
+        out.append(data[pos:])
+    return _View(b"".join(out), pieces, escape)
+
+
+def _views(data: bytes) -> Iterator[_View]:
+    # decoding inside a URL's userinfo would move where its password ends (`P%40ss@host`)
+    userinfo = [m.span() for m in _USERINFO.finditer(data)] if b"://" in data else []
+    for escape, unescape, keep in (
+        (_PERCENT, _percent_unescaped, userinfo),
+        (_JSON_ESCAPE, _json_unescaped, []),
+    ):
+        view = _view(data, escape, unescape, keep)
+        if view is not None:
+            yield view
+
+
+def _token(data: bytes, start: int, end: int, covered: list[Span]) -> tuple[int, int]:
+    """The non-space run around data[start:end], stopped short of any span already covered."""
+    lo = max([e for _, _, e in covered if e <= start], default=0)
+    hi = min([s for _, s, _ in covered if s >= end], default=len(data))
+    while start > lo and data[start - 1] not in _SPACE:
+        start -= 1
+    while end < hi and data[end] not in _SPACE:
+        end += 1
+    return start, end
+
+
+def _overlaps(spans: list[Span], start: int, end: int) -> bool:
+    return any(s < end and start < e for _, s, e in spans)
+
+
+def encoded_secrets(
+    data: bytes, covered: list[Span], scan: Callable[[bytes], list[Span]]
+) -> list[EncodedSecret]:
+    """Encoded tokens of data that decode to a secret `scan` finds and no span in covered overlaps,
+    left to right and disjoint; the first finding in a token names its kind."""
+    found: list[EncodedSecret] = []
+    for view in _views(data):
+        for kind, a, b in scan(view.decoded):
+            start, end = view.encoded_start(a), view.encoded_end(b)
+            taken = covered + [(f.kind, f.start, f.end) for f in found]
+            if _overlaps(taken, start, end):
+                continue
+            start, end = _token(data, start, end, taken)
+            # a secret whose token holds no escape was there to see undecoded: not this pass's
+            if view.escape.search(data, start, end) is None:
+                continue
+            found.append(EncodedSecret(kind, start, end, view.decoded[a:b]))
+    return sorted(found, key=lambda f: f.start)
