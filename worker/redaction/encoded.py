@@ -37,6 +37,7 @@ _JSON_SIMPLE = {
 }
 # a URL's user:password part, where `%40` is a literal `@` of the password, not a delimiter
 _USERINFO = re.compile(rb"[A-Za-z][A-Za-z0-9+.-]*://[^\s/?#@]*@")
+_ALNUM = re.compile(rb"[A-Za-z0-9]")
 _SPACE = frozenset(b" \t\r\n\f\v")
 # the hot-path test: a text with none of these has no escapes to decode
 _HINT = re.compile(rb"%[0-9A-Fa-f]{2}|\\[\"\\/bfnrtu]")
@@ -138,10 +139,6 @@ def _token(data: bytes, start: int, end: int, covered: list[Span]) -> tuple[int,
     return start, end
 
 
-def _overlaps(spans: list[Span], start: int, end: int) -> bool:
-    return any(s < end and start < e for _, s, e in spans)
-
-
 def encoded_secrets(
     data: bytes, covered: list[Span], scan: Callable[[bytes], list[Span]]
 ) -> list[EncodedSecret]:
@@ -150,13 +147,28 @@ def encoded_secrets(
     found: list[EncodedSecret] = []
     for view in _views(data):
         for kind, a, b in scan(view.decoded):
-            start, end = view.encoded_start(a), view.encoded_end(b)
-            taken = covered + [(f.kind, f.start, f.end) for f in found]
-            if _overlaps(taken, start, end):
-                continue
-            start, end = _token(data, start, end, taken)
-            # a secret whose token holds no escape was there to see undecoded: not this pass's
-            if view.escape.search(data, start, end) is None:
-                continue
-            found.append(EncodedSecret(kind, start, end, view.decoded[a:b]))
+            # a span already covering part of it (a JWT's payload, found from its own `eyJ`) leaves
+            # the rest exposed: each uncovered piece with key material in it goes too
+            for start, end in _uncovered(view.encoded_start(a), view.encoded_end(b), data, covered, found):
+                start, end = _token(data, start, end, covered + [(f.kind, f.start, f.end) for f in found])
+                # a secret whose token holds no escape was there to see undecoded: not this pass's
+                if view.escape.search(data, start, end) is not None:
+                    found.append(EncodedSecret(kind, start, end, view.decoded[a:b]))
     return sorted(found, key=lambda f: f.start)
+
+
+def _uncovered(
+    start: int, end: int, data: bytes, covered: list[Span], found: list[EncodedSecret]
+) -> list[tuple[int, int]]:
+    """The parts of data[start:end] that no span overlaps and that hold four or more letters or digits."""
+    taken = sorted([(s, e) for _, s, e in covered] + [(f.start, f.end) for f in found])
+    pieces, pos = [], start
+    for s, e in taken:
+        if e <= pos or s >= end:
+            continue
+        if s > pos:
+            pieces.append((pos, s))
+        pos = max(pos, e)
+    if pos < end:
+        pieces.append((pos, end))
+    return [(s, e) for s, e in pieces if len(_ALNUM.findall(data[s:e])) >= 4]
