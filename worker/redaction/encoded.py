@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from worker.redaction.scanner import Span
+from worker.redaction.scanner import Span, uncovered
 
 __all__ = ["EncodedSecret", "encoded_secrets", "may_hide_secrets"]
 
@@ -161,14 +161,5 @@ def _uncovered(
     start: int, end: int, data: bytes, covered: list[Span], found: list[EncodedSecret]
 ) -> list[tuple[int, int]]:
     """The parts of data[start:end] that no span overlaps and that hold four or more letters or digits."""
-    taken = sorted([(s, e) for _, s, e in covered] + [(f.start, f.end) for f in found])
-    pieces, pos = [], start
-    for s, e in taken:
-        if e <= pos or s >= end:
-            continue
-        if s > pos:
-            pieces.append((pos, s))
-        pos = max(pos, e)
-    if pos < end:
-        pieces.append((pos, end))
+    pieces = uncovered(start, end, [(s, e) for _, s, e in covered] + [(f.start, f.end) for f in found])
     return [(s, e) for s, e in pieces if len(_ALNUM.findall(data[s:e])) >= 4]

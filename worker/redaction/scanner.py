@@ -223,10 +223,10 @@ def _continues(data: bytes, a: int, b: int) -> bool:
     return bool(inner) and inner[0] not in _SEPARATORS and inner[-1] not in _SEPARATORS
 
 
-def _uncovered(start: int, end: int, covered: list[Span]) -> list[tuple[int, int]]:
-    """The parts of [start, end) that no span in covered overlaps."""
+def uncovered(start: int, end: int, covered: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The parts of [start, end) that no (start, end) range in covered overlaps (in position order)."""
     pieces, pos = [], start
-    for _, s, e in sorted(c for c in covered if c[1] < end and start < c[2]):
+    for s, e in sorted(c for c in covered if c[0] < end and start < c[1]):
         if s > pos:
             pieces.append((pos, s))
         pos = max(pos, e)
@@ -246,7 +246,7 @@ def find_spans(data: bytes, rules: Ruleset = ALL, depth: int = 1) -> list[Span]:
     for kind, start, end in _outside_placeholders(data, kingfisher.spans(data, rules.kingfisher_skip)):
         # where ours cover part of it and cut a token short, the rest of that token goes too
         # (a part behind a separator is another field: the user of `user:pass`, a host)
-        pieces = _uncovered(start, end, spans + extra)
+        pieces = uncovered(start, end, [(a, b) for _, a, b in spans + extra])
         if pieces == [(start, end)]:
             extra.append((kind, start, end))
             continue
