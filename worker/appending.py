@@ -28,6 +28,7 @@ from worker.compaction.pipeline import ingest
 from worker.compaction.profiles import known_profile, profile_for
 from worker.compaction.validate import request_problems
 from worker.errors import TransientError
+from worker.redaction.seams import reseam
 from worker.resources import Resources
 from worker.stats_counters import CountingRedactor, record_append, recorder_for
 from worker.store.sessions import Appended, IdempotencyMismatch, Profile, append_turns, request_hash
@@ -95,7 +96,10 @@ def append_messages(
         # the body as validated, so the same key over HTTP and over the task hashes the same
         body_hash=request_hash(body.model_dump(mode="json")) if idempotency_key else "",
         validate=check_window,
+        seam=lambda previous, first: reseam(previous, first, counting),
     )
+    if done.reseamed:  # the turn before was rewritten: a cached prompt may still hold it
+        res.cache.invalidate(done.session_pk)
     if not done.replayed:
         # what a fetch served from the cache alone (the database down) must cover
         res.cache.note_version(done.session_pk, done.version, done.context_window, done.output_reserve)

@@ -13,12 +13,19 @@ id, `<encoding>-<sample id>`; the samples the pipeline lets through today are li
 What counts as the secret appearing (the "8-character substring" rule): the sample's credential, or
 any 8-character window of it, searched in every place and in that place decoded (base64 runs,
 percent escapes, JSON escapes), because a leak in an encoding is still a leak. The credential is
-the sample's secret as ops/bench/secrets_scoring.py reads it; of several capture groups (user,
-password, host) the one most like key material. A window counts only when it is key material: it
-mixes at least two of lower case, upper case and digits, has four or more distinct characters, and
-does not also occur in the sample outside the secret. So `@yelp.com`, `_token_l`, `PASSWORD`,
-`xxxxxxxx` (host names, words, padding, one character class) and the `AKIA` next to an example key
-are not needles; the whole secret always is, whatever it looks like.
+the sample's secret as ops/bench/secrets_scoring.py reads it, except where that names more than
+the credential: of a rule's capture groups (user, password, host) the password, of a
+`user:password` pair the password, of a guessed URL tail the key in it (see `credential`). A
+window counts only when it is key material: it mixes at least two of lower case, upper case and
+digits, has four or more distinct characters, and occurs in no sample outside that sample's secret.
+So `@yelp.com`, `_token_l`, `PASSWORD`, `xxxxxxxx` (host names, words, padding, one character
+class), the `AKIA` next to an example key and a key name another sample uses are not needles; the
+whole secret always is. A secret too short or too plain to search alone (`secret`, `admin`) is
+searched with the two characters either side of it (`r:secret@`).
+
+The corpus repeats example keys across samples, so a needle found is charged to the samples whose
+own stored turns hold it (`attribute`); one that no sample's turns hold (it leaked after ingest)
+is charged to every sample it stands for.
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ from tests.integration.conftest import REDIS_URL, answers, flush_prefix, make_se
 from tests.integration.test_planted_secrets import _database_dump, _redis_dump
 from worker import jobs
 from worker.resources import Resources
+from worker.store.files import decompress
 from worker.store.tenants import create_tenant
 
 pytestmark = [pytest.mark.services, pytest.mark.data, pytest.mark.slow]  # ~70 s: 7 services, 674 samples each
@@ -59,9 +67,11 @@ FILLER = "\n".join(f"{i:05d} resolving dependency graph: ok" for i in range(300)
 @dataclass(frozen=True)
 class Sample:
     id: str
+    rule_id: str
     text: str
     secrets: tuple[str, ...]
     in_policy: bool
+    guessed: bool  # the corpus names no secret: the scorer guessed it from the text
 
 
 def _samples() -> list[Sample]:
@@ -74,25 +84,55 @@ def _samples() -> list[Sample]:
                 continue
             secrets = [s for s in _secrets_of(row) if s.strip()]
             if secrets:
-                out.append(Sample(row["id"], row["text"], tuple(secrets), _in_policy(row, secrets)))
+                out.append(
+                    Sample(
+                        row["id"],
+                        row["rule_id"],
+                        row["text"],
+                        tuple(secrets),
+                        _in_policy(row, secrets),
+                        not row.get("expected_secret"),
+                    )
+                )
     return out
 
 
 SAMPLES = _samples()
 
 
-def windows(secret: str, sample_text: str) -> set[str]:
-    """The needles that stand for the secret: itself, and its 8-character windows of key material."""
-    if len(secret) < 8:
-        return {secret}
+def windows(secret: str, sample_text: str, context: frozenset[str] = frozenset()) -> set[str]:
+    """The needles that stand for the secret: itself, and its 8-character windows of key material
+    that are not also `context` (the text around every sample's secret: `ClearTextPassword` is a
+    key name in one sample, a window of `CleartextPassword1` is no needle).
+
+    A secret too short or too plain to be searched alone (`secret`, `admin`, `password`: words
+    that occur in any transcript, placeholders included) is searched with the two characters
+    either side of it in the sample (`user:secret@`): the redactor replaces the secret, not them.
+    """
+    if len(secret) < 8 or _classes(secret) < 2:
+        found = set()
+        for at in (m.start() for m in re.finditer(re.escape(secret), sample_text)):
+            if _WORDY.match(sample_text[at - 1 : at]) or _WORDY.match(sample_text[at + len(secret) :]):
+                continue  # inside a longer word: `pyne` in `pyne-user`
+            found.add(sample_text[max(0, at - 2) : at + len(secret) + 2])
+        return found or {secret}
     outside = sample_text.replace(secret, "\0")
     found = {secret}
     for i in range(len(secret) - 7):
         w = secret[i : i + 8]
-        if w in outside or len(set(w)) < 4 or _classes(w) < 2:
+        if w in outside or w in context or len(set(w)) < 4 or _classes(w) < 2:
             continue
         found.add(w)
     return found
+
+
+def context_windows(samples: list[Sample]) -> frozenset[str]:
+    """Every 8-character window of the samples' text outside their own secrets."""
+    out: set[str] = set()
+    for s in samples:
+        for part in s.text.split(needle_secret(s)):
+            out.update(part[i : i + 8] for i in range(len(part) - 7))
+    return frozenset(out)
 
 
 def _classes(s: str) -> int:
@@ -100,19 +140,53 @@ def _classes(s: str) -> int:
     return sum(any(f(c) for c in s) for f in (str.islower, str.isupper, str.isdigit))
 
 
-def credential(secrets: tuple[str, ...]) -> str:
-    """Of a sample's capture groups (user, password, host), the one most like key material."""
-    return max(secrets, key=lambda s: (_classes(s), len(set(s)), len(s)))
+_WORDY = re.compile(r"[\w-]")
+
+# noseyparker rules whose capture groups are (user, password, host); in the others with several
+# groups the credential is the last one (user then password, id then secret, domain then key)
+_PASSWORD_GROUP = {"np.postgres.1": 1, "np.mongodb.1": 1}
+# gitleaks rules whose secret is a whole `user:password` pair (Basic auth, Sidekiq's credentials)
+_USER_PASSWORD = {"curl-auth-user", "sidekiq-secret", "sidekiq-sensitive-url"}
+
+
+def credential(rule_id: str, secrets: tuple[str, ...], guessed: bool = False) -> str:
+    """The sample's credential: its one secret; of a rule's several capture groups the password (a
+    connection string's `Password=` value); of a `user:password` pair the password. Where the
+    corpus names no secret and the scorer's guess is a URL's tail (`...@host/_api/v2/`), its most
+    key-like part."""
+    if len(secrets) > 1:
+        group = secrets[_PASSWORD_GROUP.get(rule_id, -1)]
+        inner = re.search(r"(?i)\bpassword=([^;]+)", group)
+        return inner.group(1) if inner else group
+    secret = secrets[0]
+    if rule_id in _USER_PASSWORD:
+        return secret.rpartition(":")[2].strip("'\"")
+    if guessed and ("@" in secret or "//" in secret):
+        return max(re.split(r"[@/]", secret), key=lambda t: (_classes(t), len(t)))
+    return secret
+
+
+def needle_secret(s: Sample) -> str:
+    return credential(s.rule_id, s.secrets, s.guessed)
 
 
 def test_windows_keep_key_material_and_drop_words_and_context() -> None:
     """Windows of a key are needles; its neighbour text, words and repeated characters are not."""
     got = windows("AKIAQ7RZ2MXPL9TKW3B4", "id=AKIAQ7RZ2MXPL9TKW3B4 AKIAQ7RZ")
     assert "Q7RZ2MXP" in got and "AKIAQ7RZ" not in got
-    assert windows("passwordpassword", "x") == {"passwordpassword"}
-    assert windows("hunter2", "pw hunter2") == {"hunter2"}
-    assert windows("xxxxxxxxxxxx", "") == {"xxxxxxxxxxxx"}
-    assert credential(("admin", "db.example.com", "s3cR3tPa55")) == "s3cR3tPa55"
+    assert "Q7RZ2MXP" not in windows(
+        "AKIAQ7RZ2MXPL9TKW3B4", "id=AKIAQ7RZ2MXPL9TKW3B4", frozenset({"Q7RZ2MXP"})
+    )
+    assert windows("passwordpassword", "x: passwordpassword") == {": passwordpassword"}
+    assert windows("hunter2", "pw hunter2") == {"w hunter2"}
+    assert windows("secret", "user:secret@db, secret") == {"r:secret@d", ", secret"}
+    assert credential("np.postgres.1", ("admin", "s3cR3tPa55", "db.example.com")) == "s3cR3tPa55"
+    assert credential("np.psexec.1", ("Administrator", "dev_admin")) == "dev_admin"
+    assert credential("np.generic.10", ("Conn", "Server=h;User ID=u;Password=#gets0m3;X=1")) == "#gets0m3"
+    assert credential("sidekiq-secret", ("cafeb4b3:d3adb33f",)) == "d3adb33f"
+    assert credential("keyword", ("A,.:-@*?!",)) == "A,.:-@*?!"
+    assert credential("cloudant", ("abcd1234abcd@h.example.com/_api/v2/",), guessed=True) == "abcd1234abcd"
+    assert windows("pyne", 'user "pyne-user" pw "pyne".') == {' "pyne".'}
 
 
 def _split_at(sample: Sample) -> int:
@@ -209,6 +283,7 @@ def _plant(encoding: str, tmp: Path, messages_api: FakeMessagesAPI) -> dict[str,
         anthropic_max_retries=0,
     )
     seen: list[str] = []
+    seqs: dict[str, list[int]] = {}  # sample id -> the seqs of its turns
     level = logging.getLogger().level
     logging.getLogger().setLevel(logging.DEBUG)
     handler = _Collect()
@@ -225,20 +300,28 @@ def _plant(encoding: str, tmp: Path, messages_api: FakeMessagesAPI) -> dict[str,
                 return r
 
             sid = f"corpus-{encoding}"
-            first = {"context_window": 60_000, "output_reserve": 4_000}
+            window = {"context_window": 60_000, "output_reserve": 4_000}
+            next_seq = 1
             for b in range(0, len(SAMPLES), BATCH):
                 batch = SAMPLES[b : b + BATCH]
-                msgs = [m for n, s in enumerate(batch, start=b) for m in _messages(encoding, n, s)]
+                msgs = []
                 if b == 0:
                     msgs = [
                         {"role": "user", "content": "Audit these configs."},
                         {"role": "assistant", "content": "Ok."},
-                        *msgs,
                     ]
+                for n, s in enumerate(batch, start=b):
+                    first = next_seq + len(msgs)
+                    carried = _messages(encoding, n, s)
+                    # a sample the corpus holds twice: both copies are its turns
+                    seqs[s.id] = [*seqs.get(s.id, []), *range(first, first + len(carried))]
+                    msgs += carried
                 r = call(
-                    "POST", f"/v1/sessions/{sid}/turns", json={"messages": msgs, **(first if b == 0 else {})}
+                    "POST", f"/v1/sessions/{sid}/turns", json={"messages": msgs, **(window if b == 0 else {})}
                 )
                 assert r.status_code == 200, r.text[:500]
+                assert r.json()["first_seq"] == next_seq, r.text[:500]
+                next_seq += len(msgs)
             if encoding == "plain":
                 for s in SAMPLES:  # refused whole: an unknown block type; the body must not come back
                     bad = {"messages": [{"role": "user", "content": [{"type": "bogus", "text": s.text}]}]}
@@ -275,9 +358,52 @@ def _plant(encoding: str, tmp: Path, messages_api: FakeMessagesAPI) -> dict[str,
         logging.getLogger().setLevel(level)
         flush_prefix(REDIS_URL, settings.redis_prefix)
         flush_prefix(REDIS_URL, settings.queue)
-    needles = {s.id: windows(credential(s.secrets), s.text) for s in SAMPLES}
+    context = context_windows(SAMPLES)
+    needles = {s.id: windows(needle_secret(s), s.text, context) for s in SAMPLES}
     found = _hits(places, set().union(*needles.values()))
-    return {sid: sorted({p for w in ws for p in found.get(w, ())}) for sid, ws in needles.items()}
+    return attribute(found, needles, _stored_by_sample(res, pk, seqs))
+
+
+def _stored_by_sample(res: Resources, pk: int, seqs: dict[str, list[int]]) -> dict[str, str]:
+    """sample id -> its turns as stored, with the offloaded files they point to."""
+    with res.engine.connect() as conn:
+        turns = dict(
+            conn.execute(text("SELECT seq, content FROM turns WHERE session_id = :p"), {"p": pk}).all()
+        )
+        files = conn.execute(
+            text("SELECT ref, data FROM files WHERE session_id = :p AND kind = 'offload'"), {"p": pk}
+        )
+        offloaded = {ref: decompress(data) for ref, data in files.all()}
+    out = {}
+    for sid, rng in seqs.items():
+        own = "\n".join(turns.get(q, "") for q in rng)
+        out[sid] = "\n".join([own, *(body for ref, body in offloaded.items() if ref in own)])
+    return out
+
+
+def attribute(
+    found: dict[str, set[str]], needles: dict[str, set[str]], stored: dict[str, str]
+) -> dict[str, list[str]]:
+    """sample id -> the places its secret was found in. Samples share needles (the corpus repeats
+    example keys), so a needle is charged to the samples whose own stored turns hold it; one that
+    no sample's turns hold (it leaked later: a summary, a log) to every sample it stands for."""
+    holders: dict[str, set[str]] = {}
+    for sid, ws in needles.items():
+        for w in _hits({"own": stored.get(sid, "")}, ws & found.keys()):
+            holders.setdefault(w, set()).add(sid)
+    charged: dict[str, set[str]] = {sid: set() for sid in needles}
+    for w, where in found.items():
+        for sid in holders.get(w) or {sid for sid, ws in needles.items() if w in ws}:
+            charged[sid] |= where
+    return {sid: sorted(places) for sid, places in charged.items()}
+
+
+def test_a_shared_needle_is_charged_to_the_sample_that_stored_it() -> None:
+    needles = {"a": {"KEY12345ab"}, "b": {"KEY12345ab"}, "c": {"zz99ZZ99zz"}}
+    found = {"KEY12345ab": {"database", "logs"}, "zz99ZZ99zz": {"summarizer"}}
+    stored = {"a": "[REDACTED:key:00000000]", "b": "KEY12345ab", "c": "[REDACTED:key:11111111]"}
+    assert attribute(found, needles, stored) == {"a": [], "b": ["database", "logs"], "c": ["summarizer"]}
+    assert attribute(found, needles, {"a": "", "b": "", "c": ""})["a"] == ["database", "logs"]
 
 
 def create_app_for(settings: Any) -> Any:
@@ -338,7 +464,7 @@ def _reason(encoding: str, sample: Sample, leaks_plain: bool) -> str:
         "base64": "not detected base64-encoded: base64 is decoded only in document sources, not inside text",
         "percent": "not detected percent-encoded: the escaped `=`, `:` and quotes hide the context its rule needs",
         "json": "not detected JSON-escaped inside text: the escaped quotes and newlines hide its context",
-        "split": "split across two turns: each turn is scanned alone, neither half is a whole secret",
+        "split": "split across two turns: not detected in the two turns' texts joined either",
         "offloaded": "not detected inside a large output next to unrelated lines",
         "tool_input": "not detected as a tool-call input value",
     }[encoding]

@@ -122,3 +122,36 @@ def test_redaction_is_idempotent_on_any_text(text: str) -> None:
     """Redacting twice gives the same text as redacting once, whatever the input."""
     once = R.redact_text(text)
     assert R.redact_text(once) == once
+
+
+def _no_window_of(body: str, text: str) -> bool:
+    """No 8-character piece of body (nor body itself, when shorter) is left in text."""
+    bare = re.sub(PLACEHOLDER, "", text)
+    return all(body[i : i + 8] not in bare for i in range(max(1, len(body) - 7)))
+
+
+@settings(max_examples=400, deadline=None)
+@given(planted(), st.floats(min_value=0.05, max_value=0.95))
+def test_a_secret_cut_by_a_turn_boundary_is_gone_from_both_turns(
+    case: tuple[str, str, str, str], where: float
+) -> None:
+    """A planted secret cut anywhere by a turn boundary (in its key name, its value, ...) is gone
+    from both turns after the seam and each turn's own redaction (what ingest does), and what
+    surrounds it is kept."""
+    prefix, secret_text, body, suffix = case
+    whole = prefix + secret_text + suffix
+    cut = len(prefix) + max(1, min(len(secret_text) - 1, int(len(secret_text) * where)))
+    left, right = (R.redact_text(t) for t in R.redact_seam(whole[:cut], whole[cut:]))
+    assert _no_window_of(body, left + right)
+    assert left.startswith(prefix) and right.endswith(suffix)
+    assert R.redact_seam(left, right) == (left, right)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet=string.ascii_letters + " _-.:=/\n", max_size=200), st.integers(0, 200))
+def test_a_boundary_without_a_secret_changes_nothing(text: str, at: int) -> None:
+    """Where no secret crosses the boundary, both sides come back as they were (the same objects)."""
+    left, right = R.redact_text(text[:at]), R.redact_text(text[at:])
+    new_left, new_right = R.redact_seam(left, right)
+    if R.findings(left + right) == [] or not left or not right:
+        assert new_left is left and new_right is right

@@ -22,6 +22,7 @@ from worker.compaction.ports import Summarizer, SummarizerError
 from worker.compaction.summarize import Summarize
 from worker.compaction.tokens import count_message
 from worker.redaction import Redactor
+from worker.redaction.seams import redact_seams
 
 
 class Stage(Protocol):
@@ -46,13 +47,15 @@ class Compacted:
 
 
 def ingest(messages: Sequence[Any], *, first_seq: int, redactor: Redactor, policy: Policy) -> Ingested:
-    """Normalize, redact, offload and count each message, before anything is persisted.
+    """Normalize, redact, offload and count each message, before anything is persisted. A secret
+    split between two consecutive messages is redacted on both sides (worker/redaction/seams.py).
 
     Raises InvalidTranscript naming the bad message. Offloaded payloads come back as files.
     """
+    normalized = [normalize_message(m, f"messages[{i}]") for i, m in enumerate(messages)]
     turns = []
-    for i, message in enumerate(messages):
-        role, blocks = normalize_message(message, f"messages[{i}]")
+    # a secret cut in two by a message boundary first: neither half is recognisable alone
+    for i, (role, blocks) in enumerate(redact_seams(normalized, redactor)):
         blocks = tuple(redactor.redact_block(strip_cache_control(b)) for b in blocks)
         turns.append(Turn(seq=first_seq + i, role=role, content=blocks, tokens=count_message(blocks)))  # type: ignore[arg-type]
     offloaded = Offload(policy.offload_tokens, policy.preview_tokens)(

@@ -3,6 +3,7 @@
     Redactor(key).redact_text(text)     "[REDACTED:<kind>:<8 hex>]" per secret, hex = HMAC-SHA256
     Redactor(key).redact_value(value)   any JSON value: strings and string keys redacted, shape kept
     Redactor(key).redact_block(block)   an Anthropic content block of any type, at any depth
+    Redactor(key).redact_seam(a, b)     (a, b) with a secret cut between a's end and b's start replaced
     Redactor(key).findings(text)        [Finding(kind, start, end)], for tests and the bench
 
 The placeholder names the kind and an HMAC of the secret under a per-deployment key: the same
@@ -50,6 +51,8 @@ from worker.redaction.scanner import ALL, KEYED_FIELD, Finding, Ruleset, find, f
 __all__ = ["THINKING_REMOVED", "Finding", "Redactor"]
 
 THINKING_REMOVED = "[compactd: a thinking block was removed because it contained a secret]"
+# How far from a turn boundary a secret cut by it is looked for, each side (a PEM key is ~3,300).
+SEAM_CHARS = 4_096
 _ESCAPES = (("\\/", "/"), ('\\"', '"'), ("\\n", "\n"), ("\\\\", "\\"))
 # Block fields the API verifies or decrypts: never edited (a signature or ciphertext holds no text).
 _VERIFIED_FIELDS = frozenset({"signature", "encrypted_content", "encrypted_index"})
@@ -118,9 +121,8 @@ class Redactor:
         """Every secret in text with its kind and str offsets, left to right."""
         return find(text, self.rules)
 
-    def redact_text(self, text: str) -> str:
-        """text with every secret replaced by its placeholder; unchanged text is returned as is."""
-        data = text.encode("utf-8", "surrogatepass")
+    def _cuts(self, data: bytes) -> list[tuple[int, int, str, str]]:
+        """(start, end, kind, secret) of every secret in data, byte offsets, left to right."""
         spans = find_spans(data, self.rules)
         cuts = [
             (start, end, kind, data[start:end].decode("utf-8", "surrogatepass")) for kind, start, end in spans
@@ -131,6 +133,50 @@ class Redactor:
             cuts = sorted(
                 cuts + [(h.start, h.end, h.kind, h.secret.decode("utf-8", "replace")) for h in hidden]
             )
+        return cuts
+
+    def redact_seam(self, left: str, right: str) -> tuple[str, str]:
+        """A secret cut in two where one text ends and the next begins (two turns): the end of
+        `left` and the start of `right` are scanned joined. A secret that crosses the join is
+        replaced on both sides by its placeholder (neither half is recognisable alone); one that
+        only the joined text reveals (`Pass` | `word = hunter2`) is replaced where it lies.
+        Unchanged strings are returned as they are."""
+        tail, head = left[-SEAM_CHARS:], right[:SEAM_CHARS]
+        if not tail or not head:
+            return left, right
+        data = (tail + head).encode("utf-8", "surrogatepass")
+        join = len(tail.encode("utf-8", "surrogatepass"))
+        cuts = self._cuts(data)
+        if not cuts:
+            return left, right
+        alone = {(s, e) for s, e, _, _ in self._cuts(data[:join])}
+        alone |= {(s + join, e + join) for s, e, _, _ in self._cuts(data[join:])}
+        cuts = [c for c in cuts if c[0] < join < c[1] or (c[0], c[1]) not in alone]
+        if not cuts:
+            return left, right
+        sides: tuple[list[bytes], list[bytes]] = ([], [])
+        pos = 0
+        for start, end, kind, secret in cuts:
+            mark = self.placeholder(kind, secret).encode()
+            if start < join:
+                sides[0].extend([data[pos:start], mark])
+                if end > join:
+                    sides[1].append(mark)
+            else:
+                if pos < join:
+                    sides[0].append(data[pos:join])
+                sides[1].extend([data[max(pos, join) : start], mark])
+            pos = end
+        if pos < join:
+            sides[0].append(data[pos:join])
+        sides[1].append(data[max(pos, join) :])
+        new_tail, new_head = (b"".join(p).decode("utf-8", "surrogatepass") for p in sides)
+        return left[: len(left) - len(tail)] + new_tail, new_head + right[len(head) :]
+
+    def redact_text(self, text: str) -> str:
+        """text with every secret replaced by its placeholder; unchanged text is returned as is."""
+        data = text.encode("utf-8", "surrogatepass")
+        cuts = self._cuts(data)
         if not cuts:
             return text
         out: list[bytes] = []

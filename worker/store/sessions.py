@@ -5,17 +5,21 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from sqlalchemy import Connection, Engine, delete, func, insert, select, update
 
-from worker.compaction.model import Turn, canonical_json, content_hash
+from worker.compaction.model import Block, Turn, canonical_json, content_hash
+from worker.compaction.tokens import count_message
 from worker.store import memory as memory_store
 from worker.store.db import insert_ignore, is_sqlite, read_tx, write_tx
 from worker.store.tables import Append, File, FileRead, Snapshot, SnapshotLog, utcnow
 from worker.store.tables import Session as SessionTable
 from worker.store.tables import Turn as TurnTable
+
+if TYPE_CHECKING:
+    from worker.redaction.seams import Reseamed
 
 S = SessionTable.__table__  # type: ignore[attr-defined]
 TT = TurnTable.__table__  # type: ignore[attr-defined]
@@ -58,11 +62,14 @@ class Appended:
     last_seq: int
     version: int
     replayed: bool = False  # an idempotent retry: nothing was written
+    reseamed: bool = False  # a secret across the boundary with the turn before was redacted in both
     context_window: int | None = None  # the session's own window after the append (None: the default)
     output_reserve: int | None = None  # the session's own output reserve after the append
 
 
 Validator = Callable[[list[dict[str, Any]], list[dict[str, Any]]], None]
+# (the stored last message, the new first one) -> both redacted where a secret crosses them, or None
+Seam = Callable[[tuple[Block, ...], tuple[Block, ...]], "Reseamed | None"]
 
 
 def request_hash(payload: Any) -> str:
@@ -81,6 +88,7 @@ def append_turns(
     idempotency_key: str | None = None,
     body_hash: str = "",
     validate: Validator | None = None,
+    seam: Seam | None = None,
     now: datetime | None = None,
 ) -> Appended:
     """Append turns (numbered from the session's version + 1) in one transaction.
@@ -110,6 +118,9 @@ def append_turns(
         _apply_profile(conn, row, profile)
         if validate is not None:
             validate(window_messages(conn, pk, row.version), [t.as_message() for t in turns])
+        reseamed = False
+        if seam is not None and row.version > 0 and turns:
+            turns, reseamed = _reseam(conn, row, list(turns), seam)
         first = row.version + 1
         numbered = [replace(t, seq=first + i) for i, t in enumerate(turns)]
         conn.execute(
@@ -152,7 +163,48 @@ def append_turns(
             save_files_conn(conn, engine, tenant_id, pk, files)
     window = profile.context_window or row.context_window
     reserve = profile.output_reserve if profile.output_reserve is not None else row.output_reserve
-    return Appended(pk, tenant_id, first, last, last, context_window=window, output_reserve=reserve)
+    return Appended(
+        pk, tenant_id, first, last, last, context_window=window, output_reserve=reserve, reseamed=reseamed
+    )
+
+
+def _reseam(conn: Connection, row: Any, turns: list[Turn], seam: Seam) -> tuple[list[Turn], bool]:
+    """A secret split between the stored last turn and this append's first: the stored turn is
+    rewritten, and the text taken from it is scrubbed from the session's snapshots (it may already
+    be compacted into one) when long enough not to match elsewhere by chance."""
+    stored = conn.execute(
+        select(TT.c.content, TT.c.tokens).where(TT.c.session_id == row.id, TT.c.seq == row.version)
+    ).first()
+    if stored is None:
+        return turns, False
+    fixed = seam(tuple(orjson.loads(stored.content)), turns[0].content)
+    if fixed is None:
+        return turns, False
+    content = list(fixed.previous)
+    tokens = count_message(fixed.previous)
+    conn.execute(
+        update(TT)
+        .where(TT.c.session_id == row.id, TT.c.seq == row.version)
+        .values(
+            content=orjson.dumps(content).decode(),
+            content_hash=content_hash(canonical_json(content)),
+            tokens=tokens,
+        )
+    )
+    conn.execute(update(S).where(S.c.id == row.id).values(tokens=S.c.tokens + tokens - stored.tokens))
+    taken, put = fixed.taken
+    if len(taken) >= 8 and row.compacted_through >= row.version:
+        old, new = (orjson.dumps(t).decode()[1:-1] for t in (taken, put))
+        for snap in conn.execute(
+            select(SN.c.id, SN.c.state, SN.c.prompt).where(SN.c.session_id == row.id)
+        ).all():
+            conn.execute(
+                update(SN)
+                .where(SN.c.id == snap.id)
+                .values(state=snap.state.replace(old, new), prompt=snap.prompt.replace(old, new))
+            )
+    first = turns[0]
+    return [replace(first, content=fixed.first, tokens=count_message(fixed.first)), *turns[1:]], True
 
 
 def _lock_session(

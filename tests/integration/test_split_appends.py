@@ -1,0 +1,78 @@
+"""A secret split across two appends (its first half stored, maybe compacted and served, before the
+second arrives) is redacted on both sides: in the stored turn, in the snapshot that already holds it,
+in the cache and in what is served afterwards. Real Redis and SQLite, through the HTTP API."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import text
+
+from api.app import create_app
+from tests.conftest import require
+from tests.integration.conftest import REDIS_URL, answers, flush_prefix, make_settings
+from tests.integration.test_planted_secrets import _database_dump, _redis_dump
+from worker import jobs
+from worker.resources import Resources
+from worker.store.tenants import create_tenant
+
+pytestmark = pytest.mark.services
+
+# neither half is a secret alone: the password is cut after `S3cretPw`, before the `@host`
+BEFORE, AFTER = "Connecting to postgres://app:S3cretPw", "Extra9x@db.internal:5432/app, is that right?"
+PASSWORD = "S3cretPwExtra9x"
+
+
+def _windows(secret: str) -> list[str]:
+    return [secret[i : i + 8] for i in range(len(secret) - 7)]
+
+
+@pytest.mark.parametrize("compacted_between", [False, True], ids=["tail", "in-snapshot"])
+def test_a_key_split_across_two_appends_is_gone_everywhere(tmp_path: Path, compacted_between: bool) -> None:
+    require(answers("127.0.0.1", 6379), "Redis not answering on 127.0.0.1:6379 (run `make services`)")
+    settings = make_settings(tmp_path, f"sqlite:///{tmp_path / 'c.db'}", REDIS_URL, idle_seconds=0.0)
+    try:
+        with TestClient(create_app(settings)) as client:
+            res: Resources = client.app.state.resources  # type: ignore[attr-defined]
+            auth = {"Authorization": f"Bearer {create_tenant(res.engine, 'split')[1]}"}
+
+            def append(messages: list[dict[str, Any]]) -> None:
+                r = client.post("/v1/sessions/s/turns", json={"messages": messages}, headers=auth)
+                assert r.status_code == 200, r.text
+
+            def compact() -> None:
+                with res.engine.connect() as conn:
+                    tenant, pk, version = conn.execute(
+                        text("SELECT tenant_id, id, version FROM sessions WHERE client_id = 's'")
+                    ).one()
+                jobs.compact(tenant, pk, version, res)
+
+            append(
+                [
+                    {"role": "user", "content": "Set the token up."},
+                    {"role": "assistant", "content": BEFORE},
+                ]
+            )
+            first = client.get("/v1/sessions/s/prompt", headers=auth).text
+            assert "S3cretPw" in first  # not recognisable alone: served as is until the rest arrives
+            if compacted_between:
+                compact()
+                assert '"compacted_through":2' in client.get("/v1/sessions/s/prompt", headers=auth).text
+            append([{"role": "user", "content": AFTER}])
+            served = client.get("/v1/sessions/s/prompt", headers=auth).text
+            compact()
+            places = {
+                "served": served,
+                "served after compaction": client.get("/v1/sessions/s/prompt", headers=auth).text,
+                "database": _database_dump(res.engine),
+                "redis": _redis_dump(REDIS_URL, settings.redis_prefix),
+            }
+            assert "postgres://app:[REDACTED:" in served and "@db.internal:5432/app, is that" in served
+            left = {where: [w for w in _windows(PASSWORD) if w in place] for where, place in places.items()}
+            assert left == {where: [] for where in places}
+    finally:
+        flush_prefix(REDIS_URL, settings.redis_prefix)
+        flush_prefix(REDIS_URL, settings.queue)

@@ -1,0 +1,105 @@
+"""Secrets cut in two by a message boundary: the text a message ends with and the text the next one
+starts with are redacted as one (Redactor.redact_seam), before each block is redacted alone.
+
+    edge_text(blocks, last=True)        the text a message ends with ("" when it ends otherwise)
+    with_edge_text(blocks, text, last)  the blocks with that text replaced
+    redact_seams(messages, redactor)    every boundary between consecutive messages, redacted
+    reseam(previous, first, redactor)   the boundary with the turn stored before an append
+
+A message's edge is its first or last block when that block is text (a text block, a tool result
+given as a string or ending/starting with a text block); a boundary next to a tool call's input,
+an image or a thinking block joins nothing (a signed thinking block is never edited).
+
+Across two appends the first half is stored already: the store (append_turns) rewrites that turn,
+and scrubs the taken text from the session's snapshots when it is long enough to find there
+(8 characters or more); the API then drops the cached prompt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from worker.compaction.model import Block
+
+if TYPE_CHECKING:
+    from worker.redaction.redact import Redactor
+
+Message = tuple[str, tuple[Block, ...]]  # (role, blocks), as normalize_message returns them
+
+
+def edge_text(blocks: Sequence[Block], *, last: bool) -> str:
+    """The text at the start (or end) of a message, "" when it starts (ends) with something else."""
+    if not blocks:
+        return ""
+    block = blocks[-1] if last else blocks[0]
+    if block.get("type") == "text":
+        return str(block.get("text", ""))
+    if block.get("type") == "tool_result":
+        content = block.get("content")
+        if isinstance(content, str):
+            return content
+        if isinstance(content, list) and content:
+            inner = content[-1] if last else content[0]
+            if isinstance(inner, dict) and inner.get("type") == "text":
+                return str(inner.get("text", ""))
+    return ""
+
+
+def with_edge_text(blocks: tuple[Block, ...], text: str, *, last: bool) -> tuple[Block, ...]:
+    """blocks with their edge text (see edge_text) replaced by text."""
+    at = len(blocks) - 1 if last else 0
+    block = blocks[at]
+    if block.get("type") == "text":
+        new = {**block, "text": text}
+    elif isinstance(block.get("content"), str):
+        new = {**block, "content": text}
+    else:
+        content = list(block["content"])
+        inner = len(content) - 1 if last else 0
+        content[inner] = {**content[inner], "text": text}
+        new = {**block, "content": content}
+    return (*blocks[:at], new, *blocks[at + 1 :])
+
+
+def redact_seams(messages: Sequence[Message], redactor: Redactor) -> list[Message]:
+    """messages with every secret that crosses the boundary of two consecutive ones replaced on
+    both sides; a message left unchanged is returned as it was."""
+    out = list(messages)
+    for i in range(len(out) - 1):
+        (role_a, a), (role_b, b) = out[i], out[i + 1]
+        left, right = edge_text(a, last=True), edge_text(b, last=False)
+        if not left or not right:
+            continue
+        new_left, new_right = redactor.redact_seam(left, right)
+        if new_left is not left:
+            out[i] = (role_a, with_edge_text(a, new_left, last=True))
+            out[i + 1] = (role_b, with_edge_text(b, new_right, last=False))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Reseamed:
+    """A boundary with the turn stored before this append, redacted."""
+
+    previous: tuple[Block, ...]  # the stored last message, its end redacted
+    first: tuple[Block, ...]  # this append's first message, its start redacted
+    taken: tuple[str, str]  # (the text taken from the previous message's end, what replaced it)
+
+
+def reseam(previous: tuple[Block, ...], first: tuple[Block, ...], redactor: Redactor) -> Reseamed | None:
+    """The boundary between a stored message and the first one of a new append (both already
+    redacted on their own), redacted as one; None when no secret crosses it."""
+    left, right = edge_text(previous, last=True), edge_text(first, last=False)
+    if not left or not right:
+        return None
+    new_left, new_right = redactor.redact_seam(left, right)
+    if new_left is left and new_right is right:
+        return None
+    same = next((i for i, (a, b) in enumerate(zip(left, new_left, strict=False)) if a != b), len(left))
+    return Reseamed(
+        with_edge_text(previous, new_left, last=True),
+        with_edge_text(first, new_right, last=False),
+        (left[same:], new_left[same:]),
+    )
