@@ -127,10 +127,11 @@ def windows(secret: str, sample_text: str, context: frozenset[str] = frozenset()
 
 
 def context_windows(samples: list[Sample]) -> frozenset[str]:
-    """Every 8-character window of the samples' text outside their own secrets."""
+    """Every 8-character window of the samples' text outside their own secrets, and of their
+    base64 encodings (a JWT's segments are base64: `b2dsZWFw` is also in `googleapis` encoded)."""
     out: set[str] = set()
     for s in samples:
-        for part in s.text.split(needle_secret(s)):
+        for part in [*s.text.split(needle_secret(s)), base64.b64encode(s.text.encode()).decode()]:
             out.update(part[i : i + 8] for i in range(len(part) - 7))
     return frozenset(out)
 

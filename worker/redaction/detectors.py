@@ -42,7 +42,8 @@ _ARG = r"(?:\"[^\"\r\n]*\"|'[^'\r\n]*'|[^,()\"'\r\n]+)\s*"
 _QUOTED_ARG = r"(\"[^\"\r\n]{1,200}\"|'[^'\r\n]{1,200}')"
 # unquoted values: not a short number (`"input_tokens": 1234`), which no judge would accept
 _VALUE = (
-    r"(\\*\"[^\"\\\r\n]{4,}|\\*'[^'\\\r\n]{4,}|`[^`\r\n]{4,}|(?:!!\w+[ \t]+)?"
+    # a backslash inside quotes is part of the value unless it escapes the quote (`\\"` in JSON)
+    r"(\\*\"(?:[^\"\\\r\n]|\\[^\"\\\r\n]){4,}|\\*'(?:[^'\\\r\n]|\\[^'\\\r\n]){4,}|`[^`\r\n]{4,}|(?:!!\w+[ \t]+)?"
     r"(?:[0-9]{8,}|[^\s\"'`,;&0-9]|[0-9]{1,7}[^\s\"'`,;&0-9}\]])" + _UNQUOTED + r"*)"
 )
 
