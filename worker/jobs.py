@@ -195,6 +195,7 @@ def _compact(tenant_id: int, session_pk: int, res: Resources, summarizer: Watche
             "summary_failed": _failure(s.error, summarizer),
         },
         kind=snapshot_kind("new_epoch" if new_epoch or system_changed else "", str(s.switch), summarized),
+        last_turn_hash=loaded.last_turn_hash,
     )
     with read_tx(res.engine) as conn:
         files = file_infos(conn, session_pk)

@@ -17,6 +17,7 @@ from tests.integration.conftest import REDIS_URL, answers, flush_prefix, make_se
 from tests.integration.test_planted_secrets import _database_dump, _redis_dump
 from worker import jobs
 from worker.resources import Resources
+from worker.store import snapshots
 from worker.store.tenants import create_tenant
 
 pytestmark = pytest.mark.services
@@ -73,6 +74,42 @@ def test_a_key_split_across_two_appends_is_gone_everywhere(tmp_path: Path, compa
             assert "postgres://app:[REDACTED:" in served and "@db.internal:5432/app, is that" in served
             left = {where: [w for w in _windows(PASSWORD) if w in place] for where, place in places.items()}
             assert left == {where: [] for where in places}
+    finally:
+        flush_prefix(REDIS_URL, settings.redis_prefix)
+        flush_prefix(REDIS_URL, settings.queue)
+
+
+def test_a_job_built_before_the_rewrite_does_not_publish_the_old_half(tmp_path: Path) -> None:
+    """A worker loads the session, then an append rewrites the turn it loaded last (redacting the
+    half secret): the job's publish loses, so the old text cannot come back in a snapshot."""
+    require(answers("127.0.0.1", 6379), "Redis not answering on 127.0.0.1:6379 (run `make services`)")
+    settings = make_settings(tmp_path, f"sqlite:///{tmp_path / 'c.db'}", REDIS_URL, idle_seconds=0.0)
+    try:
+        with TestClient(create_app(settings)) as client:
+            res: Resources = client.app.state.resources  # type: ignore[attr-defined]
+            auth = {"Authorization": f"Bearer {create_tenant(res.engine, 'race')[1]}"}
+            first = [{"role": "user", "content": "Connect."}, {"role": "assistant", "content": BEFORE}]
+            assert (
+                client.post("/v1/sessions/s/turns", json={"messages": first}, headers=auth).status_code == 200
+            )
+            with res.engine.connect() as conn:
+                pk = conn.execute(text("SELECT id FROM sessions WHERE client_id = 's'")).scalar_one()
+            loaded = snapshots.load(res.engine, pk)
+            assert loaded is not None and loaded.last_turn_hash
+            later = {"messages": [{"role": "user", "content": AFTER}]}
+            assert client.post("/v1/sessions/s/turns", json=later, headers=auth).status_code == 200
+
+            def publish(last_turn_hash: str) -> bool:
+                return snapshots.publish(
+                    res.engine, pk, epoch=0, through_seq=2, tokens=1, memory_version=0,
+                    state={}, prompt={}, report={}, last_turn_hash=last_turn_hash,
+                )  # fmt: skip
+
+            assert publish(loaded.last_turn_hash) is False
+            reloaded = snapshots.load(res.engine, pk)
+            assert reloaded is not None and reloaded.snapshot is None  # nothing was published
+            with res.engine.connect() as conn:
+                assert publish(snapshots.turn_hash(conn, pk, 2)) is True
     finally:
         flush_prefix(REDIS_URL, settings.redis_prefix)
         flush_prefix(REDIS_URL, settings.queue)

@@ -14,7 +14,7 @@ from worker.compaction.epochs import extend
 from worker.compaction.model import Transcript, Turn
 from worker.store.db import read_tx, write_tx
 from worker.store.memory import BUDGET_TOKENS, load_items, render
-from worker.store.sessions import SL, SN, S, delete_session_rows, load_turns
+from worker.store.sessions import SL, SN, TT, S, delete_session_rows, load_turns
 
 KEEP_SNAPSHOTS = 2  # the published one and its predecessor (for inspection)
 
@@ -28,6 +28,9 @@ class Loaded:
     snapshot: Any
     tail: list[Turn]
     memory: str
+    # the stored hash of the last turn this load covers: a publish built on it must find it unchanged
+    # (an append may rewrite that turn to redact a secret it cut in two: sessions._reseam)
+    last_turn_hash: str = ""
 
     def state(self) -> Transcript:
         """The published snapshot's state (empty before the first publish)."""
@@ -77,7 +80,19 @@ def load(engine: Engine, session_pk: int, memory_budget_tokens: int = BUDGET_TOK
         snap = latest_snapshot(conn, session_pk)
         tail = load_turns(conn, session_pk, snap.through_seq if snap else 0)
         memory = render(load_items(conn, session_pk), memory_budget_tokens)
-    return Loaded(session, snap, tail, memory)
+        last = tail[-1].seq if tail else (snap.through_seq if snap else 0)
+        last_hash = turn_hash(conn, session_pk, last)
+    return Loaded(session, snap, tail, memory, last_hash)
+
+
+def turn_hash(conn: Connection, session_pk: int, seq: int) -> str:
+    """The stored content hash of one turn ("" when there is none)."""
+    found = conn.execute(select(TT.c.content_hash).where(TT.c.session_id == session_pk, TT.c.seq == seq))
+    return found.scalar() or ""
+
+
+class _Rewritten(Exception):
+    """The last turn a publish was built on changed since it was loaded."""
 
 
 def publish(
@@ -93,11 +108,14 @@ def publish(
     report: Any,
     pinned_memory_version: int | None = None,
     kind: str = "extend",
+    last_turn_hash: str | None = None,
 ) -> bool:
     """Publish a snapshot unless a newer one is already there (compare-and-set on epoch, through, memory).
 
     A publish that wins is also logged (epoch, through, tokens, kind) for the inspector's history:
-    only the newest KEEP_SNAPSHOTS snapshots are kept."""
+    only the newest KEEP_SNAPSHOTS snapshots are kept. With `last_turn_hash` (Loaded.last_turn_hash)
+    it also loses when turn `through_seq` was rewritten since the load: the state holds its old
+    text (half a secret that an append has since redacted)."""
     newer = or_(
         S.c.epoch < epoch,
         and_(S.c.epoch == epoch, S.c.compacted_through < through_seq),
@@ -107,6 +125,41 @@ def publish(
             S.c.snapshot_memory_version < memory_version,
         ),
     )
+    try:
+        return _publish(
+            engine,
+            session_pk,
+            newer,
+            epoch,
+            through_seq,
+            tokens,
+            memory_version,
+            state,
+            prompt,
+            report,
+            pinned_memory_version,
+            kind,
+            last_turn_hash,
+        )
+    except _Rewritten:
+        return False
+
+
+def _publish(
+    engine: Engine,
+    session_pk: int,
+    newer: Any,
+    epoch: int,
+    through_seq: int,
+    tokens: int,
+    memory_version: int,
+    state: dict[str, Any],
+    prompt: dict[str, Any],
+    report: Any,
+    pinned_memory_version: int | None,
+    kind: str,
+    last_turn_hash: str | None,
+) -> bool:
     with write_tx(engine) as conn:
         won = conn.execute(
             update(S)
@@ -115,6 +168,9 @@ def publish(
         ).rowcount
         if not won:
             return False
+        # checked after the update: it waits for an append holding the session row to commit
+        if last_turn_hash is not None and turn_hash(conn, session_pk, through_seq) != last_turn_hash:
+            raise _Rewritten  # rolls the update back
         conn.execute(
             insert(SN).values(
                 session_id=session_pk,
