@@ -4,6 +4,7 @@ in the cache and in what is served afterwards. Real Redis and SQLite, through th
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,89 +28,85 @@ BEFORE, AFTER = "Connecting to postgres://app:S3cretPw", "Extra9x@db.internal:54
 PASSWORD = "S3cretPwExtra9x"
 
 
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[tuple[TestClient, Resources, dict[str, str]]]:
+    """The API on its own SQLite file and Redis prefix, and a tenant's auth header."""
+    require(answers("127.0.0.1", 6379), "Redis not answering on 127.0.0.1:6379 (run `make services`)")
+    settings = make_settings(tmp_path, f"sqlite:///{tmp_path / 'c.db'}", REDIS_URL, idle_seconds=0.0)
+    try:
+        with TestClient(create_app(settings)) as client:
+            res: Resources = client.app.state.resources  # type: ignore[attr-defined]
+            yield client, res, {"Authorization": f"Bearer {create_tenant(res.engine, 'split')[1]}"}
+    finally:
+        flush_prefix(REDIS_URL, settings.redis_prefix)
+        flush_prefix(REDIS_URL, settings.queue)
+
+
 def _windows(secret: str) -> list[str]:
     return [secret[i : i + 8] for i in range(len(secret) - 7)]
 
 
 @pytest.mark.parametrize("compacted_between", [False, True], ids=["tail", "in-snapshot"])
-def test_a_key_split_across_two_appends_is_gone_everywhere(tmp_path: Path, compacted_between: bool) -> None:
-    require(answers("127.0.0.1", 6379), "Redis not answering on 127.0.0.1:6379 (run `make services`)")
-    settings = make_settings(tmp_path, f"sqlite:///{tmp_path / 'c.db'}", REDIS_URL, idle_seconds=0.0)
-    try:
-        with TestClient(create_app(settings)) as client:
-            res: Resources = client.app.state.resources  # type: ignore[attr-defined]
-            auth = {"Authorization": f"Bearer {create_tenant(res.engine, 'split')[1]}"}
+def test_a_key_split_across_two_appends_is_gone_everywhere(service: Any, compacted_between: bool) -> None:
+    client, res, auth = service
 
-            def append(messages: list[dict[str, Any]]) -> None:
-                r = client.post("/v1/sessions/s/turns", json={"messages": messages}, headers=auth)
-                assert r.status_code == 200, r.text
+    def append(messages: list[dict[str, Any]]) -> None:
+        r = client.post("/v1/sessions/s/turns", json={"messages": messages}, headers=auth)
+        assert r.status_code == 200, r.text
 
-            def compact() -> None:
-                with res.engine.connect() as conn:
-                    tenant, pk, version = conn.execute(
-                        text("SELECT tenant_id, id, version FROM sessions WHERE client_id = 's'")
-                    ).one()
-                jobs.compact(tenant, pk, version, res)
+    def compact() -> None:
+        with res.engine.connect() as conn:
+            tenant, pk, version = conn.execute(
+                text("SELECT tenant_id, id, version FROM sessions WHERE client_id = 's'")
+            ).one()
+        jobs.compact(tenant, pk, version, res)
 
-            append(
-                [
-                    {"role": "user", "content": "Set the token up."},
-                    {"role": "assistant", "content": BEFORE},
-                ]
-            )
-            first = client.get("/v1/sessions/s/prompt", headers=auth).text
-            assert "S3cretPw" in first  # not recognisable alone: served as is until the rest arrives
-            if compacted_between:
-                compact()
-                assert '"compacted_through":2' in client.get("/v1/sessions/s/prompt", headers=auth).text
-            append([{"role": "user", "content": AFTER}])
-            served = client.get("/v1/sessions/s/prompt", headers=auth).text
-            compact()
-            places = {
-                "served": served,
-                "served after compaction": client.get("/v1/sessions/s/prompt", headers=auth).text,
-                "database": _database_dump(res.engine),
-                "redis": _redis_dump(REDIS_URL, settings.redis_prefix),
-            }
-            assert "postgres://app:[REDACTED:" in served and "@db.internal:5432/app, is that" in served
-            left = {where: [w for w in _windows(PASSWORD) if w in place] for where, place in places.items()}
-            assert left == {where: [] for where in places}
-    finally:
-        flush_prefix(REDIS_URL, settings.redis_prefix)
-        flush_prefix(REDIS_URL, settings.queue)
+    append(
+        [
+            {"role": "user", "content": "Set the token up."},
+            {"role": "assistant", "content": BEFORE},
+        ]
+    )
+    first = client.get("/v1/sessions/s/prompt", headers=auth).text
+    assert "S3cretPw" in first  # not recognisable alone: served as is until the rest arrives
+    if compacted_between:
+        compact()
+        assert '"compacted_through":2' in client.get("/v1/sessions/s/prompt", headers=auth).text
+    append([{"role": "user", "content": AFTER}])
+    served = client.get("/v1/sessions/s/prompt", headers=auth).text
+    compact()
+    places = {
+        "served": served,
+        "served after compaction": client.get("/v1/sessions/s/prompt", headers=auth).text,
+        "database": _database_dump(res.engine),
+        "redis": _redis_dump(REDIS_URL, res.settings.redis_prefix),
+    }
+    assert "postgres://app:[REDACTED:" in served and "@db.internal:5432/app, is that" in served
+    left = {where: [w for w in _windows(PASSWORD) if w in place] for where, place in places.items()}
+    assert left == {where: [] for where in places}
 
 
-def test_a_job_built_before_the_rewrite_does_not_publish_the_old_half(tmp_path: Path) -> None:
+def test_a_job_built_before_the_rewrite_does_not_publish_the_old_half(service: Any) -> None:
     """A worker loads the session, then an append rewrites the turn it loaded last (redacting the
     half secret): the job's publish loses, so the old text cannot come back in a snapshot."""
-    require(answers("127.0.0.1", 6379), "Redis not answering on 127.0.0.1:6379 (run `make services`)")
-    settings = make_settings(tmp_path, f"sqlite:///{tmp_path / 'c.db'}", REDIS_URL, idle_seconds=0.0)
-    try:
-        with TestClient(create_app(settings)) as client:
-            res: Resources = client.app.state.resources  # type: ignore[attr-defined]
-            auth = {"Authorization": f"Bearer {create_tenant(res.engine, 'race')[1]}"}
-            first = [{"role": "user", "content": "Connect."}, {"role": "assistant", "content": BEFORE}]
-            assert (
-                client.post("/v1/sessions/s/turns", json={"messages": first}, headers=auth).status_code == 200
-            )
-            with res.engine.connect() as conn:
-                pk = conn.execute(text("SELECT id FROM sessions WHERE client_id = 's'")).scalar_one()
-            loaded = snapshots.load(res.engine, pk)
-            assert loaded is not None and loaded.last_turn_hash
-            later = {"messages": [{"role": "user", "content": AFTER}]}
-            assert client.post("/v1/sessions/s/turns", json=later, headers=auth).status_code == 200
+    client, res, auth = service
+    first = [{"role": "user", "content": "Connect."}, {"role": "assistant", "content": BEFORE}]
+    assert client.post("/v1/sessions/s/turns", json={"messages": first}, headers=auth).status_code == 200
+    with res.engine.connect() as conn:
+        pk = conn.execute(text("SELECT id FROM sessions WHERE client_id = 's'")).scalar_one()
+    loaded = snapshots.load(res.engine, pk)
+    assert loaded is not None and loaded.last_turn_hash
+    later = {"messages": [{"role": "user", "content": AFTER}]}
+    assert client.post("/v1/sessions/s/turns", json=later, headers=auth).status_code == 200
 
-            def publish(last_turn_hash: str) -> bool:
-                return snapshots.publish(
-                    res.engine, pk, epoch=0, through_seq=2, tokens=1, memory_version=0,
-                    state={}, prompt={}, report={}, last_turn_hash=last_turn_hash,
-                )  # fmt: skip
+    def publish(last_turn_hash: str) -> bool:
+        return snapshots.publish(
+            res.engine, pk, epoch=0, through_seq=2, tokens=1, memory_version=0,
+            state={}, prompt={}, report={}, last_turn_hash=last_turn_hash,
+        )  # fmt: skip
 
-            assert publish(loaded.last_turn_hash) is False
-            reloaded = snapshots.load(res.engine, pk)
-            assert reloaded is not None and reloaded.snapshot is None  # nothing was published
-            with res.engine.connect() as conn:
-                assert publish(snapshots.turn_hash(conn, pk, 2)) is True
-    finally:
-        flush_prefix(REDIS_URL, settings.redis_prefix)
-        flush_prefix(REDIS_URL, settings.queue)
+    assert publish(loaded.last_turn_hash) is False
+    reloaded = snapshots.load(res.engine, pk)
+    assert reloaded is not None and reloaded.snapshot is None  # nothing was published
+    with res.engine.connect() as conn:
+        assert publish(snapshots.turn_hash(conn, pk, 2)) is True

@@ -126,80 +126,48 @@ def publish(
         ),
     )
     try:
-        return _publish(
-            engine,
-            session_pk,
-            newer,
-            epoch,
-            through_seq,
-            tokens,
-            memory_version,
-            state,
-            prompt,
-            report,
-            pinned_memory_version,
-            kind,
-            last_turn_hash,
-        )
-    except _Rewritten:
+        with write_tx(engine) as conn:
+            won = conn.execute(
+                update(S)
+                .where(S.c.id == session_pk, newer)
+                .values(epoch=epoch, compacted_through=through_seq, snapshot_memory_version=memory_version)
+            ).rowcount
+            if not won:
+                return False
+            # checked after the update: it waits for an append holding the session row to commit
+            if last_turn_hash is not None and turn_hash(conn, session_pk, through_seq) != last_turn_hash:
+                raise _Rewritten  # rolls the update back
+            conn.execute(
+                insert(SN).values(
+                    session_id=session_pk,
+                    epoch=epoch,
+                    through_seq=through_seq,
+                    tokens=tokens,
+                    memory_version=memory_version,
+                    pinned_memory_version=memory_version
+                    if pinned_memory_version is None
+                    else pinned_memory_version,
+                    state=orjson.dumps(state).decode(),
+                    prompt=orjson.dumps(prompt).decode(),
+                    report=orjson.dumps(report).decode(),
+                )
+            )
+            conn.execute(
+                insert(SL).values(
+                    session_id=session_pk, epoch=epoch, through_seq=through_seq, tokens=tokens, kind=kind
+                )
+            )
+            old = (
+                select(SN.c.id)
+                .where(SN.c.session_id == session_pk)
+                .order_by(SN.c.epoch.desc(), SN.c.through_seq.desc(), SN.c.id.desc())
+                .offset(KEEP_SNAPSHOTS)
+            )
+            stale = conn.execute(old).scalars().all()
+            if stale:
+                conn.execute(delete(SN).where(SN.c.id.in_(stale)))
+    except _Rewritten:  # rolled back
         return False
-
-
-def _publish(
-    engine: Engine,
-    session_pk: int,
-    newer: Any,
-    epoch: int,
-    through_seq: int,
-    tokens: int,
-    memory_version: int,
-    state: dict[str, Any],
-    prompt: dict[str, Any],
-    report: Any,
-    pinned_memory_version: int | None,
-    kind: str,
-    last_turn_hash: str | None,
-) -> bool:
-    with write_tx(engine) as conn:
-        won = conn.execute(
-            update(S)
-            .where(S.c.id == session_pk, newer)
-            .values(epoch=epoch, compacted_through=through_seq, snapshot_memory_version=memory_version)
-        ).rowcount
-        if not won:
-            return False
-        # checked after the update: it waits for an append holding the session row to commit
-        if last_turn_hash is not None and turn_hash(conn, session_pk, through_seq) != last_turn_hash:
-            raise _Rewritten  # rolls the update back
-        conn.execute(
-            insert(SN).values(
-                session_id=session_pk,
-                epoch=epoch,
-                through_seq=through_seq,
-                tokens=tokens,
-                memory_version=memory_version,
-                pinned_memory_version=memory_version
-                if pinned_memory_version is None
-                else pinned_memory_version,
-                state=orjson.dumps(state).decode(),
-                prompt=orjson.dumps(prompt).decode(),
-                report=orjson.dumps(report).decode(),
-            )
-        )
-        conn.execute(
-            insert(SL).values(
-                session_id=session_pk, epoch=epoch, through_seq=through_seq, tokens=tokens, kind=kind
-            )
-        )
-        old = (
-            select(SN.c.id)
-            .where(SN.c.session_id == session_pk)
-            .order_by(SN.c.epoch.desc(), SN.c.through_seq.desc(), SN.c.id.desc())
-            .offset(KEEP_SNAPSHOTS)
-        )
-        stale = conn.execute(old).scalars().all()
-        if stale:
-            conn.execute(delete(SN).where(SN.c.id.in_(stale)))
     return True
 
 
