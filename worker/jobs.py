@@ -199,8 +199,12 @@ def _compact(tenant_id: int, session_pk: int, res: Resources, summarizer: Watche
     )
     with read_tx(res.engine) as conn:
         files = file_infos(conn, session_pk)
-    # a summary prepared here is kept even if the snapshot itself was already current
-    _keep_pending(res, session_pk, s, epoch, row.memory_version, files, loaded.memory)
+    if not won and _rewritten(res, session_pk, new_through, loaded.last_turn_hash):
+        # an append redacted the turn this job read last (a secret cut across two appends): what
+        # this job prepared holds the old text
+        res.cache.drop_pending(session_pk)
+    else:  # a summary prepared here is kept even if the snapshot itself was already current
+        _keep_pending(res, session_pk, s, epoch, row.memory_version, files, loaded.memory)
     if not won:
         if request is not None and s.switch is not Switch.FORCED:
             # nothing new to publish (the snapshot was current): the /compact is still answered
@@ -269,6 +273,11 @@ def _pending(res: Resources, session_pk: int) -> Transcript | None:
     """The summary an earlier job prepared for this session, if any."""
     raw = res.cache.pending_state(session_pk)
     return transcript_from_json(orjson.loads(raw)) if raw else None
+
+
+def _rewritten(res: Resources, session_pk: int, seq: int, loaded_hash: str) -> bool:
+    with read_tx(res.engine) as conn:
+        return snapshots.turn_hash(conn, session_pk, seq) != loaded_hash
 
 
 def _keep_pending(

@@ -128,11 +128,15 @@ def windows(secret: str, sample_text: str, context: frozenset[str] = frozenset()
 
 
 def context_windows(samples: list[Sample]) -> frozenset[str]:
-    """Every 8-character window of the samples' text outside their own secrets, and of their
+    """Every 8-character window of the samples' text outside every sample's secret, and of their
     base64 encodings (a JWT's segments are base64: `b2dsZWFw` is also in `googleapis` encoded)."""
+    # every sample's credential is cut out of every text: a sample may quote another's key
+    credentials = sorted({c for c in map(needle_secret, samples) if len(c) >= 8}, key=len, reverse=True)
+    cut = re.compile("|".join(map(re.escape, credentials)))
     out: set[str] = set()
     for s in samples:
-        for part in [*s.text.split(needle_secret(s)), base64.b64encode(s.text.encode()).decode()]:
+        parts = [p for piece in cut.split(s.text) for p in piece.split(needle_secret(s))]
+        for part in [*parts, base64.b64encode(s.text.encode()).decode()]:
             out.update(part[i : i + 8] for i in range(len(part) - 7))
     return frozenset(out)
 

@@ -5,23 +5,27 @@ starts with are redacted as one (Redactor.redact_seam), before each block is red
     with_edge_text(blocks, text, last)  the blocks with that text replaced
     redact_seams(messages, redactor)    every boundary between consecutive messages, redacted
     reseam(previous, first, redactor)   the boundary with the turn stored before an append
+    rewrite_turn_end(turns, seq, a, b)  a snapshot's copy of that stored turn, rewritten alike
 
 A message's edge is its first or last block when that block is text (a text block, a tool result
 given as a string or ending/starting with a text block); a boundary next to a tool call's input,
 an image or a thinking block joins nothing (a signed thinking block is never edited).
 
-Across two appends the first half is stored already: the store (append_turns) rewrites that turn,
-and scrubs the taken text from the session's snapshots when it is long enough to find there
-(8 characters or more); the API then drops the cached prompt.
+Across two appends the first half is stored already: the store (append_turns) rewrites that turn
+and the copy of it in the session's snapshots (their prompt is assembled again); the API then drops
+the cached prompt. A half recognised alone, on either side, takes the unbroken rest of its token
+on the other side with it (`continued`).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from worker.compaction.model import Block
+from worker.compaction.model import Block, Turn
+from worker.compaction.tokens import count_message
 
 if TYPE_CHECKING:
     from worker.redaction.redact import Redactor
@@ -88,13 +92,39 @@ class Reseamed:
     taken: tuple[str, str]  # (the text taken from the previous message's end, what replaced it)
 
 
+# a placeholder at the very end (start) of a text, and the run of a token that continues it
+_ENDS_REDACTED = re.compile(r"\[REDACTED:([a-z0-9_]+):[0-9a-f]{8}\]\Z")
+_STARTS_REDACTED = re.compile(r"\A\[REDACTED:([a-z0-9_]+):[0-9a-f]{8}\]")
+_LEADING_RUN = re.compile(r"\A[^\s\"'`,;)\]}>]+")
+_TRAILING_RUN = re.compile(r"[^\s\"'`=:,;(\[{<]+\Z")
+_PEM_REST = re.compile(r"\A[A-Za-z0-9+/=\s]*?-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----")
+
+
+def continued(left: str, right: str, redactor: Redactor) -> tuple[str, str]:
+    """Both already redacted alone: a secret recognised in one half whose other half runs on,
+    unbroken, across the boundary (`…[REDACTED:x]` | `Qq0Pp rest`) loses that other half too; a
+    private key's rest runs to its END line."""
+    if (end := _ENDS_REDACTED.search(left)) is not None:
+        kind = end.group(1)
+        run = _PEM_REST.match(right) if kind == "private_key" else _LEADING_RUN.match(right)
+        if run is not None and run.group(0).strip():
+            return left, redactor.placeholder(kind, run.group(0)) + right[run.end() :]
+    if (start := _STARTS_REDACTED.match(right)) is not None:
+        run = _TRAILING_RUN.search(left)
+        if run is not None:
+            return left[: run.start()] + redactor.placeholder(start.group(1), run.group(0)), right
+    return left, right
+
+
 def reseam(previous: tuple[Block, ...], first: tuple[Block, ...], redactor: Redactor) -> Reseamed | None:
     """The boundary between a stored message and the first one of a new append (both already
     redacted on their own), redacted as one; None when no secret crosses it."""
     left, right = edge_text(previous, last=True), edge_text(first, last=False)
     if not left or not right:
         return None
-    new_left, new_right = redactor.redact_seam(left, right)
+    new_left, new_right = continued(left, right, redactor)
+    if new_left is left and new_right is right:
+        new_left, new_right = redactor.redact_seam(left, right)
     if new_left is left and new_right is right:
         return None
     same = next((i for i, (a, b) in enumerate(zip(left, new_left, strict=False)) if a != b), len(left))
@@ -103,3 +133,18 @@ def reseam(previous: tuple[Block, ...], first: tuple[Block, ...], redactor: Reda
         with_edge_text(first, new_right, last=False),
         (left[same:], new_left[same:]),
     )
+
+
+def rewrite_turn_end(turns: tuple[Turn, ...], seq: int, taken: str, put: str) -> tuple[Turn, ...] | None:
+    """turns with the text that turn `seq` ends with changed from ending in `taken` to ending in
+    `put` (a snapshot's copy of a turn an append has rewritten); None when there is no such turn
+    (summarized away) or its end differs (it was clipped there)."""
+    for i, turn in enumerate(turns):
+        if turn.seq != seq:
+            continue
+        edge = edge_text(turn.content, last=True)
+        if not taken or not edge.endswith(taken):
+            return None
+        content = with_edge_text(turn.content, edge[: len(edge) - len(taken)] + put, last=True)
+        return (*turns[:i], replace(turn, content=content, tokens=count_message(content)), *turns[i + 1 :])
+    return None

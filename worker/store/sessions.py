@@ -5,21 +5,21 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 from sqlalchemy import Connection, Engine, delete, func, insert, select, update
 
+from worker.compaction.assemble import assemble
+from worker.compaction.codec import transcript_from_json, transcript_to_json
 from worker.compaction.model import Block, Turn, canonical_json, content_hash
 from worker.compaction.tokens import count_message
+from worker.redaction.seams import Reseamed, rewrite_turn_end
 from worker.store import memory as memory_store
 from worker.store.db import insert_ignore, is_sqlite, read_tx, write_tx
 from worker.store.tables import Append, File, FileRead, Snapshot, SnapshotLog, utcnow
 from worker.store.tables import Session as SessionTable
 from worker.store.tables import Turn as TurnTable
-
-if TYPE_CHECKING:
-    from worker.redaction.seams import Reseamed
 
 S = SessionTable.__table__  # type: ignore[attr-defined]
 TT = TurnTable.__table__  # type: ignore[attr-defined]
@@ -69,7 +69,7 @@ class Appended:
 
 Validator = Callable[[list[dict[str, Any]], list[dict[str, Any]]], None]
 # (the stored last message, the new first one) -> both redacted where a secret crosses them, or None
-Seam = Callable[[tuple[Block, ...], tuple[Block, ...]], "Reseamed | None"]
+Seam = Callable[[tuple[Block, ...], tuple[Block, ...]], Reseamed | None]
 
 
 def request_hash(payload: Any) -> str:
@@ -118,9 +118,9 @@ def append_turns(
         _apply_profile(conn, row, profile)
         if validate is not None:
             validate(window_messages(conn, pk, row.version), [t.as_message() for t in turns])
-        reseamed = False
+        reseamed, delta = False, 0
         if seam is not None and row.version > 0 and turns:
-            turns, reseamed = _reseam(conn, row, list(turns), seam)
+            turns, reseamed, delta = _reseam(conn, row, list(turns), seam)
         first = row.version + 1
         numbered = [replace(t, seq=first + i) for i, t in enumerate(turns)]
         conn.execute(
@@ -143,7 +143,7 @@ def append_turns(
         values: dict[str, Any] = {
             "version": last,
             "last_append_at": now,
-            "tokens": row.tokens + sum(t.tokens for t in numbered),
+            "tokens": row.tokens + delta + sum(t.tokens for t in numbered),
         }
         if activity is not None:
             values["activity"] = activity
@@ -168,7 +168,7 @@ def append_turns(
     )
 
 
-def _reseam(conn: Connection, row: Any, turns: list[Turn], seam: Seam) -> tuple[list[Turn], bool]:
+def _reseam(conn: Connection, row: Any, turns: list[Turn], seam: Seam) -> tuple[list[Turn], bool, int]:
     """A secret split between the stored last turn and this append's first: the stored turn is
     rewritten, and the text taken from it is scrubbed from the session's snapshots (it may already
     be compacted into one) when long enough not to match elsewhere by chance."""
@@ -176,10 +176,10 @@ def _reseam(conn: Connection, row: Any, turns: list[Turn], seam: Seam) -> tuple[
         select(TT.c.content, TT.c.tokens).where(TT.c.session_id == row.id, TT.c.seq == row.version)
     ).first()
     if stored is None:
-        return turns, False
+        return turns, False, 0
     fixed = seam(tuple(orjson.loads(stored.content)), turns[0].content)
     if fixed is None:
-        return turns, False
+        return turns, False, 0
     content = list(fixed.previous)
     tokens = count_message(fixed.previous)
     conn.execute(
@@ -191,20 +191,24 @@ def _reseam(conn: Connection, row: Any, turns: list[Turn], seam: Seam) -> tuple[
             tokens=tokens,
         )
     )
-    conn.execute(update(S).where(S.c.id == row.id).values(tokens=S.c.tokens + tokens - stored.tokens))
     taken, put = fixed.taken
-    if len(taken) >= 8 and row.compacted_through >= row.version:
-        old, new = (orjson.dumps(t).decode()[1:-1] for t in (taken, put))
-        for snap in conn.execute(
-            select(SN.c.id, SN.c.state, SN.c.prompt).where(SN.c.session_id == row.id)
-        ).all():
-            conn.execute(
-                update(SN)
-                .where(SN.c.id == snap.id)
-                .values(state=snap.state.replace(old, new), prompt=snap.prompt.replace(old, new))
-            )
+    if taken and row.compacted_through >= row.version:  # compacted already: its snapshots hold it
+        for snap in conn.execute(select(SN.c.id, SN.c.state).where(SN.c.session_id == row.id)).all():
+            state = transcript_from_json(orjson.loads(snap.state))
+            turns_now = rewrite_turn_end(state.turns, row.version, taken, put)
+            if turns_now is not None:
+                state = state.with_turns(turns_now)
+                conn.execute(
+                    update(SN)
+                    .where(SN.c.id == snap.id)
+                    .values(
+                        state=orjson.dumps(transcript_to_json(state)).decode(),
+                        prompt=orjson.dumps(assemble(state)).decode(),
+                    )
+                )
     first = turns[0]
-    return [replace(first, content=fixed.first, tokens=count_message(fixed.first)), *turns[1:]], True
+    new_first = replace(first, content=fixed.first, tokens=count_message(fixed.first))
+    return [new_first, *turns[1:]], True, tokens - stored.tokens
 
 
 def _lock_session(

@@ -11,7 +11,7 @@ from sqlalchemy import Connection, Engine, and_, delete, insert, or_, select, up
 
 from worker.compaction.codec import transcript_from_json
 from worker.compaction.epochs import extend
-from worker.compaction.model import Transcript, Turn
+from worker.compaction.model import Transcript, Turn, canonical_json, content_hash
 from worker.store.db import read_tx, write_tx
 from worker.store.memory import BUDGET_TOKENS, load_items, render
 from worker.store.sessions import SL, SN, TT, S, delete_session_rows, load_turns
@@ -77,11 +77,16 @@ def load(engine: Engine, session_pk: int, memory_budget_tokens: int = BUDGET_TOK
         session = conn.execute(select(S).where(S.c.id == session_pk)).first()
         if session is None:
             return None
+        # read first: under READ COMMITTED each statement sees its own snapshot, and a rewrite
+        # committed after this read makes the publish lose rather than pass with old text
+        version_hash = turn_hash(conn, session_pk, session.version)
         snap = latest_snapshot(conn, session_pk)
         tail = load_turns(conn, session_pk, snap.through_seq if snap else 0)
         memory = render(load_items(conn, session_pk), memory_budget_tokens)
-        last = tail[-1].seq if tail else (snap.through_seq if snap else 0)
-        last_hash = turn_hash(conn, session_pk, last)
+    if tail:  # the hash of the text this job compacts, not of what is stored by now
+        last_hash = content_hash(canonical_json(list(tail[-1].content)))
+    else:
+        last_hash = version_hash if (snap.through_seq if snap else 0) == session.version else ""
     return Loaded(session, snap, tail, memory, last_hash)
 
 
