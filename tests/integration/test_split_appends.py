@@ -1,6 +1,6 @@
 """A secret split across two appends (its first half stored, maybe compacted and served, before the
 second arrives) is redacted on both sides: in the stored turn, in the snapshot that already holds it,
-in the cache and in what is served afterwards. Real Redis and SQLite, through the HTTP API."""
+in the cache and in what is served afterwards. Real Redis, SQLite and PostgreSQL, through the HTTP API."""
 
 from __future__ import annotations
 
@@ -29,10 +29,10 @@ PASSWORD = "S3cretPwExtra9x"
 
 
 @pytest.fixture
-def service(tmp_path: Path) -> Iterator[tuple[TestClient, Resources, dict[str, str]]]:
-    """The API on its own SQLite file and Redis prefix, and a tenant's auth header."""
+def service(tmp_path: Path, database_url: str) -> Iterator[tuple[TestClient, Resources, dict[str, str]]]:
+    """The API on its own database (SQLite and PostgreSQL) and Redis prefix, and a tenant's auth header."""
     require(answers("127.0.0.1", 6379), "Redis not answering on 127.0.0.1:6379 (run `make services`)")
-    settings = make_settings(tmp_path, f"sqlite:///{tmp_path / 'c.db'}", REDIS_URL, idle_seconds=0.0)
+    settings = make_settings(tmp_path, database_url, REDIS_URL, idle_seconds=0.0)
     try:
         with TestClient(create_app(settings)) as client:
             res: Resources = client.app.state.resources  # type: ignore[attr-defined]
@@ -110,3 +110,34 @@ def test_a_job_built_before_the_rewrite_does_not_publish_the_old_half(service: A
     assert reloaded is not None and reloaded.snapshot is None  # nothing was published
     with res.engine.connect() as conn:
         assert publish(snapshots.turn_hash(conn, pk, 2)) is True
+
+
+def test_a_compaction_that_read_the_old_turn_does_not_bring_it_back(
+    service: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race end to end: a worker job loads the session, the second half is appended (the stored
+    turn rewritten) while it computes, and the job's snapshot is refused; the next job publishes
+    the redacted turn."""
+    client, res, auth = service
+    first = [{"role": "user", "content": "Connect."}, {"role": "assistant", "content": BEFORE}]
+    assert client.post("/v1/sessions/s/turns", json={"messages": first}, headers=auth).status_code == 200
+    with res.engine.connect() as conn:
+        tenant, pk = conn.execute(text("SELECT tenant_id, id FROM sessions WHERE client_id = 's'")).one()
+    real_load = snapshots.load
+
+    def load_then_append(*args: Any, **kwargs: Any) -> Any:
+        loaded = real_load(*args, **kwargs)  # the job has read the turn with the first half
+        later = {"messages": [{"role": "user", "content": AFTER}]}
+        assert client.post("/v1/sessions/s/turns", json=later, headers=auth).status_code == 200
+        return loaded
+
+    monkeypatch.setattr(snapshots, "load", load_then_append)
+    assert jobs.compact(tenant, pk, 2, res) == "stale"
+    monkeypatch.setattr(snapshots, "load", real_load)
+    assert jobs.compact(tenant, pk, 3, res) == "published"
+    served = client.get("/v1/sessions/s/prompt", headers=auth).text
+    places = {"served": served, "database": _database_dump(res.engine)}
+    assert "postgres://app:[REDACTED:" in served
+    assert {w: [p for p, t in places.items() if w in t] for w in _windows(PASSWORD)} == {
+        w: [] for w in _windows(PASSWORD)
+    }
