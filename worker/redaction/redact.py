@@ -105,6 +105,17 @@ def _is_base64_source(value: dict[str, Any]) -> bool:
     )
 
 
+def _spliced(data: bytes, cuts: list[tuple[int, int, bytes]]) -> str:
+    """data with each (start, end) range, left to right and disjoint, replaced by its bytes."""
+    out: list[bytes] = []
+    pos = 0
+    for start, end, mark in cuts:
+        out += [data[pos:start], mark]
+        pos = end
+    out.append(data[pos:])
+    return b"".join(out).decode("utf-8", "surrogatepass")
+
+
 @dataclass(frozen=True, slots=True)
 class Redactor:
     """Replaces secrets with `[REDACTED:<kind>:<hmac8>]` placeholders keyed by `key`."""
@@ -154,23 +165,12 @@ class Redactor:
         cuts = [c for c in cuts if c[0] < join < c[1] or (c[0], c[1]) not in alone]
         if not cuts:
             return left, right
-        sides: tuple[list[bytes], list[bytes]] = ([], [])
-        pos = 0
-        for start, end, kind, secret in cuts:
-            mark = self.placeholder(kind, secret).encode()
-            if start < join:
-                sides[0].extend([data[pos:start], mark])
-                if end > join:
-                    sides[1].append(mark)
-            else:
-                if pos < join:
-                    sides[0].append(data[pos:join])
-                sides[1].extend([data[max(pos, join) : start], mark])
-            pos = end
-        if pos < join:
-            sides[0].append(data[pos:join])
-        sides[1].append(data[max(pos, join) :])
-        new_tail, new_head = (b"".join(p).decode("utf-8", "surrogatepass") for p in sides)
+        marked = [(start, end, self.placeholder(kind, secret).encode()) for start, end, kind, secret in cuts]
+        # a secret across the join leaves its placeholder on both sides
+        new_tail = _spliced(data[:join], [(s, min(e, join), m) for s, e, m in marked if s < join])
+        new_head = _spliced(
+            data[join:], [(max(s, join) - join, e - join, m) for s, e, m in marked if e > join]
+        )
         return left[: len(left) - len(tail)] + new_tail, new_head + right[len(head) :]
 
     def redact_text(self, text: str) -> str:
@@ -179,13 +179,9 @@ class Redactor:
         cuts = self._cuts(data)
         if not cuts:
             return text
-        out: list[bytes] = []
-        pos = 0
-        for start, end, kind, secret in cuts:
-            out += [data[pos:start], self.placeholder(kind, secret).encode()]
-            pos = end
-        out.append(data[pos:])
-        return b"".join(out).decode("utf-8", "surrogatepass")
+        return _spliced(
+            data, [(start, end, self.placeholder(kind, secret).encode()) for start, end, kind, secret in cuts]
+        )
 
     def redact_value(self, value: Any) -> Any:
         """Any JSON value with its strings redacted, dict keys included; a string under a credential
