@@ -120,6 +120,18 @@ def settings_env(settings: Settings) -> dict[str, str]:
     return env
 
 
+def run_cli(settings: Settings, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """`compactd ARGS` as a subprocess configured like `settings`, its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "api.cli", *args],
+        env=settings_env(settings),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 class Worker:
     """A real `compactd worker` (or beat) subprocess."""
 

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -525,6 +526,31 @@ def _real_session(res: Resources, tenant_id: int, sid: str = "s") -> sessions.Ap
     )
 
 
+@contextmanager
+def _summarizing(
+    tmp_path: Path,
+    redis_url: str,
+    fake: FakeMessagesAPI,
+    tenant: str,
+    *,
+    worker: type[Worker] = Worker,
+    concurrency: int = 2,
+    **kw: object,
+) -> Iterator[tuple[Settings, Resources, Worker, int, sessions.Appended]]:
+    """A worker on its own SQLite file summarizing through `fake`, ready, and a real session past
+    its deadline: (settings, resources, worker, tenant id, the append)."""
+    settings = _anthropic_settings(tmp_path, f"sqlite:///{tmp_path / 'c.db'}", redis_url, fake, **kw)
+    res = Resources.build(settings)
+    proc = worker(settings, "worker", f"--concurrency={concurrency}", log=tmp_path / "worker.log")
+    try:
+        proc.wait_ready(timeout=READY)
+        tid = create_tenant(res.engine, tenant)[0]
+        yield settings, res, proc, tid, _real_session(res, tid)
+    finally:
+        proc.stop()
+        res.close()
+
+
 def _note_served(res: Resources, pk: int, text: str) -> bool:
     loaded = snapshots.load(res.engine, pk)
     return loaded is not None and loaded.snapshot is not None and text in loaded.snapshot.prompt
@@ -551,29 +577,22 @@ def test_the_same_message_delivered_three_times_has_its_effects_once(
 ) -> None:
     """One compaction message sent three times (same task id) while the first copy waits on a slow
     summary: the copies wait for the session lock, then find the snapshot current."""
-    with SlowMessagesAPI(delay=3.0) as fake:
-        settings = _anthropic_settings(tmp_path, f"sqlite:///{tmp_path / 'c.db'}", private_redis.url, fake)
-        res = Resources.build(settings)
-        worker = Worker(settings, "worker", "--concurrency=2", log=tmp_path / "worker.log")
-        try:
-            worker.wait_ready(timeout=READY)
-            tid = create_tenant(res.engine, "dup")[0]
-            a = _real_session(res, tid)
-            app = sender(settings)
-            for _ in range(3):
-                app.send_task(
-                    "compactd.compact",
-                    args=[tid, a.session_pk, a.version],
-                    queue=settings.queue,
-                    task_id="dup-1",
-                )
-            wait_for(lambda: _note_served(res, a.session_pk, "default note"), TIMEOUT)
-            # the copies end as "current" (each waited for the lock held by the first)
-            wait_for(lambda: worker.log.read_text().count("'current'") >= 2, TIMEOUT)
-            _assert_once(res, a.session_pk, fake)
-        finally:
-            worker.stop()
-            res.close()
+    with (
+        SlowMessagesAPI(delay=3.0) as fake,
+        _summarizing(tmp_path, private_redis.url, fake, "dup") as (settings, res, worker, tid, a),
+    ):
+        app = sender(settings)
+        for _ in range(3):
+            app.send_task(
+                "compactd.compact",
+                args=[tid, a.session_pk, a.version],
+                queue=settings.queue,
+                task_id="dup-1",
+            )
+        wait_for(lambda: _note_served(res, a.session_pk, "default note"), TIMEOUT)
+        # the copies end as "current" (each waited for the lock held by the first)
+        wait_for(lambda: worker.log.read_text().count("'current'") >= 2, TIMEOUT)
+        _assert_once(res, a.session_pk, fake)
 
 
 def test_a_task_outliving_the_visibility_timeout_is_redelivered_and_has_its_effects_once(
@@ -581,26 +600,25 @@ def test_a_task_outliving_the_visibility_timeout_is_redelivered_and_has_its_effe
 ) -> None:
     """With a 2 s visibility timeout and a summary taking 6 s, Redis hands the running task's
     message to the worker again: the copy waits for the lock and finds the snapshot current."""
-    with SlowMessagesAPI(delay=6.0) as fake:
-        settings = _anthropic_settings(tmp_path, f"sqlite:///{tmp_path / 'c.db'}", private_redis.url, fake)
-        res = Resources.build(settings)
-        worker = TinyVisibilityWorker(settings, "worker", "--concurrency=2", log=tmp_path / "worker.log")
-        try:
-            worker.wait_ready(timeout=READY)
-            tid = create_tenant(res.engine, "vis")[0]
-            a = _real_session(res, tid)
-            sender(settings).send_task(
-                "compactd.compact", args=[tid, a.session_pk, a.version], queue=settings.queue, task_id="vis-1"
-            )
-            wait_for(lambda: _note_served(res, a.session_pk, "default note"), TIMEOUT)
-            # the redelivered copy ran (it was received twice) and ended as "current"
-            log = lambda: worker.log.read_text(errors="replace")  # noqa: E731
-            wait_for(lambda: log().count("compactd.compact[vis-1] received") >= 2, TIMEOUT)
-            wait_for(lambda: "'current'" in log(), TIMEOUT)
-            _assert_once(res, a.session_pk, fake)
-        finally:
-            worker.stop()
-            res.close()
+    with (
+        SlowMessagesAPI(delay=6.0) as fake,
+        _summarizing(tmp_path, private_redis.url, fake, "vis", worker=TinyVisibilityWorker) as (
+            settings,
+            res,
+            worker,
+            tid,
+            a,
+        ),
+    ):
+        sender(settings).send_task(
+            "compactd.compact", args=[tid, a.session_pk, a.version], queue=settings.queue, task_id="vis-1"
+        )
+        wait_for(lambda: _note_served(res, a.session_pk, "default note"), TIMEOUT)
+        # the redelivered copy ran (it was received twice) and ended as "current"
+        log = lambda: worker.log.read_text(errors="replace")  # noqa: E731
+        wait_for(lambda: log().count("compactd.compact[vis-1] received") >= 2, TIMEOUT)
+        wait_for(lambda: "'current'" in log(), TIMEOUT)
+        _assert_once(res, a.session_pk, fake)
 
 
 # -- 4. a failed summary is retried by itself --------------------------------------------------
@@ -627,21 +645,18 @@ def test_a_summary_failing_transiently_is_retried_with_backoff_without_any_appen
     further append the note is switched in."""
     with FakeMessagesAPI() as fake:
         fake.script(error(500), error(529), drop(), reply("NOTE-AFTER-RETRIES"))
-        settings = _anthropic_settings(tmp_path, f"sqlite:///{tmp_path / 'c.db'}", private_redis.url, fake)
-        res = Resources.build(settings)
-        worker = Worker(settings, "worker", "--concurrency=1", log=tmp_path / "worker.log")
-        try:
-            worker.wait_ready(timeout=READY)
-            tid = create_tenant(res.engine, "retry")[0]
-            a = _real_session(res, tid)
+        with _summarizing(tmp_path, private_redis.url, fake, "retry", concurrency=1) as (
+            settings,
+            res,
+            worker,
+            tid,
+            a,
+        ):
             celery_enqueue(settings, res)(tid, a.session_pk, a.version)
             structural = wait_for(lambda: (s := _snapshot(res, a.session_pk)) and s, TIMEOUT)
             assert jobs.summary_failed(structural.report) == "transient"
             wait_for(lambda: _note_served(res, a.session_pk, "NOTE-AFTER-RETRIES"), TIMEOUT)
             final = _snapshot(res, a.session_pk)
-        finally:
-            worker.stop()
-            res.close()
     assert len(fake.requests) == 4
     assert final.epoch == structural.epoch + 1 and final.through_seq == a.version
     assert jobs.summary_failed(final.report) is None
@@ -659,33 +674,26 @@ def test_a_permanent_summarizer_error_is_not_retried_until_the_next_append(
     the next append, whose job tries again."""
     with FakeMessagesAPI() as fake:
         fake.script(error(400))
-        settings = _anthropic_settings(
-            tmp_path, f"sqlite:///{tmp_path / 'c.db'}", private_redis.url, fake, sweep_seconds=0.5
-        )
-        res = Resources.build(settings)
-        worker = Worker(settings, "worker", "--concurrency=1", log=tmp_path / "worker.log")
-        beat = Worker(settings, "beat", log=tmp_path / "beat.log")
-        try:
-            worker.wait_ready(timeout=READY)
-            tid = create_tenant(res.engine, "permanent")[0]
-            a = _real_session(res, tid)
-            enqueue = celery_enqueue(settings, res)
-            enqueue(tid, a.session_pk, a.version)
-            snap = wait_for(lambda: (s := _snapshot(res, a.session_pk)) and s, TIMEOUT)
-            assert jobs.summary_failed(snap.report) == "permanent"
-            # several sweeps and more than the first retry's delay later: still one request
-            wait_for(lambda: worker.log.read_text().count("compactd.sweep") >= 6, TIMEOUT)
-            assert len(fake.requests) == 1
-            assert "summary.retry_scheduled" not in worker.log.read_text()
-            more = [Turn(seq=0, role="user", content=({"type": "text", "text": "go on"},), tokens=3)]  # type: ignore[arg-type]
-            b = sessions.append_turns(res.engine, tid, "s", more)
-            enqueue(tid, b.session_pk, b.version)
-            wait_for(lambda: _note_served(res, a.session_pk, "default note"), TIMEOUT)
-            assert len(fake.requests) == 2
-        finally:
-            beat.stop()
-            worker.stop()
-            res.close()
+        with _summarizing(
+            tmp_path, private_redis.url, fake, "permanent", concurrency=1, sweep_seconds=0.5
+        ) as (settings, res, worker, tid, a):
+            beat = Worker(settings, "beat", log=tmp_path / "beat.log")
+            try:
+                enqueue = celery_enqueue(settings, res)
+                enqueue(tid, a.session_pk, a.version)
+                snap = wait_for(lambda: (s := _snapshot(res, a.session_pk)) and s, TIMEOUT)
+                assert jobs.summary_failed(snap.report) == "permanent"
+                # several sweeps and more than the first retry's delay later: still one request
+                wait_for(lambda: worker.log.read_text().count("compactd.sweep") >= 6, TIMEOUT)
+                assert len(fake.requests) == 1
+                assert "summary.retry_scheduled" not in worker.log.read_text()
+                more = [Turn(seq=0, role="user", content=({"type": "text", "text": "go on"},), tokens=3)]  # type: ignore[arg-type]
+                b = sessions.append_turns(res.engine, tid, "s", more)
+                enqueue(tid, b.session_pk, b.version)
+                wait_for(lambda: _note_served(res, a.session_pk, "default note"), TIMEOUT)
+                assert len(fake.requests) == 2
+            finally:
+                beat.stop()
 
 
 def test_an_idle_session_whose_summary_retries_died_gets_its_summary_from_the_sweep(

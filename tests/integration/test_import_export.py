@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,8 +11,8 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.conftest import REPO, require
-from tests.integration.conftest import flush_prefix, make_settings, settings_env
+from tests.conftest import require
+from tests.integration.conftest import flush_prefix, make_settings, run_cli
 from tests.integration.realdata import claude_code_files
 from worker.compaction.formats import load_transcript
 from worker.compaction.pipeline import ingest
@@ -40,14 +39,7 @@ def settings(tmp_path: Path, redis_url: str) -> Iterator[Settings]:
 
 
 def compactd(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "api.cli", *args],
-        env=settings_env(settings),
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_cli(settings, *args, timeout=120)
 
 
 def stored(settings: Settings, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -16,7 +16,15 @@ from sqlalchemy import Engine, text
 
 from api.app import create_app
 from tests.conftest import REPO
-from tests.integration.conftest import Worker, flush_prefix, free_port, make_settings, settings_env, wait_for
+from tests.integration.conftest import (
+    Worker,
+    flush_prefix,
+    free_port,
+    make_settings,
+    run_cli,
+    settings_env,
+    wait_for,
+)
 from worker.settings import Settings
 from worker.store.db import make_engine, migrate
 from worker.store.tables import utcnow
@@ -31,17 +39,6 @@ from worker.store.tenants import (
 )
 
 pytestmark = pytest.mark.services
-
-
-def cli(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "api.cli", *args],
-        env=settings_env(settings),
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 def test_keys_are_stored_hashed_and_listed_by_id_and_prefix_only(engine: Engine) -> None:
@@ -128,19 +125,19 @@ def test_a_revoked_key_is_refused_at_once_by_every_api_process(two_apis: tuple[S
     """Two real `compactd api` processes with the key cached: after `compactd tenant revoke` the very next request on each is 401."""
     settings, bases = two_apis
     name = f"t-{uuid.uuid4().hex[:8]}"
-    created = cli(settings, "tenant", "create", name)
+    created = run_cli(settings, "tenant", "create", name)
     assert created.returncode == 0, created.stderr
     key = created.stdout.strip()
     for base in bases:
         assert [status(base, key) for _ in range(3)] == [200] * 3  # cached after the first
-    revoked = cli(settings, "tenant", "revoke", name, "--key-prefix", key[:12])
+    revoked = run_cli(settings, "tenant", "revoke", name, "--key-prefix", key[:12])
     assert revoked.returncode == 0, revoked.stderr
     assert revoked.stderr == ""  # Redis was told
     for base in bases:
         r = httpx.get(f"{base}/v1/tools", headers={"Authorization": f"Bearer {key}"})
         assert r.status_code == 401, r.text
         assert r.headers["content-type"] == "application/problem+json" and key not in r.text
-    listed = cli(settings, "tenant", "keys", name)
+    listed = run_cli(settings, "tenant", "keys", name)
     assert "revoked" in listed.stdout and key[:12] in listed.stdout and key not in listed.stdout
 
 
@@ -183,10 +180,10 @@ def test_with_redis_down_keys_are_checked_in_the_database_on_every_request(
 def test_tenant_commands_fail_in_one_line(tmp_path: Path) -> None:
     """An existing name, an unknown tenant or key, a bad duration, an unreachable database: one line on stderr, exit 1 (2 for usage), no traceback."""
     settings = Settings(database_url=f"sqlite:///{tmp_path / 'c.db'}", var_dir=tmp_path / "var")
-    assert cli(settings, "tenant", "create", "acme").returncode == 0
-    rotated = cli(settings, "tenant", "rotate", "acme", "--overlap", "1h")
+    assert run_cli(settings, "tenant", "create", "acme").returncode == 0
+    rotated = run_cli(settings, "tenant", "rotate", "acme", "--overlap", "1h")
     assert rotated.returncode == 0 and rotated.stdout.startswith("cpd_"), rotated.stderr
-    assert cli(settings, "tenant", "keys", "acme").stdout.count("cpd_") == 2  # prefixes, one per key
+    assert run_cli(settings, "tenant", "keys", "acme").stdout.count("cpd_") == 2  # prefixes, one per key
     cases = [
         (("tenant", "create", "acme"), 1, "already exists"),
         (("tenant", "reset-key", "nobody"), 1, "no tenant named 'nobody'"),
@@ -196,12 +193,12 @@ def test_tenant_commands_fail_in_one_line(tmp_path: Path) -> None:
         (("tenant", "rotate", "acme", "--overlap", "soon"), 2, "not a duration"),
     ]
     for args, code, words in cases:
-        done = cli(settings, *args)
+        done = run_cli(settings, *args)
         assert done.returncode == code, (args, done.stderr)
         assert words in done.stderr and "Traceback" not in done.stderr, done.stderr
         assert len(done.stderr.strip().splitlines()) <= 2  # argparse adds its usage line
     down = settings.model_copy(update={"database_url": "postgresql://u:secretpw@127.0.0.1:1/x"})
-    done = cli(down, "tenant", "keys", "acme")
+    done = run_cli(down, "tenant", "keys", "acme")
     assert done.returncode == 1 and "Traceback" not in done.stderr and "secretpw" not in done.stderr
     env = {**settings_env(settings), "COMPACTD_PORT": "x"}
     bad = subprocess.run(

@@ -49,8 +49,8 @@ from sqlalchemy import text
 from ops.bench.secrets_scoring import _in_policy, _secrets_of
 from tests.conftest import data_dir, require
 from tests.fakes.messages_api import FakeMessagesAPI, reply
-from tests.integration.conftest import REDIS_URL, answers, flush_prefix, make_settings
-from tests.integration.test_planted_secrets import _database_dump, _redis_dump
+from tests.integration.conftest import REDIS_URL, answers, flush_prefix
+from tests.integration.test_planted_secrets import _database_dump, _redis_dump, planting_settings
 from worker import jobs
 from worker.redaction.positions import is_reference
 from worker.resources import Resources
@@ -276,18 +276,8 @@ def _hits(places: dict[str, str], needles: set[str]) -> dict[str, set[str]]:
 
 
 def _plant(encoding: str, tmp: Path, messages_api: FakeMessagesAPI) -> dict[str, list[str]]:
-    settings = make_settings(
-        tmp,
-        f"sqlite:///{tmp / 'compactd.db'}",
-        REDIS_URL,
-        idle_seconds=0.0,
-        offload_tokens=2_000,
-        preview_tokens=100,
-        summarizer="anthropic",
-        anthropic_api_key="sk-ant-test-key-not-a-secret",
-        anthropic_base_url=messages_api.base_url,
-        anthropic_max_retries=0,
-    )
+    db = f"sqlite:///{tmp / 'compactd.db'}"
+    settings = planting_settings(tmp, db, REDIS_URL, messages_api, preview_tokens=100)
     seen: list[str] = []
     seqs: dict[str, list[int]] = {}  # sample id -> the seqs of its turns
     level = logging.getLogger().level
@@ -373,7 +363,7 @@ def _plant(encoding: str, tmp: Path, messages_api: FakeMessagesAPI) -> dict[str,
 def _stored_by_sample(res: Resources, pk: int, seqs: dict[str, list[int]]) -> dict[str, str]:
     """sample id -> its turns as stored, with the offloaded files they point to."""
     with res.engine.connect() as conn:
-        turns = dict(
+        turns: dict[int, str] = dict(
             conn.execute(text("SELECT seq, content FROM turns WHERE session_id = :p"), {"p": pk}).all()
         )
         files = conn.execute(

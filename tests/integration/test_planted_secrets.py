@@ -21,6 +21,7 @@ from tests.fakes.messages_api import FakeMessagesAPI, reply
 from tests.integration.conftest import flush_prefix, make_settings
 from worker import jobs
 from worker.resources import Resources
+from worker.settings import Settings
 from worker.store.db import read_tx
 from worker.store.files import decompress
 from worker.store.tenants import create_tenant
@@ -93,11 +94,12 @@ def messages_api() -> Iterator[FakeMessagesAPI]:
         yield server
 
 
-@pytest.fixture
-def service(
-    tmp_path: Path, database_url: str, redis_url: str, messages_api: FakeMessagesAPI
-) -> Iterator[Service]:
-    settings = make_settings(
+def planting_settings(
+    tmp_path: Path, database_url: str, redis_url: str, messages_api: FakeMessagesAPI, **kw: Any
+) -> Settings:
+    """A service that compacts at once, offloads from 2,000 tokens and summarizes through the
+    stand-in Messages API: every place a planted secret could reach gets written."""
+    return make_settings(
         tmp_path,
         database_url,
         redis_url,
@@ -107,7 +109,15 @@ def service(
         anthropic_api_key="sk-ant-test-key-not-a-secret",
         anthropic_base_url=messages_api.base_url,
         anthropic_max_retries=0,
+        **kw,
     )
+
+
+@pytest.fixture
+def service(
+    tmp_path: Path, database_url: str, redis_url: str, messages_api: FakeMessagesAPI
+) -> Iterator[Service]:
+    settings = planting_settings(tmp_path, database_url, redis_url, messages_api)
     sent: list = []
     with TestClient(create_app(settings, enqueue=lambda *a: sent.append(a))) as client:
         res: Resources = client.app.state.resources  # type: ignore[attr-defined]
