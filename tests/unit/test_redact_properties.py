@@ -6,6 +6,7 @@ import base64
 import json
 import re
 import string
+from urllib.parse import quote, unquote
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -146,6 +147,29 @@ def test_a_secret_cut_by_a_turn_boundary_is_gone_from_both_turns(
     assert _no_window_of(body, left + right)
     assert left.startswith(prefix) and right.endswith(suffix)
     assert R.redact_seam(left, right) == (left, right)
+
+
+def _windows(secret: str, text: str) -> set[str]:
+    return {secret[i : i + 8] for i in range(max(1, len(secret) - 7))} & {
+        text[i : i + 8] for i in range(len(text))
+    }
+
+
+@settings(max_examples=400, deadline=None)
+@given(planted(), st.booleans(), st.text(alphabet=ALNUM + " .", min_size=1, max_size=20))
+def test_the_seam_never_leaves_more_of_a_secret_than_the_turn_alone(
+    case: tuple[str, str, str, str], encoded: bool, right: str
+) -> None:
+    """A secret whole in one turn, at its very end (plain, or percent-encoded into a URL), loses
+    no more to the seam than that turn's own redaction would, whatever the next turn starts with:
+    `Noted.` read on from a JWT's signature makes the JWT cross the join, and its header, behind a
+    `%20`, must still go."""
+    prefix, secret_text, _body, _suffix = case
+    left = prefix + secret_text
+    if encoded:
+        left = "Open https://example.test/view?file=" + quote(left, safe="")
+    after_seam = R.redact_text(R.redact_seam(left, right)[0])
+    assert _windows(secret_text, unquote(after_seam)) <= _windows(secret_text, unquote(R.redact_text(left)))
 
 
 @settings(max_examples=200, deadline=None)

@@ -150,8 +150,8 @@ class Redactor:
         """A secret cut in two where one text ends and the next begins (two turns): the end of
         `left` and the start of `right` are scanned joined. A secret that crosses the join is
         replaced on both sides by its placeholder (neither half is recognisable alone); one that
-        only the joined text reveals (`Pass` | `word = hunter2`) is replaced where it lies.
-        Unchanged strings are returned as they are."""
+        only the joined text reveals (`Pass` | `word = hunter2`) is replaced where it lies, and
+        then so are the secrets each side shows alone. Unchanged strings are returned as they are."""
         tail, head = left[-SEAM_CHARS:], right[:SEAM_CHARS]
         if not tail or not head:
             return left, right
@@ -162,9 +162,15 @@ class Redactor:
             return left, right
         alone = {(s, e) for s, e, _, _ in self._cuts(data[:join])}
         alone |= {(s + join, e + join) for s, e, _, _ in self._cuts(data[join:])}
-        cuts = [c for c in cuts if c[0] < join < c[1] or (c[0], c[1]) not in alone]
-        if not cuts:
+        if all((s, e) in alone for s, e, _, _ in cuts):
             return left, right
+        # The secrets a side shows alone go now too: the redaction of each block, which would find
+        # them, sees a text changed here (a JWT's payload crossing the join is a placeholder, so its
+        # header, `%20eyJ…`, no longer reads as a JWT). Not one at a window's cut-off edge: it may
+        # be part of a longer token, which the block's own redaction finds whole.
+        lo = 0 if len(tail) < len(left) else -1
+        hi = len(data) if len(head) < len(right) else len(data) + 1
+        cuts = [c for c in cuts if (c[0], c[1]) not in alone or (lo < c[0] and c[1] < hi)]
         marked = [(start, end, self.placeholder(kind, secret).encode()) for start, end, kind, secret in cuts]
         # a secret across the join leaves its placeholder on both sides
         new_tail = _spliced(data[:join], [(s, min(e, join), m) for s, e, m in marked if s < join])
