@@ -7,7 +7,7 @@ import pytest
 from worker.compaction.model import Policy
 from worker.compaction.pipeline import ingest
 from worker.redaction import Redactor
-from worker.redaction.seams import edge_text, redact_seams, with_edge_text
+from worker.redaction.seams import continued, edge_text, redact_seams, with_edge_text
 
 R = Redactor(b"seam-key")
 KEY = "ghp_4f9c2A7bX1yZ0qW3eR5tY8uI6oP2aS4dF7gH"
@@ -59,3 +59,53 @@ def test_ingest_redacts_a_key_split_across_two_turns_and_leaves_others_alone() -
     texts = [t.content[0]["text"] for t in turns]
     assert all(KEY[:cut] not in t and KEY[cut:] not in t for t in texts)
     assert texts[1].endswith("]\nDone.") and texts[2] == "thanks"
+
+
+def test_a_key_split_after_a_boundary_a_secret_crossed_is_gone_from_both_halves() -> None:
+    """Three messages: a password runs on into the second (`…-password VMware1![Interface]`), whose
+    end holds the first half of a WireGuard key, the third its rest. The first boundary replaces the
+    key's first half (a key alone); the second must take the rest with it (`continued`)."""
+    key = "AsaFot43bfs1fEWjvtty+rGcjh3rP1H6sug1l3u19ix="
+    msgs = [
+        {"role": "user", "content": "connect-viserver vc.lab.local -user administrator -password VMware1!"},
+        {"role": "assistant", "content": f"[Interface]\nAddress = 10.0.0.3/32\nPrivateKey = {key[:22]}"},
+        {"role": "user", "content": f"{key[22:]}\nDNS = 8.8.8.8\n"},
+    ]
+    texts = [t.content[0]["text"] for t in ingest(msgs, first_seq=1, redactor=R, policy=Policy()).turns]
+    assert all(key[i : i + 8] not in t for t in texts for i in range(len(key) - 7))
+    assert texts[2].endswith("]\nDNS = 8.8.8.8\n") and "Address = 10.0.0.3/32" in texts[1]
+
+
+def test_a_key_block_that_is_not_pem_takes_its_rest_across_two_appends() -> None:
+    """The stored turn ends with a WireGuard key's first half, already a placeholder; the next
+    append's first message starts with its rest: that rest goes (a PEM key's would run to END)."""
+    left = "[Interface]\nPrivateKey = " + R.placeholder("private_key", "AsaFot43bfs1fEWjvtty+r")
+    _, right = continued(left, "Gcjh3rP1H6sug1l3u19ix=\nDNS = 8.8.8.8", R)
+    assert right.startswith("[REDACTED:private_key:") and right.endswith("]\nDNS = 8.8.8.8")
+
+
+def _ingested(*texts: str) -> list[str]:
+    msgs = [{"role": ("user", "assistant")[i % 2], "content": t} for i, t in enumerate(texts)]
+    return [t.content[0]["text"] for t in ingest(msgs, first_seq=1, redactor=R, policy=Policy()).turns]
+
+
+def test_a_value_that_runs_on_into_a_split_token_does_not_hide_the_tokens_rest() -> None:
+    """`API_KEY=…` ends one message and reads on into the next (the first half of an npm token,
+    which both boundaries cut); the third holds that token's rest: each boundary is scanned in the
+    texts as they came, so the first replacing the second message whole hides nothing from the next."""
+    token = "npm_TCllNwh2WLQlMWVhybM1iQrsTj6rMQ0BOh6d"
+    texts = _ingested("MW_PX_API_KEY=px-api-c20a2cba-d3c9-45c1-a556-8864040b8f79", token[:20], token[20:])
+    assert all(token[i : i + 8] not in t for t in texts for i in range(len(token) - 7))
+
+
+def test_a_value_that_runs_on_into_a_key_name_stops_at_the_boundary() -> None:
+    """`Secret=…` | `$token = "…` | `…"`: the next message's key name is not taken as more of the
+    first value, so its own value, split across the next boundary, is still found."""
+    value = "58oo4mvqr2tpw7b4w3loeckwfu5o6nw3sihfckvlwoxgqimlddza"
+    texts = _ingested(
+        "Id=09pv;Secret=GcoEA53t7GLRNJ910M46IrbHO/Vg0tt4HujRdsaCoTY=",
+        f'$token = "{value[:26]}',
+        f'{value[26:]}"\n',
+    )
+    assert texts[1].startswith('$token = "[REDACTED:')
+    assert all(value[i : i + 8] not in t for t in texts for i in range(len(value) - 7))

@@ -53,6 +53,10 @@ __all__ = ["THINKING_REMOVED", "Finding", "Redactor"]
 THINKING_REMOVED = "[compactd: a thinking block was removed because it contained a secret]"
 # How far from a turn boundary a secret cut by it is looked for, each side (a PEM key is ~3,300).
 SEAM_CHARS = 4_096
+# a key name and the operator after it: a value that ran on across a boundary into one stops at
+# the boundary (`Secret=x9` | `$token = "…"`); `==` after a token is its padding, not an operator
+_KEY_NAME = re.compile(rb"[$@]?[A-Za-z_][A-Za-z0-9_.-]{0,39}")
+_ASSIGN = re.compile(rb"[\"']?[ \t]*(?:=>|:?=(?!=)|:[ \t])")
 _ESCAPES = (("\\/", "/"), ('\\"', '"'), ("\\n", "\n"), ("\\\\", "\\"))
 # Block fields the API verifies or decrypts: never edited (a signature or ciphertext holds no text).
 _VERIFIED_FIELDS = frozenset({"signature", "encrypted_content", "encrypted_index"})
@@ -105,6 +109,9 @@ def _is_base64_source(value: dict[str, Any]) -> bool:
     )
 
 
+Cut = tuple[int, int, str, str]  # (start, end, kind, secret), byte offsets
+
+
 def _spliced(data: bytes, cuts: list[tuple[int, int, bytes]]) -> str:
     """data with each (start, end) range, left to right and disjoint, replaced by its bytes."""
     out: list[bytes] = []
@@ -146,38 +153,65 @@ class Redactor:
             )
         return cuts
 
-    def redact_seam(self, left: str, right: str) -> tuple[str, str]:
-        """A secret cut in two where one text ends and the next begins (two turns): the end of
-        `left` and the start of `right` are scanned joined. A secret that crosses the join is
-        replaced on both sides by its placeholder (neither half is recognisable alone); one that
-        only the joined text reveals (`Pass` | `word = hunter2`) is replaced where it lies, and
-        then so are the secrets each side shows alone. Unchanged strings are returned as they are."""
+    def seam_cuts(self, left: str, right: str) -> tuple[list[Cut], list[Cut]]:
+        """Where a secret cut in two by the boundary of two texts (two turns) lies: the end of
+        `left` and the start of `right` are scanned joined. A secret that crosses the join is cut
+        on both sides, with the whole secret as each cut's secret (one placeholder for both
+        halves; neither is recognisable alone); one that only the joined text reveals (`Pass` |
+        `word = hunter2`) where it lies, and then so are the secrets each side shows alone.
+        (start, end, kind, secret) byte offsets into each text; none when nothing crosses."""
         tail, head = left[-SEAM_CHARS:], right[:SEAM_CHARS]
         if not tail or not head:
-            return left, right
+            return [], []
         data = (tail + head).encode("utf-8", "surrogatepass")
         join = len(tail.encode("utf-8", "surrogatepass"))
         cuts = self._cuts(data)
         if not cuts:
-            return left, right
+            return [], []
         alone = {(s, e) for s, e, _, _ in self._cuts(data[:join])}
         alone |= {(s + join, e + join) for s, e, _, _ in self._cuts(data[join:])}
         if all((s, e) in alone for s, e, _, _ in cuts):
-            return left, right
+            return [], []
         # The secrets a side shows alone go now too: the redaction of each block, which would find
         # them, sees a text changed here (a JWT's payload crossing the join is a placeholder, so its
-        # header, `%20eyJ…`, no longer reads as a JWT). Not one at a window's cut-off edge: it may
-        # be part of a longer token, which the block's own redaction finds whole.
+        # header, `%20eyJ…`, no longer reads as a JWT). Not one where a window cut the text off:
+        # it may be part of a longer token.
         lo = 0 if len(tail) < len(left) else -1
         hi = len(data) if len(head) < len(right) else len(data) + 1
         cuts = [c for c in cuts if (c[0], c[1]) not in alone or (lo < c[0] and c[1] < hi)]
-        marked = [(start, end, self.placeholder(kind, secret).encode()) for start, end, kind, secret in cuts]
-        # a secret across the join leaves its placeholder on both sides
-        new_tail = _spliced(data[:join], [(s, min(e, join), m) for s, e, m in marked if s < join])
-        new_head = _spliced(
-            data[join:], [(max(s, join) - join, e - join, m) for s, e, m in marked if e > join]
+        # a value that ran on into the next text's key name (`Secret=x9` | `$token = "…"`) ends here
+        cuts = [
+            (s, join, k, data[s:join].decode("utf-8", "replace"))
+            if s < join < e and _KEY_NAME.fullmatch(data, join, e) and _ASSIGN.match(data, e)
+            else (s, e, k, v)
+            for s, e, k, v in cuts
+        ]
+        shift = len(left.encode("utf-8", "surrogatepass")) - join
+        return (
+            [(s + shift, min(e, join) + shift, k, v) for s, e, k, v in cuts if s < join],
+            [(max(s, join) - join, e - join, k, v) for s, e, k, v in cuts if e > join],
         )
-        return left[: len(left) - len(tail)] + new_tail, new_head + right[len(head) :]
+
+    def apply_cuts(self, text: str, cuts: list[Cut]) -> str:
+        """text with each cut replaced by its secret's placeholder; overlapping cuts (two boundaries'
+        of one message) become one, named by the first. Unchanged text is returned as is."""
+        if not cuts:
+            return text
+        data = text.encode("utf-8", "surrogatepass")
+        merged: list[Cut] = []
+        for s, e, k, v in sorted(cuts):
+            if merged and s < merged[-1][1]:
+                ps, pe, pk, _ = merged[-1]
+                e = max(e, pe)
+                merged[-1] = (ps, e, pk, data[ps:e].decode("utf-8", "surrogatepass"))
+            else:
+                merged.append((s, e, k, v))
+        return _spliced(data, [(s, e, self.placeholder(k, v).encode()) for s, e, k, v in merged])
+
+    def redact_seam(self, left: str, right: str) -> tuple[str, str]:
+        """Both texts with the secrets `seam_cuts` finds replaced; unchanged ones as they are."""
+        left_cuts, right_cuts = self.seam_cuts(left, right)
+        return self.apply_cuts(left, left_cuts), self.apply_cuts(right, right_cuts)
 
     def redact_text(self, text: str) -> str:
         """text with every secret replaced by its placeholder; unchanged text is returned as is."""

@@ -14,7 +14,8 @@ an image or a thinking block joins nothing (a signed thinking block is never edi
 Across two appends the first half is stored already: the store (append_turns) rewrites that turn
 and the copy of it in the session's snapshots (their prompt is assembled again); the API then drops
 the cached prompt. A half recognised alone, on either side, takes the unbroken rest of its token
-on the other side with it (`continued`).
+on the other side with it (`continued`: a PEM key to its END line, any other to the next space or
+quote). Within one append that is not needed: both halves are seen before either is redacted.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from worker.compaction.model import Block, Turn
 from worker.compaction.tokens import count_message
 
 if TYPE_CHECKING:
-    from worker.redaction.redact import Redactor
+    from worker.redaction.redact import Cut, Redactor
 
 Message = tuple[str, tuple[Block, ...]]  # (role, blocks), as normalize_message returns them
 
@@ -67,19 +68,44 @@ def with_edge_text(blocks: tuple[Block, ...], text: str, *, last: bool) -> tuple
     return (*blocks[:at], new, *blocks[at + 1 :])
 
 
+def _edge_at(blocks: Sequence[Block], *, last: bool) -> tuple[int, int] | None:
+    """Where edge_text comes from: (block index, index inside a tool result's list or -1)."""
+    if not edge_text(blocks, last=last):
+        return None
+    at = len(blocks) - 1 if last else 0
+    content = blocks[at].get("content")
+    if blocks[at].get("type") == "tool_result" and isinstance(content, list):
+        return at, len(content) - 1 if last else 0
+    return at, -1
+
+
 def redact_seams(messages: Sequence[Message], redactor: Redactor) -> list[Message]:
     """messages with every secret that crosses the boundary of two consecutive ones replaced on
-    both sides; a message left unchanged is returned as it was."""
+    both sides; a message left unchanged is returned as it was.
+
+    Every boundary is scanned in the texts as they came, so what one boundary replaces never
+    hides a secret from the next (a value that ran on into a message whose end starts a key).
+    A message whose one text both boundaries cut gets both cuts, merged where they overlap."""
+    starts: list[list[Cut]] = [[] for _ in messages]
+    ends: list[list[Cut]] = [[] for _ in messages]
+    for i in range(len(messages) - 1):
+        left = edge_text(messages[i][1], last=True)
+        right = edge_text(messages[i + 1][1], last=False)
+        if left and right:
+            ends[i], starts[i + 1] = redactor.seam_cuts(left, right)
     out = list(messages)
-    for i in range(len(out) - 1):
-        (role_a, a), (role_b, b) = out[i], out[i + 1]
-        left, right = edge_text(a, last=True), edge_text(b, last=False)
-        if not left or not right:
+    for i, (role, blocks) in enumerate(messages):
+        if not starts[i] and not ends[i]:
             continue
-        new_left, new_right = redactor.redact_seam(left, right)
-        if new_left is not left:
-            out[i] = (role_a, with_edge_text(a, new_left, last=True))
-            out[i + 1] = (role_b, with_edge_text(b, new_right, last=False))
+        if _edge_at(blocks, last=False) == _edge_at(blocks, last=True):
+            text = redactor.apply_cuts(edge_text(blocks, last=True), starts[i] + ends[i])
+            blocks = with_edge_text(with_edge_text(blocks, text, last=True), text, last=False)
+        else:
+            for cuts, last in ((starts[i], False), (ends[i], True)):
+                if cuts:
+                    text = redactor.apply_cuts(edge_text(blocks, last=last), cuts)
+                    blocks = with_edge_text(blocks, text, last=last)
+        out[i] = (role, blocks)
     return out
 
 
@@ -106,7 +132,7 @@ def continued(left: str, right: str, redactor: Redactor) -> tuple[str, str]:
     private key's rest runs to its END line."""
     if (end := _ENDS_REDACTED.search(left)) is not None:
         kind = end.group(1)
-        run = _PEM_REST.match(right) if kind == "private_key" else _LEADING_RUN.match(right)
+        run = (_PEM_REST.match(right) if kind == "private_key" else None) or _LEADING_RUN.match(right)
         if run is not None and run.group(0).strip():
             return left, redactor.placeholder(kind, run.group(0)) + right[run.end() :]
     if (start := _STARTS_REDACTED.match(right)) is not None:
