@@ -43,7 +43,7 @@ GENERIC_BEFORE_LOG: dict[str, frozenset[str]] = {
 SINCE_LOG: dict[str, frozenset[str]] = {
     "authorization": frozenset({"curl"}),
     "basic_auth": frozenset({"curl"}),
-    "assignment": frozenset({"jwt"}),
+    "assignment": frozenset({"jwt", "softlayer", "kubernetes"}),
 }
 # rules that did not exist before the log: tuned on what SINCE_LOG says and nothing else
 NEW_SINCE_LOG = frozenset({"okta_token", "thingsboard_token"})

@@ -164,6 +164,19 @@ POSITIVES = [
     ("password-flag", "mysqldump --password secret shop", "secret", ("mysqldump --password ", " shop")),
     ("password-flag-equals", "psql --password=password123 -h db", "password123", ("--password=", " -h db")),
     ("mysql-attached-p", "mysql -u root -psecret123 shop", "secret123", ("mysql -u root -p",)),
+    # a flag at the start of a quoted string or of a URL's value (`?args=--token%20x`)
+    (
+        "flag-in-json-string",
+        '{"args": "--api-token Zq81rTb0x7MwLp2c"}',
+        "Zq81rTb0x7MwLp2c",
+        ('{"args": "--api-token ',),
+    ),
+    (
+        "flag-in-query",
+        "https://ci.example/run?args=--api-token%20Zq81rTb0x7MwLp2c",
+        "Zq81rTb0x7MwLp2c",
+        ("?args=--api-token%20",),
+    ),
     (
         "private-key-truncated",
         f"-----BEGIN RSA PRIVATE KEY-----\n{KEY_BODY}",
@@ -204,6 +217,7 @@ NEAR_MISSES = [
     ("authorization-prose", "The Authorization: header must be present on every call."),
     ("prose-password", "Enter your password when prompted, then set a new password."),
     ("prose-password-flag", "Pass the --password flag to be prompted for it."),
+    ("quoted-help-flag", 'echo "--help text" and "--token-file path"'),
     ("password-flag-var", 'mysql --password="$DB_PASS" -h db'),
     ("password-flag-metavar", "  -p PASSWORD, --password PASSWORD   database password"),
     ("password-file-flag", "docker login --password-stdin registry.example.com"),

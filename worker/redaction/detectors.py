@@ -34,7 +34,8 @@ _KEYWORD = r"(?i:pass|pwd|pw\b|secret|token|key|credential|auth|bearer|cred\b|pa
 _KEY = r"([A-Za-z0-9_.$@-]*" + _KEYWORD + r"[A-Za-z0-9_.-]*(?:\[\d*\])?)"
 _SEP = r"\\*[\"']?[ \t]*(?:=>|:{1,3}=|\?=|===?|!==?|[:=])[ \t]*"
 # `--password x`, `-Password x`, netrc/gradle `password x`: a space separates key and value
-_FLAG = r"((?:\s|^)--?[A-Za-z0-9_.-]*" + _KEYWORD + r"[A-Za-z0-9_.-]*|\b(?i:password|passwd))[ \t]+"
+# a flag starts a word, a quoted string (`"--token x"`) or a value (`?args=--token%20x`)
+_FLAG = r"((?:[\s\"'=]|^)--?[A-Za-z0-9_.-]*" + _KEYWORD + r"[A-Za-z0-9_.-]*|\b(?i:password|passwd))[ \t]+"
 _QUOTED = r"(\\*\"[^\"\\\r\n]{4,}|\\*'[^'\\\r\n]{4,})"
 _UNQUOTED = r"[^\s\"'`,;&]"
 # a call argument (quoted string or bare expression) and a quoted one

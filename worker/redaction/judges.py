@@ -79,8 +79,9 @@ def _looks_assigned(secret: str, key: str | None) -> Judged:
 
 def flag_assignment(secret: str, key: str | None) -> Judged:
     """Judge for `--password x` and bare `password x`: a bare one needs a value with a digit."""
+    key = (key or "").lstrip(" \t\r\n\f\v\"'=")
     judged = assignment(secret, key)
-    if judged is None or (key or "").lstrip().startswith("-"):
+    if judged is None or key.startswith("-"):
         return judged
     value = secret[judged[1] : judged[2]]
     return judged if any(c.isdigit() for c in value) and not value.endswith(".") else None
