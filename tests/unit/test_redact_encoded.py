@@ -24,6 +24,8 @@ ENCODINGS: dict[str, Callable[[str], str]] = {
     "json": lambda t: '{"file": "' + json.dumps(t)[1:-1] + '"}',
     "json_unicode": lambda t: '{"file": "' + json.dumps("caf\u00e9 \u2014 " + t)[1:-1] + '"}',
     "base64": lambda t: f"The file, base64: {base64.b64encode(t.encode()).decode()}",
+    # UTF-8 text is text too: a table drawn with `────`, a value with `¿`
+    "base64_utf8": lambda t: "base64: " + base64.b64encode(("KEY ──── VALUE ¿\n" + t).encode()).decode(),
 }
 
 
@@ -43,6 +45,7 @@ BENIGN = {
     "json_code": '{"code": "def main():\\n    print(\\"hello, world\\")\\n    return 0\\n", "path": "a\\/b.py"}',
     "json_unicode": '{"text": "caf\\u00e9 \\u2014 open at 9\\n"}',
     "base64_text": base64.b64encode(b"The quick brown fox jumps over the lazy dog, twice.").decode(),
+    "base64_utf8_text": base64.b64encode("Caf\u00e9 \u2014 open at 9, \u00bfs\u00ed?".encode()).decode(),
 }
 
 

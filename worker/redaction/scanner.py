@@ -202,9 +202,18 @@ def _base64_text(run: bytes) -> bytes | None:
         decoded = (base64.urlsafe_b64decode if b"-" in run or b"_" in run else base64.b64decode)(padded)
     except (binascii.Error, ValueError):
         return None
-    if len(decoded) < 12 or not decoded.isascii() or _PRINTABLE.fullmatch(decoded) is None:
-        return None
-    return decoded
+    return decoded if len(decoded) >= 12 and _is_text(decoded) else None
+
+
+def _is_text(decoded: bytes) -> bool:
+    """Printable text, ASCII or UTF-8 (`¿`, `────`): random bytes are almost never either."""
+    if decoded.isascii():
+        return _PRINTABLE.fullmatch(decoded) is not None
+    try:
+        text = decoded.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return all(c.isprintable() or c in "\t\r\n" for c in text)
 
 
 def _overlaps(spans: list[Span], start: int, end: int) -> bool:
