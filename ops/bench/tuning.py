@@ -44,6 +44,7 @@ SINCE_LOG: dict[str, frozenset[str]] = {
     "authorization": frozenset({"curl"}),
     "basic_auth": frozenset({"curl"}),
     "assignment": frozenset({"jwt", "softlayer", "kubernetes"}),
+    KUBERNETES_MANIFEST: frozenset({"kubernetes"}),
 }
 # rules that did not exist before the log: tuned on what SINCE_LOG says and nothing else
 NEW_SINCE_LOG = frozenset({"okta_token", "thingsboard_token"})
