@@ -90,3 +90,13 @@ def test_a_kubernetes_secret_quoted_in_a_json_string_is_found() -> None:
     redacted = R.redact_text('{"file": "' + json.dumps(manifest)[1:-1] + '"}')
 
     assert value[:16] not in redacted and PLACEHOLDER.search(redacted)
+
+
+def test_a_percent_encoded_query_value_is_read_as_a_document_of_its_own() -> None:
+    """`user = …` then `password = …` on the next line: a rule that needs the user line to start a
+    line finds it at the start of the query value (`?a=1&file=user%20%3D…`)."""
+    doc = "user = Aladdin\n// some comment\npassword = open_sesame\n"
+
+    redacted = R.redact_text(f"Open https://example.test/view?a=1&file={quote(doc, safe='')}&b=2")
+
+    assert "open_sesame" not in redacted and redacted.endswith("%0A&b=2")

@@ -170,23 +170,35 @@ def _scan_lane(lane: _Lane, data: bytes) -> list[Span]:
 
 
 def _percent_views(data: bytes) -> Iterator[tuple[int, int, bytes, list[int]]]:
-    """(run start, run end, decoded bytes, offset of each decoded byte in the run)."""
+    """(run start, run end, decoded bytes, offset of each decoded byte in the run) per percent run,
+    and per query value in it: a value is a document of its own (`?file=user%20%3D%20x%0A…`,
+    whose first line starts at the value, not at the URL)."""
     for m in _PERCENT_RUN.finditer(data):
         run = m.group(0)
         if len(run) > _VIEW_MAX_BYTES:
             continue
-        decoded, where, i = bytearray(), [], 0
-        while i < len(run):
-            if run[i] == 0x25 and i + 2 < len(run) and _is_hex(run[i + 1 : i + 3]):
-                decoded += unquote_to_bytes(run[i : i + 3])
-                where.append(i)
-                i += 3
-            else:
-                decoded.append(run[i])
-                where.append(i)
-                i += 1
-        where.append(len(run))
-        yield m.start(), m.end(), bytes(decoded), where
+        yield m.start(), m.end(), *_percent_decoded(run)
+        for q in _QUERY_VALUE.finditer(run):
+            if b"%" in q.group(1):
+                yield m.start() + q.start(1), m.start() + q.end(1), *_percent_decoded(q.group(1))
+
+
+_QUERY_VALUE = re.compile(rb"[?&][^=&#?]*=([^&#]+)")
+
+
+def _percent_decoded(run: bytes) -> tuple[bytes, list[int]]:
+    decoded, where, i = bytearray(), [], 0
+    while i < len(run):
+        if run[i] == 0x25 and i + 2 < len(run) and _is_hex(run[i + 1 : i + 3]):
+            decoded += unquote_to_bytes(run[i : i + 3])
+            where.append(i)
+            i += 3
+        else:
+            decoded.append(run[i])
+            where.append(i)
+            i += 1
+    where.append(len(run))
+    return bytes(decoded), where
 
 
 def _is_hex(pair: bytes) -> bool:
