@@ -85,7 +85,9 @@ def test_redacting_planted_encoded_secrets_twice_changes_nothing(
 def test_a_kubernetes_secret_quoted_in_a_json_string_is_found() -> None:
     """A manifest whose last line, `kind: Secret`, closes the JSON string it was quoted in."""
     value = "eyJhdXRocyI6eyJodHRwczovL2V4YW1wbGUvdjEvIjp7ImF1dGgiOiJvcGVuc2VzYW1lIn19fQo="
-    manifest = f"apiVersion: v1\ndata:\n  .dockercfg: >\n    {value}\ntype: kubernetes.io/dockercfg\nkind: Secret"
+    manifest = (
+        f"apiVersion: v1\ndata:\n  .dockercfg: >\n    {value}\ntype: kubernetes.io/dockercfg\nkind: Secret"
+    )
 
     redacted = R.redact_text('{"file": "' + json.dumps(manifest)[1:-1] + '"}')
 
