@@ -52,6 +52,7 @@ from tests.fakes.messages_api import FakeMessagesAPI, reply
 from tests.integration.conftest import REDIS_URL, answers, flush_prefix
 from tests.integration.test_planted_secrets import _database_dump, _redis_dump, planting_settings
 from worker import jobs
+from worker.redaction.keywords import is_placeholder
 from worker.redaction.positions import is_reference
 from worker.resources import Resources
 from worker.store.files import decompress
@@ -454,8 +455,11 @@ def _reason(encoding: str, sample: Sample, leaks_plain: bool) -> str:
         return (
             "out of policy: an identifier or a placeholder, not a credential (ops/bench/secrets_scoring.py)"
         )
-    if is_reference(needle_secret(sample)):
-        return "a reference or placeholder (`%nothing%`, `SOME_PASSWORD`, `${...}`), left as is by policy (is_reference)"
+    if is_reference(needle_secret(sample)) or is_placeholder(needle_secret(sample)):
+        return (
+            "a reference or placeholder (`$Password`, `%nothing%`, `SOME_PASSWORD`, `${...}`), "
+            "left as is by policy (is_reference, is_placeholder)"
+        )
     if encoding == "plain" or leaks_plain:
         return "the redactor does not detect this sample (held-out recall ~0.7, BENCHMARKS.md 'Secret redaction')"
     return {
