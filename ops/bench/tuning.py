@@ -25,6 +25,8 @@ from worker.redaction.scanner import KEYED_FIELD, KUBERNETES_MANIFEST
 EVERY = "*"
 GENERIC_BEFORE_LOG: dict[str, frozenset[str]] = {
     "assignment": frozenset({"generic", "keyword", "detect-secrets-files", "netrc", "gradle"}),
+    # part of `assignment` until 2026-11-24: the same history
+    "flag_assignment": frozenset({"generic", "keyword", "detect-secrets-files", "netrc", "gradle"}),
     KEYED_FIELD: frozenset({"generic", "keyword", "detect-secrets-files"}),
     "password": frozenset({"generic", "keyword", "detect-secrets-files"}),
     "high_entropy_string": frozenset({"generic", "keyword", "detect-secrets-files"}),
@@ -43,7 +45,8 @@ GENERIC_BEFORE_LOG: dict[str, frozenset[str]] = {
 SINCE_LOG: dict[str, frozenset[str]] = {
     "authorization": frozenset({"curl"}),
     "basic_auth": frozenset({"curl"}),
-    "assignment": frozenset({"jwt", "softlayer", "kubernetes"}),
+    "assignment": frozenset({"jwt"}),
+    "flag_assignment": frozenset({"jwt", "softlayer", "kubernetes"}),
     KUBERNETES_MANIFEST: frozenset({"kubernetes"}),
 }
 # rules that did not exist before the log: tuned on what SINCE_LOG says and nothing else
