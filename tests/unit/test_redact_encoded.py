@@ -102,3 +102,12 @@ def test_a_percent_encoded_query_value_is_read_as_a_document_of_its_own() -> Non
     redacted = R.redact_text(f"Open https://example.test/view?a=1&file={quote(doc, safe='')}&b=2")
 
     assert "open_sesame" not in redacted and redacted.endswith("%0A&b=2")
+
+
+def test_a_percent_encoded_form_body_is_read_as_a_document_too() -> None:
+    """The same pair as the first value of a form body (`-d 'file=user%20%3D…'`), no `?` before it."""
+    doc = "user = Aladdin\npassword = open_sesame\n"
+
+    redacted = R.redact_text(f"curl -d 'file={quote(doc, safe='')}' https://example.test/upload")
+
+    assert "open_sesame" not in redacted

@@ -150,8 +150,10 @@ def test_a_secret_cut_by_a_turn_boundary_is_gone_from_both_turns(
 
 
 def _windows(secret: str, text: str) -> set[str]:
-    return {secret[i : i + 8] for i in range(max(1, len(secret) - 7))} & {
-        text[i : i + 8] for i in range(len(text))
+    """The 8-character pieces of secret found in text (the whole secret when shorter)."""
+    n = min(8, len(secret))
+    return {secret[i : i + n] for i in range(len(secret) - n + 1)} & {
+        text[i : i + n] for i in range(len(text))
     }
 
 

@@ -63,8 +63,9 @@ def test_ingest_redacts_a_key_split_across_two_turns_and_leaves_others_alone() -
 
 def test_a_key_split_after_a_boundary_a_secret_crossed_is_gone_from_both_halves() -> None:
     """Three messages: a password runs on into the second (`…-password VMware1![Interface]`), whose
-    end holds the first half of a WireGuard key, the third its rest. The first boundary replaces the
-    key's first half (a key alone); the second must take the rest with it (`continued`)."""
+    end holds the first half of a WireGuard key, the third its rest. Both boundaries are scanned in
+    the texts as they came, so the first (which sees the key's first half alone) does not hide the
+    key from the second; both halves get one placeholder."""
     key = "AsaFot43bfs1fEWjvtty+rGcjh3rP1H6sug1l3u19ix="
     msgs = [
         {"role": "user", "content": "connect-viserver vc.lab.local -user administrator -password VMware1!"},
@@ -74,6 +75,7 @@ def test_a_key_split_after_a_boundary_a_secret_crossed_is_gone_from_both_halves(
     texts = [t.content[0]["text"] for t in ingest(msgs, first_seq=1, redactor=R, policy=Policy()).turns]
     assert all(key[i : i + 8] not in t for t in texts for i in range(len(key) - 7))
     assert texts[2].endswith("]\nDNS = 8.8.8.8\n") and "Address = 10.0.0.3/32" in texts[1]
+    assert texts[1].endswith(texts[2].split("\n")[0])
 
 
 def test_a_key_block_that_is_not_pem_takes_its_rest_across_two_appends() -> None:
@@ -109,3 +111,11 @@ def test_a_value_that_runs_on_into_a_key_name_stops_at_the_boundary() -> None:
     )
     assert texts[1].startswith('$token = "[REDACTED:')
     assert all(value[i : i + 8] not in t for t in texts for i in range(len(value) - 7))
+
+
+def test_a_token_cut_before_the_colon_that_follows_it_is_still_gone_from_both_sides() -> None:
+    """A token used as a map key (`{"ghp_…": "ci-bot"}`) cut in two: the part after the join reads
+    like a key name before `": `, but the left part is no secret alone, so nothing is trimmed."""
+    left, right = R.redact_seam('{"' + KEY[:7], KEY[7:] + '": "ci-bot"}')
+    assert all(KEY[i : i + 8] not in left + right for i in range(len(KEY) - 7))
+    assert right.endswith('": "ci-bot"}')

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 # the line may close a string the manifest was quoted in (`kind: Secret"}` in JSON)
-_KIND_SECRET = re.compile(rb"(?im)^[ \t]*kind:[ \t]*[\"']?secret[\"']?[ \t\"'}\],]*$")
+_KIND_SECRET = re.compile(rb"(?im)^[ \t]*kind:[ \t]*[\"']?secret[\"']?[ \t\r\"'}\],]*$")
 _DATA = re.compile(rb"(?m)^([ \t]*)data:[ \t]*$")
 _ENTRY = re.compile(rb"([ \t]+)[\"']?[\w.-]+[\"']?:[ \t]*(.*)")
 _BASE64 = re.compile(rb"[\"']?([A-Za-z0-9+/]{12,}={0,2})[\"']?[ \t]*")

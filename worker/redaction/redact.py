@@ -54,9 +54,19 @@ THINKING_REMOVED = "[compactd: a thinking block was removed because it contained
 # How far from a turn boundary a secret cut by it is looked for, each side (a PEM key is ~3,300).
 SEAM_CHARS = 4_096
 # a key name and the operator after it: a value that ran on across a boundary into one stops at
-# the boundary (`Secret=x9` | `$token = "…"`); `==` after a token is its padding, not an operator
+# the boundary (`Secret=x9` | `$token = "…"`, `NEXT=v`). A token's base64 padding is no operator:
+# `=` right after a name must have a value after it (`…ix=` at a line's end, `==`, are padding)
 _KEY_NAME = re.compile(rb"[$@]?[A-Za-z_][A-Za-z0-9_.-]{0,39}")
-_ASSIGN = re.compile(rb"[\"']?[ \t]*(?:=>|:?=(?!=)|:[ \t])")
+_ASSIGN = re.compile(rb"[\"']?(?:[ \t]+(?:=>|:?=|:)|=>|:?=(?![=\s])|:[ \t])")
+
+
+def _runs_into_key(data: bytes, join: int, end: int) -> bool:
+    """Whether the part of a secret after the join, data[join:end], starts with a key name and
+    its operator (`$token = "`, `NEXT_KEY=`): a value that read on into the next text's key."""
+    name = _KEY_NAME.match(data, join, end)
+    return name is not None and _ASSIGN.match(data, name.end()) is not None
+
+
 _ESCAPES = (("\\/", "/"), ('\\"', '"'), ("\\n", "\n"), ("\\\\", "\\"))
 # Block fields the API verifies or decrypts: never edited (a signature or ciphertext holds no text).
 _VERIFIED_FIELDS = frozenset({"signature", "encrypted_content", "encrypted_index"})
@@ -157,8 +167,10 @@ class Redactor:
         """Where a secret cut in two by the boundary of two texts (two turns) lies: the end of
         `left` and the start of `right` are scanned joined. A secret that crosses the join is cut
         on both sides, with the whole secret as each cut's secret (one placeholder for both
-        halves; neither is recognisable alone); one that only the joined text reveals (`Pass` |
-        `word = hunter2`) where it lies, and then so are the secrets each side shows alone.
+        halves; neither is recognisable alone), unless it is a value the left side shows whole
+        that read on into a key name on the right (then only its left part); one that only the
+        joined text reveals (`Pass` | `word = hunter2`) where it lies, and then so are the secrets
+        each side shows alone.
         (start, end, kind, secret) byte offsets into each text; none when nothing crosses."""
         tail, head = left[-SEAM_CHARS:], right[:SEAM_CHARS]
         if not tail or not head:
@@ -181,8 +193,8 @@ class Redactor:
         cuts = [c for c in cuts if (c[0], c[1]) not in alone or (lo < c[0] and c[1] < hi)]
         # a value that ran on into the next text's key name (`Secret=x9` | `$token = "…"`) ends here
         cuts = [
-            (s, join, k, data[s:join].decode("utf-8", "replace"))
-            if s < join < e and _KEY_NAME.fullmatch(data, join, e) and _ASSIGN.match(data, e)
+            (s, join, k, data[s:join].decode("utf-8", "surrogatepass"))
+            if s < join < e and (s, join) in alone and _runs_into_key(data, join, e)
             else (s, e, k, v)
             for s, e, k, v in cuts
         ]
@@ -192,26 +204,35 @@ class Redactor:
             [(max(s, join) - join, e - join, k, v) for s, e, k, v in cuts if e > join],
         )
 
-    def apply_cuts(self, text: str, cuts: list[Cut]) -> str:
+    def apply_cuts(self, text: str, cuts: list[Cut], made: dict[tuple[str, str], str] | None = None) -> str:
         """text with each cut replaced by its secret's placeholder; overlapping cuts (two boundaries'
-        of one message) become one, named by the first. Unchanged text is returned as is."""
+        of one message) become one: a cut inside another keeps the outer one's placeholder, two that
+        each reach past the other take the kind of the first and the merged text as the secret.
+        Unchanged text is returned as is. `made` holds the placeholders made so far, so that the two
+        halves of a crossing secret are one secret (one placeholder, counted once)."""
         if not cuts:
             return text
+        made = {} if made is None else made
         data = text.encode("utf-8", "surrogatepass")
         merged: list[Cut] = []
-        for s, e, k, v in sorted(cuts):
+        # at one start the longer span, then the longer secret (a crossing key's whole value)
+        for s, e, k, v in sorted(cuts, key=lambda c: (c[0], -c[1], -len(c[3]))):
             if merged and s < merged[-1][1]:
                 ps, pe, pk, _ = merged[-1]
-                e = max(e, pe)
-                merged[-1] = (ps, e, pk, data[ps:e].decode("utf-8", "surrogatepass"))
+                if e > pe:  # one grows the other: the merged text is the secret
+                    merged[-1] = (ps, e, pk, data[ps:e].decode("utf-8", "surrogatepass"))
             else:
                 merged.append((s, e, k, v))
-        return _spliced(data, [(s, e, self.placeholder(k, v).encode()) for s, e, k, v in merged])
+        for _, _, k, v in merged:
+            if (k, v) not in made:
+                made[k, v] = self.placeholder(k, v)
+        return _spliced(data, [(s, e, made[k, v].encode()) for s, e, k, v in merged])
 
     def redact_seam(self, left: str, right: str) -> tuple[str, str]:
         """Both texts with the secrets `seam_cuts` finds replaced; unchanged ones as they are."""
         left_cuts, right_cuts = self.seam_cuts(left, right)
-        return self.apply_cuts(left, left_cuts), self.apply_cuts(right, right_cuts)
+        made: dict[tuple[str, str], str] = {}
+        return self.apply_cuts(left, left_cuts, made), self.apply_cuts(right, right_cuts, made)
 
     def redact_text(self, text: str) -> str:
         """text with every secret replaced by its placeholder; unchanged text is returned as is."""

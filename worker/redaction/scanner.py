@@ -183,7 +183,7 @@ def _percent_views(data: bytes) -> Iterator[tuple[int, int, bytes, list[int]]]:
                 yield m.start() + q.start(1), m.start() + q.end(1), *_percent_decoded(q.group(1))
 
 
-_QUERY_VALUE = re.compile(rb"[?&][^=&#?]*=([^&#]+)")
+_QUERY_VALUE = re.compile(rb"(?:\A|[?&;])[^=&#?;]*=([^&#;]+)")
 
 
 def _percent_decoded(run: bytes) -> tuple[bytes, list[int]]:
@@ -225,7 +225,10 @@ def _is_text(decoded: bytes) -> bool:
         text = decoded.decode("utf-8")
     except UnicodeDecodeError:
         return False
-    return all(c.isprintable() or c in "\t\r\n" for c in text)
+    return text.translate(_LINE_SPACE).isprintable()
+
+
+_LINE_SPACE = {9: None, 10: None, 13: None}
 
 
 def _overlaps(spans: list[Span], start: int, end: int) -> bool:

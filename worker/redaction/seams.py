@@ -1,5 +1,5 @@
 """Secrets cut in two by a message boundary: the text a message ends with and the text the next one
-starts with are redacted as one (Redactor.redact_seam), before each block is redacted alone.
+starts with are redacted as one (Redactor.seam_cuts), before each block is redacted alone.
 
     edge_text(blocks, last=True)        the text a message ends with ("" when it ends otherwise)
     with_edge_text(blocks, text, last)  the blocks with that text replaced
@@ -94,16 +94,17 @@ def redact_seams(messages: Sequence[Message], redactor: Redactor) -> list[Messag
         if left and right:
             ends[i], starts[i + 1] = redactor.seam_cuts(left, right)
     out = list(messages)
+    made: dict[tuple[str, str], str] = {}  # a crossing secret is one placeholder on both sides
     for i, (role, blocks) in enumerate(messages):
         if not starts[i] and not ends[i]:
             continue
         if _edge_at(blocks, last=False) == _edge_at(blocks, last=True):
-            text = redactor.apply_cuts(edge_text(blocks, last=True), starts[i] + ends[i])
+            text = redactor.apply_cuts(edge_text(blocks, last=True), starts[i] + ends[i], made)
             blocks = with_edge_text(with_edge_text(blocks, text, last=True), text, last=False)
         else:
             for cuts, last in ((starts[i], False), (ends[i], True)):
                 if cuts:
-                    text = redactor.apply_cuts(edge_text(blocks, last=last), cuts)
+                    text = redactor.apply_cuts(edge_text(blocks, last=last), cuts, made)
                     blocks = with_edge_text(blocks, text, last=last)
         out[i] = (role, blocks)
     return out
@@ -123,6 +124,8 @@ _ENDS_REDACTED = re.compile(r"\[REDACTED:([a-z0-9_]+):[0-9a-f]{8}\]\Z")
 _STARTS_REDACTED = re.compile(r"\A\[REDACTED:([a-z0-9_]+):[0-9a-f]{8}\]")
 _LEADING_RUN = re.compile(r"\A[^\s\"'`,;)\]}>]+")
 _TRAILING_RUN = re.compile(r"[^\s\"'`=:,;(\[{<]+\Z")
+# the rest of a key block that is not PEM (WireGuard `PrivateKey = …`): key material only
+_KEY_RUN = re.compile(r"\A[A-Za-z0-9+/=]{16,}")
 _PEM_REST = re.compile(r"\A[A-Za-z0-9+/=\s]*?-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----")
 
 
@@ -132,7 +135,11 @@ def continued(left: str, right: str, redactor: Redactor) -> tuple[str, str]:
     private key's rest runs to its END line."""
     if (end := _ENDS_REDACTED.search(left)) is not None:
         kind = end.group(1)
-        run = (_PEM_REST.match(right) if kind == "private_key" else None) or _LEADING_RUN.match(right)
+        run = (
+            _PEM_REST.match(right) or _KEY_RUN.match(right)
+            if kind == "private_key"
+            else _LEADING_RUN.match(right)
+        )
         if run is not None and run.group(0).strip():
             return left, redactor.placeholder(kind, run.group(0)) + right[run.end() :]
     if (start := _STARTS_REDACTED.match(right)) is not None:
