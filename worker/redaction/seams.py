@@ -34,49 +34,48 @@ if TYPE_CHECKING:
 Message = tuple[str, tuple[Block, ...]]  # (role, blocks), as normalize_message returns them
 
 
+def _edge_at(blocks: Sequence[Block], *, last: bool) -> tuple[int, int] | None:
+    """Where a message's first (last) text is: (block index, index inside a tool result's list of
+    blocks, or -1 for the block itself); None when the message starts (ends) with something else."""
+    if not blocks:
+        return None
+    at = len(blocks) - 1 if last else 0
+    block = blocks[at]
+    content = block.get("content")
+    if block.get("type") == "text" or (block.get("type") == "tool_result" and isinstance(content, str)):
+        return at, -1
+    if block.get("type") == "tool_result" and isinstance(content, list) and content:
+        inner = len(content) - 1 if last else 0
+        if isinstance(content[inner], dict) and content[inner].get("type") == "text":
+            return at, inner
+    return None
+
+
 def edge_text(blocks: Sequence[Block], *, last: bool) -> str:
     """The text at the start (or end) of a message, "" when it starts (ends) with something else."""
-    if not blocks:
+    where = _edge_at(blocks, last=last)
+    if where is None:
         return ""
-    block = blocks[-1] if last else blocks[0]
-    if block.get("type") == "text":
-        return str(block.get("text", ""))
-    if block.get("type") == "tool_result":
-        content = block.get("content")
-        if isinstance(content, str):
-            return content
-        if isinstance(content, list) and content:
-            inner = content[-1] if last else content[0]
-            if isinstance(inner, dict) and inner.get("type") == "text":
-                return str(inner.get("text", ""))
-    return ""
+    at, inner = where
+    block = blocks[at]
+    if inner >= 0:
+        return str(block["content"][inner].get("text", ""))
+    return str(block.get("text", "")) if block.get("type") == "text" else str(block["content"])
 
 
 def with_edge_text(blocks: tuple[Block, ...], text: str, *, last: bool) -> tuple[Block, ...]:
     """blocks with their edge text (see edge_text) replaced by text."""
-    at = len(blocks) - 1 if last else 0
+    where = _edge_at(blocks, last=last)
+    assert where is not None, "the message has no edge text to replace"
+    at, inner = where
     block = blocks[at]
-    if block.get("type") == "text":
-        new = {**block, "text": text}
-    elif isinstance(block.get("content"), str):
-        new = {**block, "content": text}
-    else:
+    if inner >= 0:
         content = list(block["content"])
-        inner = len(content) - 1 if last else 0
         content[inner] = {**content[inner], "text": text}
         new = {**block, "content": content}
+    else:
+        new = {**block, "text" if block.get("type") == "text" else "content": text}
     return (*blocks[:at], new, *blocks[at + 1 :])
-
-
-def _edge_at(blocks: Sequence[Block], *, last: bool) -> tuple[int, int] | None:
-    """Where edge_text comes from: (block index, index inside a tool result's list or -1)."""
-    if not edge_text(blocks, last=last):
-        return None
-    at = len(blocks) - 1 if last else 0
-    content = blocks[at].get("content")
-    if blocks[at].get("type") == "tool_result" and isinstance(content, list):
-        return at, len(content) - 1 if last else 0
-    return at, -1
 
 
 def redact_seams(messages: Sequence[Message], redactor: Redactor) -> list[Message]:
