@@ -191,14 +191,15 @@ def test_rejected_messages_are_recorded_once_and_write_nothing(
 
 def pairs(key: str, sid: str, count: int) -> list[dict[str, Any]]:
     """`count` messages, each an assistant turn and the user's answer, so any order is a valid
-    conversation; the first one is ~4 MB (redaction keeps its task busy for a while)."""
+    conversation; every third one, the first included, is ~4 MB (redaction keeps its task busy
+    for a while, so a kill soon after the first is received lands mid-task)."""
     big = "lorem ipsum dolor sit amet " * 150_000
     return [
         {
             "api_key": key,
             "session_id": sid,
             "body": {
-                "messages": [{"role": "assistant", "content": big if i == 0 else f"a{i}"}, user(f"u{i}")]
+                "messages": [{"role": "assistant", "content": big if i % 3 == 0 else f"a{i}"}, user(f"u{i}")]
             },
         }
         for i in range(count)
