@@ -20,6 +20,7 @@ from worker.compaction.pipeline import compact, ingest
 from worker.compaction.tokens import count_request
 from worker.compaction.validate import request_problems
 from worker.redaction import Redactor
+from worker.redaction.scanner import ALL, STRICT
 
 # the names pointers.file_ref and pointers.archive_ref give: what `compact` writes and may remove
 _REF_NAME = re.compile(r"[fh]_[0-9a-f]{16}")
@@ -38,6 +39,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "each run replaces the files an earlier run wrote there",
     )
     p.add_argument("--json", action="store_true", help="print {request, stats} as JSON instead of a summary")
+    p.add_argument(
+        "--redaction",
+        choices=("standard", "strict"),
+        default="standard",
+        help="strict also redacts references, placeholders and identifiers (default standard)",
+    )
     p.set_defaults(func=run_compact)
 
     r = sub.add_parser(
@@ -132,7 +139,7 @@ def run_compact(args: argparse.Namespace) -> int:
     imported = _load(args)
     started = time.perf_counter()
     # a key of its own per run: with a known key a placeholder of a guessable password is checkable
-    redactor = Redactor(secrets.token_bytes(32))
+    redactor = Redactor(secrets.token_bytes(32), STRICT if args.redaction == "strict" else ALL)
     ingested = ingest(imported.messages, first_seq=1, redactor=redactor, policy=policy)
     system = redactor.redact_text(imported.system)
     t = Transcript(system=system, turns=ingested.turns, files=ingested.files)

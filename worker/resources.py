@@ -14,11 +14,17 @@ from sqlalchemy import Engine
 from worker.compaction.model import Policy
 from worker.compaction.ports import Summarizer
 from worker.redaction import Redactor, kingfisher
+from worker.redaction.scanner import ALL, STRICT
 from worker.settings import Settings
 from worker.store.cache import PromptCache, make_redis
 from worker.store.db import make_engine, migrate
 
 log = structlog.get_logger("compactd.resources")
+
+
+def redactor_for(settings: Settings) -> Redactor:
+    """The deployment's Redactor: its key, and the strict rules when COMPACTD_REDACTION=strict."""
+    return Redactor(redaction_key(settings), STRICT if settings.redaction == "strict" else ALL)
 
 
 def redaction_key(settings: Settings) -> bytes:
@@ -66,9 +72,7 @@ class Resources:
         if run_migrations:
             migrate(engine)
         client = make_redis(redis_url(settings), settings.redis_socket_timeout_seconds)
-        return cls(
-            settings, engine, PromptCache(client, settings.redis_prefix), Redactor(redaction_key(settings))
-        )
+        return cls(settings, engine, PromptCache(client, settings.redis_prefix), redactor_for(settings))
 
     def policy_for(self, context_window: int | None, output_reserve: int | None) -> Policy:
         return _policy(self.base_policy, context_window, output_reserve)

@@ -34,6 +34,9 @@ class Settings(BaseSettings):
 
     # Secrets: HMAC key for redaction placeholders. Generated into var_dir on first start if unset.
     redaction_key: str | None = None
+    # "standard": credentials; "strict": also references, placeholders and identifiers (account
+    # ids, ARNs, bucket hosts, public IPs, user names) at the cost of some code (worker/redaction/strict.py)
+    redaction: str = "standard"
     # Optional: created on first start as the default tenant's key (stored hashed) if unset.
     default_api_key: str | None = None
 
@@ -78,6 +81,13 @@ class Settings(BaseSettings):
     rate_limit_per_second: float = 0.0
     rate_limit_burst: int = 100
     log_level: str = "INFO"
+
+    @field_validator("redaction")
+    @classmethod
+    def _redaction(cls, value: str) -> str:
+        if value not in ("standard", "strict"):
+            raise ValueError(f"REDACTION must be 'standard' or 'strict', not {value!r}")
+        return value
 
     @field_validator("memory_prune_at")
     @classmethod

@@ -7,7 +7,9 @@ Run: python -m ops.bench.secrets  (reads ../shared/data or COMPACTD_DATA_DIR)
 
 from __future__ import annotations
 
+import re
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +17,9 @@ import orjson
 
 from ops.bench.common import data_dir, table
 from ops.bench.held_out import HELD_OUT, held_out_redactors, known_families, score_held_out
-from ops.bench.secrets_scoring import CORPORA, overall, score_corpus
+from ops.bench.secrets_scoring import CORPORA, _caught, _false_positive, _secrets_of, overall, score_corpus
 from worker.redaction import Redactor
+from worker.redaction.scanner import ALL, STRICT
 
 TRANSCRIPT = "transcripts/claude-code/spotter/fa812bfe-b295-4cca-9c2f-fdf01028cb46.jsonl"
 
@@ -54,6 +57,53 @@ def throughput(path: Path, redactor: Redactor) -> dict[str, float]:
     }
 
 
+_PLACEHOLDER = re.compile(r"\[REDACTED:([a-z0-9_]+):[0-9a-f]{8}\]")
+
+
+def _rows(root: Path) -> list[dict[str, Any]]:
+    return [
+        orjson.loads(line)
+        for name in CORPORA
+        if (root / "secrets" / f"{name}.jsonl").exists()
+        for line in (root / "secrets" / f"{name}.jsonl").read_bytes().splitlines()
+    ]
+
+
+def profiles(root: Path) -> list[dict[str, Any]]:
+    """Standard against strict (COMPACTD_REDACTION=strict): recall over every positive sample, out
+    of policy ones included; the share of negatives flagged; and what each replaces in the real
+    agent transcripts under transcripts/ (placeholders per MB of transcript file, by kind), and
+    throughput per block as in `throughput`."""
+    rows = _rows(root)
+    positives = [r for r in rows if r.get("label") == "positive" and _secrets_of(r)]
+    negatives = [r for r in rows if r.get("label") == "negative"]
+    files = sorted(p for p in (root / "transcripts").rglob("*") if p.suffix in (".json", ".jsonl"))
+    texts = [p.read_text(errors="replace") for p in files]
+    size_mb = sum(len(t.encode()) for t in texts) / 1e6
+    out = []
+    for name, rules in (("standard", ALL), ("strict", STRICT)):
+        redactor = Redactor(b"bench", rules)
+        caught = sum(_caught(r["text"], redactor.redact_text(r["text"]), _secrets_of(r)) for r in positives)
+        flagged = sum(_false_positive(r, redactor) for r in negatives)
+        kinds: Counter[str] = Counter()
+        for text in texts:
+            kinds.update(_PLACEHOLDER.findall(redactor.redact_text(text)))
+        out.append(
+            {
+                "profile": name,
+                "positives": len(positives),
+                "recall_all": round(caught / max(1, len(positives)), 3),
+                "negatives": len(negatives),
+                "fp_rate": round(flagged / max(1, len(negatives)), 3),
+                "transcript_mb": round(size_mb, 1),
+                "replaced_per_mb": round(sum(kinds.values()) / max(size_mb, 1e-9), 1),
+                "blocks_mb_s": throughput(root / TRANSCRIPT, redactor)["blocks_mb_s"],
+                "kinds": ", ".join(f"{k} {n}" for k, n in kinds.most_common(6)),
+            }
+        )
+    return out
+
+
 def main() -> dict[str, Any]:
     root = data_dir()
     redactor = Redactor(b"bench")
@@ -82,7 +132,10 @@ def main() -> dict[str, Any]:
         for label in ("misses", "false_positives"):
             if row[label]:
                 print(f"{row['corpus']} {label}: {', '.join(row[label])}")
-    return {"corpora": rows, "throughput": speed}
+    compared = profiles(root)
+    print("\nprofiles (in-sample: the strict rules were written against these samples)")
+    print(table(compared, list(compared[0])))
+    return {"corpora": rows, "throughput": speed, "profiles": compared}
 
 
 if __name__ == "__main__":

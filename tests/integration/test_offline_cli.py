@@ -45,6 +45,25 @@ def test_compact_prints_a_valid_request_and_writes_the_files(shared_data: Path, 
     assert any(name.startswith("h_") for name in written)  # the archive of the summarized span
 
 
+def test_compact_redaction_profile(tmp_path: Path) -> None:
+    """`--redaction strict` also takes a reference in a credential's place; standard keeps it."""
+    session = tmp_path / "s.json"
+    session.write_bytes(
+        orjson.dumps(
+            [
+                {"role": "user", "content": "deploy with DB_PASSWORD=$DB_PASS and user deployer"},
+                {"role": "assistant", "content": "Done: resolver 9.9.9.9 answered."},
+            ]
+        )
+    )
+    standard = run("compact", str(session), "--json", cwd=tmp_path)
+    strict = run("compact", str(session), "--json", "--redaction", "strict", cwd=tmp_path)
+    assert standard.returncode == strict.returncode == 0, standard.stderr + strict.stderr
+    assert "$DB_PASS" in standard.stdout and "9.9.9.9" in standard.stdout
+    assert "$DB_PASS" not in strict.stdout and "9.9.9.9" not in strict.stdout
+    assert "[REDACTED:ip_address:" in strict.stdout
+
+
 def test_replay_reports_every_fetch_and_plots(shared_data: Path, tmp_path: Path) -> None:
     """Replay reports per-fetch rows and a summary, stays under budget, and writes the PNG plot."""
     session = (

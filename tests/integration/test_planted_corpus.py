@@ -6,8 +6,10 @@ decompressed), Redis (cache keys and the broker queue), virtual files and archiv
 summarizer's requests.
 
 Each encoding runs against a service of its own (own SQLite file, Redis prefix and Celery queue, its
-own captured logs), so a leak is charged to the encoding that let it through. Each sample is one test
-id, `<encoding>-<sample id>`; the samples the pipeline lets through today are listed in
+own captured logs), so a leak is charged to the encoding that let it through, and all of it twice:
+under the standard redaction profile and the strict one (COMPACTD_REDACTION=strict, which also
+takes references, placeholders and identifiers). Each sample is one test id,
+`<profile>-<encoding>-<sample id>`; the samples a profile lets through today are listed in
 `planted_corpus_leaks.json` beside this file and xfail with their reason (strict: a fix shows).
 
 What counts as the secret appearing (the "8-character substring" rule): the sample's credential, or
@@ -22,6 +24,10 @@ So `@yelp.com`, `_token_l`, `PASSWORD`, `xxxxxxxx` (host names, words, padding, 
 class), the `AKIA` next to an example key and a key name another sample uses are not needles; the
 whole secret always is. A secret too short or too plain to search alone (`secret`, `admin`) is
 searched with the two characters either side of it (`r:secret@`).
+
+Where the corpus names no secret, the scorer's guess (the last long token) is corrected where it
+is plainly not the secret (`_GUESS`: the address of an `ip_public` sample, not the word after it).
+A plain-word secret's occurrence that a quoted value follows is its key (`password 'password'`).
 
 The corpus repeats example keys across samples, so a needle found is charged to the samples whose
 own stored turns hold it (`attribute`); one that no sample's turns hold (it leaked after ingest)
@@ -58,10 +64,15 @@ from worker.resources import Resources
 from worker.store.files import decompress
 from worker.store.tenants import create_tenant
 
-pytestmark = [pytest.mark.services, pytest.mark.data, pytest.mark.slow]  # ~70 s: 7 services, 674 samples each
+pytestmark = [
+    pytest.mark.services,
+    pytest.mark.data,
+    pytest.mark.slow,
+]  # ~140 s: 14 services, 674 samples each
 
 KNOWN_LEAKS = Path(__file__).with_name("planted_corpus_leaks.json")
 ENCODINGS = ("plain", "base64", "percent", "json", "split", "offloaded", "tool_input")
+PROFILES = ("standard", "strict")
 BATCH = 40  # samples per append request
 FILLER = "\n".join(f"{i:05d} resolving dependency graph: ok" for i in range(300))  # ~3k tokens
 
@@ -85,6 +96,9 @@ def _samples() -> list[Sample]:
             if row.get("label") != "positive":
                 continue
             secrets = [s for s in _secrets_of(row) if s.strip()]
+            fixed = _GUESS.get(row["rule_id"]) if not row.get("expected_secret") else None
+            found = fixed.search(row["text"]) if fixed else None
+            secrets = [found.group()] if found else secrets
             if secrets:
                 out.append(
                     Sample(
@@ -98,6 +112,16 @@ def _samples() -> list[Sample]:
                 )
     return out
 
+
+# where the scorer's guess of an unnamed secret is not the secret: a public IP sample's secret is the
+# address (`133.133.133.133:8080@something else` guesses `something`), a Google OAuth sample's the
+# client secret (not the redirect URI template after it)
+_GUESS = {
+    "ip_public": re.compile(r"\b(?:[0-9]{1,3}\.){3}[0-9]{1,3}\b"),
+    "np.google.6": re.compile(r"GOCSPX-[A-Za-z0-9_-]+"),
+}
+# samples that hold no credential at all: the rule looks for a kind of file, the scorer guessed its tag
+_NO_CREDENTIAL = {"gcp-service-account": '`"type": "service_account"` is the type tag of a GCP key file'}
 
 SAMPLES = _samples()
 
@@ -116,6 +140,8 @@ def windows(secret: str, sample_text: str, context: frozenset[str] = frozenset()
         for at in (m.start() for m in re.finditer(re.escape(secret), sample_text)):
             if _WORDY.match(sample_text[at - 1 : at]) or _WORDY.match(sample_text[at + len(secret) :]):
                 continue  # inside a longer word: `pyne` in `pyne-user`
+            if _KEY_OF_VALUE.match(sample_text, at + len(secret)):
+                continue  # the key of a quoted value: the first of `password 'password'`
             found.add(sample_text[max(0, at - 2) : at + len(secret) + 2])
         return found or {secret}
     outside = sample_text.replace(secret, "\0")
@@ -148,6 +174,7 @@ def _classes(s: str) -> int:
 
 
 _WORDY = re.compile(r"[\w-]")
+_KEY_OF_VALUE = re.compile(r"(?:[ \t]+|[ \t]*[:=][ \t]*)[\"'][^\"'\r\n]")
 
 # noseyparker rules whose capture groups are (user, password, host); in the others with several
 # groups the credential is the last one (user then password, id then secret, domain then key)
@@ -276,9 +303,9 @@ def _hits(places: dict[str, str], needles: set[str]) -> dict[str, set[str]]:
     return found
 
 
-def _plant(encoding: str, tmp: Path, messages_api: FakeMessagesAPI) -> dict[str, list[str]]:
+def _plant(profile: str, encoding: str, tmp: Path, messages_api: FakeMessagesAPI) -> dict[str, list[str]]:
     db = f"sqlite:///{tmp / 'compactd.db'}"
-    settings = planting_settings(tmp, db, REDIS_URL, messages_api, preview_tokens=100)
+    settings = planting_settings(tmp, db, REDIS_URL, messages_api, preview_tokens=100, redaction=profile)
     seen: list[str] = []
     seqs: dict[str, list[int]] = {}  # sample id -> the seqs of its turns
     level = logging.getLogger().level
@@ -419,38 +446,50 @@ class _Collect(logging.Handler):
 
 
 @pytest.fixture(scope="module")
-def planted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, dict[str, list[str]]]]:
+def planted(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[dict[tuple[str, str], dict[str, list[str]]]]:
     require(bool(SAMPLES), f"no secret samples under {data_dir() / 'secrets'}")
     require(answers("127.0.0.1", 6379), "Redis not answering on 127.0.0.1:6379 (run `make services`)")
+    yield _plant_all(tmp_path_factory.mktemp)
+
+
+def _plant_all(mkdir: Any) -> dict[tuple[str, str], dict[str, list[str]]]:
     out = {}
-    for encoding in ENCODINGS:
-        with FakeMessagesAPI(default=reply("## Task\nAudit.\n\n## Next planned action\nGo on.")) as api:
-            out[encoding] = _plant(encoding, tmp_path_factory.mktemp(encoding), api)
-    yield out
+    for profile in PROFILES:
+        for encoding in ENCODINGS:
+            with FakeMessagesAPI(default=reply("## Task\nAudit.\n\n## Next planned action\nGo on.")) as api:
+                out[profile, encoding] = _plant(profile, encoding, mkdir(f"{profile}-{encoding}"), api)
+    return out
 
 
-def _known() -> dict[str, dict[str, str]]:
+def _known() -> dict[str, dict[str, dict[str, str]]]:
     return json.loads(KNOWN_LEAKS.read_text()) if KNOWN_LEAKS.exists() else {}
 
 
 def _cases() -> Iterator[Any]:
     known = _known()
-    for encoding in ENCODINGS:
-        for s in SAMPLES:
-            why = known.get(encoding, {}).get(s.id)
-            marks = [pytest.mark.xfail(reason=why, strict=True)] if why else []
-            yield pytest.param(encoding, s.id, id=f"{encoding}-{s.id}", marks=marks)
+    for profile in PROFILES:
+        for encoding in ENCODINGS:
+            for s in SAMPLES:
+                why = known.get(profile, {}).get(encoding, {}).get(s.id)
+                marks = [pytest.mark.xfail(reason=why, strict=True)] if why else []
+                yield pytest.param(profile, encoding, s.id, id=f"{profile}-{encoding}-{s.id}", marks=marks)
 
 
-@pytest.mark.parametrize(("encoding", "sample_id"), list(_cases()))
+@pytest.mark.parametrize(("profile", "encoding", "sample_id"), list(_cases()))
 def test_planted_sample_appears_nowhere(
-    planted: dict[str, dict[str, list[str]]], encoding: str, sample_id: str
+    planted: dict[tuple[str, str], dict[str, list[str]]], profile: str, encoding: str, sample_id: str
 ) -> None:
     """The sample's secret, and every 8-character window of it, is in no place the service keeps or sends."""
-    assert planted[encoding][sample_id] == []
+    assert planted[profile, encoding][sample_id] == []
 
 
-def _reason(encoding: str, sample: Sample, leaks_plain: bool) -> str:
+def _reason(profile: str, encoding: str, sample: Sample, leaks_plain: bool) -> str:
+    if sample.rule_id in _NO_CREDENTIAL:
+        return f"the sample holds no credential: {_NO_CREDENTIAL[sample.rule_id]}"
+    if profile == "strict":
+        return "the strict profile does not take this sample"
     if not sample.in_policy:
         return (
             "out of policy: an identifier or a placeholder, not a credential (ops/bench/secrets_scoring.py)"
@@ -476,18 +515,15 @@ if __name__ == "__main__":
     # Regenerate planted_corpus_leaks.json: python -m tests.integration.test_planted_corpus
     import tempfile
 
-    results = {}
-    for enc in ENCODINGS:
-        with FakeMessagesAPI(default=reply("## Task\nAudit.")) as api:
-            results[enc] = _plant(enc, Path(tempfile.mkdtemp(prefix=f"corpus-{enc}-")), api)
+    results = _plant_all(lambda name: Path(tempfile.mkdtemp(prefix=f"corpus-{name}-")))
     by_id = {s.id: s for s in SAMPLES}
-    known = {
-        enc: {
-            sid: f"{_reason(enc, by_id[sid], bool(results['plain'][sid]))}; found in {', '.join(where)}"
+    known: dict[str, dict[str, dict[str, str]]] = {p: {} for p in PROFILES}
+    for (profile, enc), res in results.items():
+        plain = results[profile, "plain"]
+        known[profile][enc] = {
+            sid: f"{_reason(profile, enc, by_id[sid], bool(plain[sid]))}; found in {', '.join(where)}"
             for sid, where in sorted(res.items())
             if where
         }
-        for enc, res in results.items()
-    }
     KNOWN_LEAKS.write_text(json.dumps(known, indent=1, sort_keys=True) + "\n")
-    print({enc: len(v) for enc, v in known.items()}, "of", len(SAMPLES))
+    print({p: {enc: len(v) for enc, v in by.items()} for p, by in known.items()}, "of", len(SAMPLES))

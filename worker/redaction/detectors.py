@@ -42,6 +42,8 @@ _UNQUOTED = r"[^\s\"'`,;&]"
 _ARG = r"(?:\"[^\"\r\n]*\"|'[^'\r\n]*'|[^,()\"'\r\n]+)\s*"
 _QUOTED_ARG = r"(\"[^\"\r\n]{1,200}\"|'[^'\r\n]{1,200}')"
 # unquoted values: not a short number (`"input_tokens": 1234`), which no judge would accept
+# for the strict profile's own assignment rules (strict.py)
+KEY_PATTERN, SEPARATOR = _KEY, _SEP
 _VALUE = (
     # a backslash inside quotes is part of the value unless it escapes the quote (`\\"` in JSON)
     r"(\\*\"(?:[^\"\\\r\n]|\\[^\"\\\r\n]){4,}|\\*'(?:[^'\\\r\n]|\\[^'\\\r\n]){4,}|`[^`\r\n]{4,}|(?:!!\w+[ \t]+)?"

@@ -47,6 +47,7 @@ from worker.compaction.model import Block
 from worker.redaction.encoded import encoded_secrets, may_hide_secrets
 from worker.redaction.keywords import is_assigned_secret, secret_kind_of_key
 from worker.redaction.scanner import ALL, KEYED_FIELD, Finding, Ruleset, find, find_spans
+from worker.redaction.strict import names_credential
 
 __all__ = ["THINKING_REMOVED", "Finding", "Redactor"]
 
@@ -269,6 +270,8 @@ class Redactor:
             named = secret_kind_of_key(key)
             if named is not None and is_assigned_secret(named[0], named[1], value, quoted=True):
                 return self.placeholder(named[0], value)
+            if self.rules.strict and value.strip() and names_credential(key):
+                return self.placeholder(named[0] if named else "secret", value)
         return self.redact_value(value)
 
     def redact_block(self, block: Block) -> Block:

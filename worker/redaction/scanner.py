@@ -27,6 +27,7 @@ from worker.redaction import kingfisher
 from worker.redaction.detectors import DETECTORS
 from worker.redaction.manifests import kubernetes_secret_spans
 from worker.redaction.rules import Detector
+from worker.redaction.strict import STRICT_DETECTORS
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +81,8 @@ class Ruleset:
     lanes: tuple[_Lane, ...]
     left_out: frozenset[str] = frozenset()
     kingfisher_skip: frozenset[str] = frozenset()
+    # the strict profile (strict.py): also references, placeholders and identifiers
+    strict: bool = False
 
     def has(self, name: str) -> bool:
         """Whether the rule named name (a detector name, KUBERNETES_MANIFEST, KEYED_FIELD) takes part."""
@@ -96,9 +99,12 @@ class Ruleset:
 
 
 ALL = Ruleset.without()
+STRICT = Ruleset(_lanes(STRICT_DETECTORS), strict=True)
 _PLACEHOLDER = re2.compile(rb"\[REDACTED:[a-z0-9_]+:[0-9a-f]{8}\]")
 _PERCENT_RUN = re2.compile(rb"[^\s\"'<>`]*%[0-9A-Fa-f]{2}[^\s\"'<>`]*")
 _BASE64_RUN = re2.compile(rb"[A-Za-z0-9+/]{24,}={0,2}|[A-Za-z0-9_-]{24,}={0,2}")
+# strict: shorter runs too (a 12-character placeholder or an IP address encodes to 16-20)
+_BASE64_RUN_STRICT = re2.compile(rb"[A-Za-z0-9+/]{16,}={0,2}|[A-Za-z0-9_-]{16,}={0,2}")
 _PRINTABLE = re.compile(rb"[\x20-\x7e\t\r\n]*")
 _VIEW_MAX_BYTES = 1 << 20
 
@@ -141,6 +147,9 @@ def scan_bytes(data: bytes, rules: Ruleset = ALL) -> list[Span]:
     for span in sorted(found, key=lambda s: (s[1], s[1] - s[2])):
         if not out or span[1] >= out[-1][2]:
             out.append(span)
+        elif rules.strict and span[2] > out[-1][2]:
+            # strict: overlapping spans become one, so nothing a lane found is left out
+            out[-1] = (out[-1][0], out[-1][1], span[2])
     return out
 
 
@@ -284,7 +293,7 @@ def find_spans(data: bytes, rules: Ruleset = ALL, depth: int = 1) -> list[Span]:
                 if not _overlaps(spans, start, end) and not _overlaps(extra, start, end):
                     extra.append((kind, start, end))
     if depth > 0:
-        for m in _BASE64_RUN.finditer(data):
+        for m in (_BASE64_RUN_STRICT if rules.strict else _BASE64_RUN).finditer(data):
             start, end = m.span()
             if _overlaps(spans, start, end) or _overlaps(extra, start, end):
                 continue
