@@ -267,10 +267,19 @@ def _messages(encoding: str, n: int, s: Sample) -> list[dict[str, Any]]:
     raise AssertionError(encoding)
 
 
+_JSON_ESCAPE = re.compile(r'\\(["/n\\])')
+
+
+def _json_unescaped(text: str) -> str:
+    """`\\"`, `\\/`, `\\n` and `\\\\` undone in one pass (`\\\\n` is a backslash and an n)."""
+    return _JSON_ESCAPE.sub(lambda m: "\n" if m.group(1) == "n" else m.group(1), text)
+
+
 def _views(place: str) -> list[str]:
-    """A place as stored, and decoded: base64 runs, percent escapes, JSON escapes."""
+    """A place as stored, and decoded: base64 runs, percent escapes, JSON escapes (one and two
+    levels: a JSON-escaped message inside a stored JSON document)."""
     views = [place, unquote(place)]
-    views.append(place.replace('\\"', '"').replace("\\/", "/").replace("\\n", "\n").replace("\\\\", "\\"))
+    views += [_json_unescaped(place), _json_unescaped(_json_unescaped(place))]
     decoded = []
     for run in re.findall(r"[A-Za-z0-9+/]{16,}={0,2}", place):
         try:
@@ -367,8 +376,10 @@ def _plant(profile: str, encoding: str, tmp: Path, messages_api: FakeMessagesAPI
             for f in files:
                 assert call("GET", f"/v1/sessions/{sid}/files/{f['ref']}").status_code == 200
             broker = _redis_dump(REDIS_URL, settings.queue)  # the Celery queue: ids only, by design
+            # a secret split across two turns is whole again when the turns are read in order
+            joined = _stored_by_sample(res, pk, seqs) if encoding == "split" else {}
             places = {
-                "database": _database_dump(res.engine),
+                "database": _database_dump(res.engine) + "\n".join(joined.values()),
                 "redis": _redis_dump(REDIS_URL, settings.redis_prefix) + broker,
                 "responses": "\n".join(seen),
                 "logs": repr(logs) + "\n".join(handler.lines),
@@ -401,8 +412,20 @@ def _stored_by_sample(res: Resources, pk: int, seqs: dict[str, list[int]]) -> di
     out = {}
     for sid, rng in seqs.items():
         own = "\n".join(turns.get(q, "") for q in rng)
-        out[sid] = "\n".join([own, *(body for ref, body in offloaded.items() if ref in own)])
+        joined = "".join(_texts(json.loads(turns[q])) for q in rng if q in turns)
+        out[sid] = "\n".join([own, joined, *(body for ref, body in offloaded.items() if ref in own)])
     return out
+
+
+def _texts(value: Any) -> str:
+    """The strings of a stored turn's blocks, joined as they read (text, tool inputs and results)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return "".join(map(_texts, value))
+    if isinstance(value, dict):
+        return "".join(_texts(v) for k, v in value.items() if k not in ("type", "id", "tool_use_id", "name"))
+    return ""
 
 
 def attribute(

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from worker.redaction import Redactor
-from worker.redaction.scanner import ALL, STRICT
+from worker.redaction.scanner import STRICT
 from worker.settings import Settings
 
 STANDARD = Redactor(b"strict-test")
@@ -30,9 +30,12 @@ STRICT_R = Redactor(b"strict-test", STRICT)
         ("gsutil ls https://storage.googleapis.com/acme-backups/2026/", "acme-backups"),
         ("resolver 9.9.9.9 answered", "9.9.9.9"),
         ("GITHUB_USER=octocat", "octocat"),
+        ("[db]\nusername: reporting\nport: 5432", "reporting"),
+        ("client_id: acme-portal", "acme-portal"),
         ('{"tenant_id": "contoso-prod"}', "contoso-prod"),
         ("api_token: alpha beta gamma", "alpha beta gamma"),
         ("export DEPLOY_TOKEN='part1abc''part2def'", "part2def"),
+        ("export API_KEY='abc''def'", "def"),
         ('vault.secret("kv/prod/db")', "kv/prod/db"),
     ],
 )
@@ -56,6 +59,9 @@ def test_strict_takes_what_standard_keeps(text: str, gone: str) -> None:
         "project_id: project_id",
         "keys: :unique",
         "password: null",
+        'api_key = os.environ["KEY"]',
+        "password:  # set me",
+        "user: user",
     ],
 )
 def test_strict_keeps_code_counts_and_private_addresses(text: str) -> None:
@@ -82,11 +88,15 @@ _PIECES = (
     "max_tokens = 4096",
     "see the logs",
     "Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.c2lnbmF0dXJlc2lnbmF0dXJl",
+    "xoxb-1234567890-1234567890-aBcDeFgHiJkLmNoPqRsTuVwX",
+    "https://u:pa55w0rdX@h.io/x",
 )
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.sampled_from(_PIECES), min_size=1, max_size=6), st.sampled_from([" ", "\n", ", ", "; "]))
+@given(
+    st.lists(st.sampled_from(_PIECES), min_size=1, max_size=6), st.sampled_from([" ", "\n", ", ", "; ", ""])
+)
 def test_strict_redacts_everything_standard_redacts(pieces: list[str], sep: str) -> None:
     """Every character the standard profile replaces, the strict one replaces too."""
     text = sep.join(pieces)
@@ -99,4 +109,3 @@ def test_the_profile_is_a_setting_and_a_wrong_one_is_named() -> None:
     assert Settings(redaction="strict").redaction == "strict"
     with pytest.raises(ValidationError, match="REDACTION must be 'standard' or 'strict'"):
         Settings(redaction="paranoid")
-    assert ALL.strict is False and STRICT.strict is True

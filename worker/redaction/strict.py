@@ -5,14 +5,16 @@ references (`$Password`, `%PASS%`, `${TOKEN}`), placeholders (`AKIAZZZZZZZZZZZZZ
 `npm_xxxxxxxx`), and identifiers that unlock nothing alone (account ids, ARNs, bucket hosts,
 public IP addresses, user names). An agent keeps reading and editing the code it works on, so that
 is the default. A deployment whose histories must not carry those either turns on the strict
-profile, which adds three things to every standard rule:
+profile. The standard rules run in it as they are, and where spans overlap they merge, so it
+finds everything the standard profile finds; it adds three things:
 
 - every value in a credential's place is redacted whatever it looks like: a rule's candidate that
   its judge turned down as a reference, a placeholder or code is taken when its key names a
-  credential (`password = $Password`, `api_key = os.environ["KEY"]`, `token: SOME_TOKEN`), and a
+  credential (`password = $Password`, `token: SOME_TOKEN`; code written unquoted, such as
+  `api_key = os.environ["KEY"]` or `token = store.mint(id)`, stays), and a
   vendor token's look-alike is taken whole (`AKIAZZZZZZZZZZZZZZZZ`, `xoxb-0000-…-xxxx`);
 - a key naming a credential takes its whole value: to the line's end unquoted (`secret: a b c`),
-  across adjacent shell quotes (`KEY='abc''def'`), and the quoted argument of a call on it
+  across adjacent shell quotes (`API_KEY='abc''def'`), and the quoted argument of a call on it
   (`secret.assign("…")`); JSON fields named so are redacted whatever they hold (redact.py);
 - identifiers (`IDENTIFIERS`): public IPv4 addresses, AWS ARNs and account ids, S3 and GCS bucket
   hosts, Shopify stores, Google OAuth client ids, and user names and client ids in config.
@@ -87,10 +89,11 @@ _HELD = ("password", "passwd", "passphrase", "secret", "token", "apikey", "crede
 # ids the API mints (`toolu_01…Pw` reads as a key ending in `pw`)
 _MINTED = re.compile(r"(?:toolu|srvtoolu|msg|req|call|file)_")
 # what holds no literal: a call or an attribute (`document.querySelector(…)`, `project.id`),
-# a literal of the language (`null`, `true`, `:unique`), a number, a camelCase variable (`csrfToken`)
+# a subscript (`os.environ["KEY"]`), a literal of the language (`null`, `true`, `:unique`), a
+# number, a camelCase variable (`csrfToken`)
 _CODE = re.compile(
     r"[^\s(]*\(|[A-Za-z_$][\w$]*(?:(?:\.|::|->)[A-Za-z_$][\w$]*)+$|(?i:null|nil|none|true|false)$|:\w+$|\d+$"
-    r"|[a-z]+[A-Z][A-Za-z0-9]*$"
+    r"|[a-z]+[A-Z][A-Za-z0-9]*$|[A-Za-z_$][\w$.]*\["
 )
 
 
@@ -249,9 +252,9 @@ def _identity(secret: str, key: str | None) -> Judged:
         return None
     lo, hi, quoted = strip_quotes(secret)
     value = secret[lo:hi]
-    # in code, an unquoted name is a variable (`project_id: project_id`); in env files, a value
-    bare_name = not quoted and not env_style and re.fullmatch(r"[a-z_][\w]*", value) is not None
-    return ("identifier", lo, hi) if len(value) >= 3 and held(value, quoted, "") and not bare_name else None
+    # a value that repeats its key is a variable of that name (`user: user`, `client_id: client_id`)
+    echo = key_words(value) == words[-len(key_words(value)) :] if key_words(value) else False
+    return ("identifier", lo, hi) if len(value) >= 3 and held(value, quoted, "") and not echo else None
 
 
 def _whole(kind: str) -> Judge:
@@ -313,7 +316,7 @@ IDENTIFIERS: tuple[Detector, ...] = (
         KEY_PATTERN
         + SEPARATOR
         # adjacent quoted strings, or an unquoted value to the line's end (a `\\n` escape ends it too)
-        + r"((?:\"[^\"\r\n]*\"|'[^'\r\n]*')+|[A-Za-z0-9$%@!#*&^~<_+./-](?:[^\r\n\"'`{}\[\],;\\]|\\[^n]){0,200})",
+        + r"((?:\"[^\"\r\n]*\"|'[^'\r\n]*')+|[A-Za-z0-9$%@!*&^~<_+./-](?:[^\r\n\"'`{}\[\],;\\]|\\[^n]){0,200})",
         _whole_value,
         2,
         1,
