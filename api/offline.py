@@ -20,7 +20,7 @@ from worker.compaction.pipeline import compact, ingest
 from worker.compaction.tokens import count_request
 from worker.compaction.validate import request_problems
 from worker.redaction import Redactor
-from worker.redaction.scanner import ALL, STRICT
+from worker.redaction.scanner import ALL, STRICT, Ruleset
 
 # the names pointers.file_ref and pointers.archive_ref give: what `compact` writes and may remove
 _REF_NAME = re.compile(r"[fh]_[0-9a-f]{16}")
@@ -39,12 +39,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "each run replaces the files an earlier run wrote there",
     )
     p.add_argument("--json", action="store_true", help="print {request, stats} as JSON instead of a summary")
-    p.add_argument(
-        "--redaction",
-        choices=("standard", "strict"),
-        default="standard",
-        help="strict also redacts references, placeholders and identifiers (default standard)",
-    )
     p.set_defaults(func=run_compact)
 
     r = sub.add_parser(
@@ -107,6 +101,13 @@ def _common(p: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="override a policy knob, e.g. clip_tokens=800",
     )
+    p.add_argument(
+        "--redaction",
+        choices=("standard", "strict"),
+        default="standard",
+        help="strict also redacts references, placeholders and identifiers (default standard; "
+        "replay --http: the service's COMPACTD_REDACTION applies)",
+    )
 
 
 def policy_from(args: argparse.Namespace) -> Policy:
@@ -125,6 +126,11 @@ def policy_from(args: argparse.Namespace) -> Policy:
     return base.with_overrides(overrides)
 
 
+def rules_from(args: argparse.Namespace) -> Ruleset:
+    """The --redaction profile's rules."""
+    return STRICT if args.redaction == "strict" else ALL
+
+
 def _load(args: argparse.Namespace) -> Any:
     from worker.compaction.formats import load_transcript
 
@@ -139,7 +145,7 @@ def run_compact(args: argparse.Namespace) -> int:
     imported = _load(args)
     started = time.perf_counter()
     # a key of its own per run: with a known key a placeholder of a guessable password is checkable
-    redactor = Redactor(secrets.token_bytes(32), STRICT if args.redaction == "strict" else ALL)
+    redactor = Redactor(secrets.token_bytes(32), rules_from(args))
     ingested = ingest(imported.messages, first_seq=1, redactor=redactor, policy=policy)
     system = redactor.redact_text(imported.system)
     t = Transcript(system=system, turns=ingested.turns, files=ingested.files)
@@ -246,6 +252,8 @@ def run_replay(args: argparse.Namespace) -> int:
             timestamps=timestamps,
             job_seconds=args.job_seconds,
             price_per_mtok=args.price,
+            # a fixed key: placeholders tokenize alike from run to run (`--job-seconds` runs repeat)
+            redactor=Redactor(b"replay", rules_from(args)),
         )
     if args.plot:
         plot(report, str(args.plot), f"{args.file.name} at a {args.context_window:,}-token window")

@@ -199,12 +199,13 @@ def replay(
     timestamps: Sequence[float | None] | None = None,
     job_seconds: float | None = None,
     price_per_mtok: float = 3.0,
+    redactor: Redactor | None = None,
 ) -> ReplayReport:
     """Append at `pace` (default one message a second), fetch before each assistant message, and
-    run the worker's jobs on the same clock. `job_seconds` fixes a job's duration (default: measured)."""
+    run the worker's jobs on the same clock. `job_seconds` fixes a job's duration (default: measured);
+    `redactor` defaults to the standard profile."""
     pace = pace or Pace()
-    redactor = Redactor(b"replay")
-    turns = ingest(messages, first_seq=1, redactor=redactor, policy=policy).turns
+    turns = ingest(messages, first_seq=1, redactor=redactor or Redactor(b"replay"), policy=policy).turns
     times = pace.times(timestamps, len(turns))
     sim = _Sim(policy, Transcript(system=system, turns=()))
     raw, provider, raw_provider = RawHistory(system), PromptCache(), PromptCache()

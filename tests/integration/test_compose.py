@@ -97,6 +97,17 @@ def test_env_example_names_every_required_variable() -> None:
     assert all(given[name] == "" for name in required)
 
 
+def test_compose_gives_every_compactd_process_one_redaction_profile() -> None:
+    """COMPACTD_REDACTION reaches the API, the workers and beat alike (an API redacting under one
+    profile and a worker under another would store mixed histories), and .env.example names it."""
+    services = compose()["services"]
+    compactd = [n for n, svc in services.items() if svc.get("image") == "compactd:latest"]
+    assert {"api", "worker", "beat"} <= set(compactd)
+    for name in compactd:
+        assert _environment(services[name])["COMPACTD_REDACTION"] == "${COMPACTD_REDACTION:-standard}", name
+    assert "\nCOMPACTD_REDACTION=standard\n" in (REPO / ".env.example").read_text()
+
+
 def test_compose_publishes_operator_uis_on_loopback_behind_auth() -> None:
     """Only the API is published on every interface; Flower and Prometheus bind 127.0.0.1, and Flower asks for basic auth."""
     services = compose()["services"]

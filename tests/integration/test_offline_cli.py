@@ -64,6 +64,23 @@ def test_compact_redaction_profile(tmp_path: Path) -> None:
     assert "[REDACTED:ip_address:" in strict.stdout
 
 
+def test_replay_redaction_profile(tmp_path: Path) -> None:
+    """`replay --redaction strict` replays what the strict profile stores: the reference and the IP
+    address become placeholders, which the served prompt counts (the report holds no text)."""
+    session = tmp_path / "s.json"
+    turns = [
+        {"role": "user", "content": "deploy with DB_PASSWORD=$DB_PASS\nresolver 9.9.9.9"},
+        {"role": "assistant", "content": "Deployed."},
+    ]
+    session.write_bytes(orjson.dumps(turns))
+    reports = {}
+    for profile in ("standard", "strict"):
+        out = run("replay", str(session), "--pace", "0.1", "--json", "--redaction", profile, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+        reports[profile] = orjson.loads(out.stdout)["fetches"]
+    assert reports["strict"][-1]["request_tokens"] > reports["standard"][-1]["request_tokens"]
+
+
 def test_replay_reports_every_fetch_and_plots(shared_data: Path, tmp_path: Path) -> None:
     """Replay reports per-fetch rows and a summary, stays under budget, and writes the PNG plot."""
     session = (

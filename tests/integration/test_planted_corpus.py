@@ -9,8 +9,10 @@ Each encoding runs against a service of its own (own SQLite file, Redis prefix a
 own captured logs), so a leak is charged to the encoding that let it through, and all of it twice:
 under the standard redaction profile and the strict one (COMPACTD_REDACTION=strict, which also
 takes references, placeholders and identifiers). Each sample is one test id,
-`<profile>-<encoding>-<sample id>`; the samples a profile lets through today are listed in
-`planted_corpus_leaks.json` beside this file and xfail with their reason (strict: a fix shows).
+`<profile>-<encoding>-<sample id>`. Under the strict profile none may appear, with no exception;
+the samples the standard profile lets through are listed in `planted_corpus_leaks.json` beside
+this file and xfail with their reason (strict xfails: a fix shows). The one rule whose samples hold
+no credential (`_NO_CREDENTIAL`) is left out.
 
 What counts as the secret appearing (the "8-character substring" rule): the sample's credential, or
 any 8-character window of it, searched in every place and in that place decoded (base64 runs,
@@ -93,7 +95,7 @@ def _samples() -> list[Sample]:
     for path in sorted(root.glob("*.jsonl")) if root.is_dir() else []:
         for line in path.read_text().splitlines():
             row = json.loads(line)
-            if row.get("label") != "positive":
+            if row.get("label") != "positive" or row["rule_id"] in _NO_CREDENTIAL:
                 continue
             secrets = [s for s in _secrets_of(row) if s.strip()]
             fixed = _GUESS.get(row["rule_id"]) if not row.get("expected_secret") else None
@@ -120,7 +122,8 @@ _GUESS = {
     "ip_public": re.compile(r"\b(?:[0-9]{1,3}\.){3}[0-9]{1,3}\b"),
     "np.google.6": re.compile(r"GOCSPX-[A-Za-z0-9_-]+"),
 }
-# samples that hold no credential at all: the rule looks for a kind of file, the scorer guessed its tag
+# rules whose positive samples hold no credential at all, so there is nothing to plant: the rule
+# looks for a kind of file by its tag (the corpus names no secret: test_only_samples_that_name_no_secret_are_left_out)
 _NO_CREDENTIAL = {"gcp-service-account": '`"type": "service_account"` is the type tag of a GCP key file'}
 
 SAMPLES = _samples()
@@ -495,7 +498,7 @@ def _cases() -> Iterator[Any]:
     for profile in PROFILES:
         for encoding in ENCODINGS:
             for s in SAMPLES:
-                why = known.get(profile, {}).get(encoding, {}).get(s.id)
+                why = known.get(profile, {}).get(encoding, {}).get(s.id) if profile != "strict" else None
                 marks = [pytest.mark.xfail(reason=why, strict=True)] if why else []
                 yield pytest.param(profile, encoding, s.id, id=f"{profile}-{encoding}-{s.id}", marks=marks)
 
@@ -508,9 +511,29 @@ def test_planted_sample_appears_nowhere(
     assert planted[profile, encoding][sample_id] == []
 
 
+def test_only_samples_that_name_no_secret_are_left_out() -> None:
+    """A rule in _NO_CREDENTIAL names no secret in any of its positive samples, and its samples hold
+    nothing a credential could be: the exclusion cannot hide a planted credential."""
+    require(bool(SAMPLES), f"no secret samples under {data_dir() / 'secrets'}")
+    rows = [
+        json.loads(line)
+        for path in sorted((data_dir() / "secrets").glob("*.jsonl"))
+        for line in path.read_text().splitlines()
+    ]
+    left_out = [r for r in rows if r.get("label") == "positive" and r["rule_id"] in _NO_CREDENTIAL]
+    assert left_out, "a listed rule has no positive sample: drop it from _NO_CREDENTIAL"
+    for row in left_out:
+        assert not row.get("expected_secret"), row["id"]
+        assert re.fullmatch(r'"type": "service_account"', row["text"]), row["text"]
+
+
+def test_the_strict_profile_lists_no_leak() -> None:
+    """Under the strict profile every planted sample must appear nowhere: no known leak is allowed
+    (a sample it lets through fails test_planted_sample_appears_nowhere and cannot be listed)."""
+    assert not any(_known().get("strict", {}).values())
+
+
 def _reason(profile: str, encoding: str, sample: Sample, leaks_plain: bool) -> str:
-    if sample.rule_id in _NO_CREDENTIAL:
-        return f"the sample holds no credential: {_NO_CREDENTIAL[sample.rule_id]}"
     if profile == "strict":
         return "the strict profile does not take this sample"
     if not sample.in_policy:

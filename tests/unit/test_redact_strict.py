@@ -4,13 +4,16 @@ own, not the corpus samples the profile was written against."""
 
 from __future__ import annotations
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from worker.compaction.model import Policy
 from worker.redaction import Redactor
 from worker.redaction.scanner import STRICT
+from worker.replay import replay
 from worker.settings import Settings
 
 STANDARD = Redactor(b"strict-test")
@@ -109,3 +112,18 @@ def test_the_profile_is_a_setting_and_a_wrong_one_is_named() -> None:
     assert Settings(redaction="strict").redaction == "strict"
     with pytest.raises(ValidationError, match="REDACTION must be 'standard' or 'strict'"):
         Settings(redaction="paranoid")
+
+
+def test_replay_stores_what_the_profile_given_redacts() -> None:
+    """`compactd replay --redaction strict` hands replay a strict Redactor: its request keeps neither
+    the reference nor the address; without one replay redacts as the standard profile does."""
+    messages = [
+        {"role": "user", "content": "deploy with DB_PASSWORD=$DB_PASS\nresolver 9.9.9.9"},
+        {"role": "assistant", "content": "Deployed."},
+    ]
+    policy = Policy(context_window=16_000)
+    standard = orjson.dumps(replay("system", messages, policy, job_seconds=0.01).final_request).decode()
+    strict = replay("system", messages, policy, job_seconds=0.01, redactor=Redactor(b"k", STRICT))
+    served = orjson.dumps(strict.final_request).decode()
+    assert "$DB_PASS" in standard and "9.9.9.9" in standard
+    assert "$DB_PASS" not in served and "9.9.9.9" not in served and "[REDACTED:ip_address:" in served
