@@ -317,13 +317,14 @@ def _tenant_command(run: Callable[[argparse.Namespace, Engine], int]) -> Callabl
     def command(args: argparse.Namespace) -> int:
         from sqlalchemy.exc import SQLAlchemyError
 
-        from worker.store.db import make_engine, migrate
+        from worker.resources import engine_for
+        from worker.store.db import migrate
         from worker.store.tenants import TenantError
 
         name = f"compactd tenant {args.tenant_command}"
         engine = None
         try:
-            engine = make_engine(Settings().database_url)
+            engine = engine_for(Settings())
             migrate(engine)
             return run(args, engine)
         except TenantError as exc:

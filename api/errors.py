@@ -20,6 +20,7 @@ from worker.store.sessions import IdempotencyMismatch
 log = structlog.get_logger("compactd.api")
 
 PROBLEM = "application/problem+json"
+LOCK_NOT_AVAILABLE = "55P03"  # PostgreSQL's SQLSTATE when lock_timeout passes
 # Connection-level database failures (server down or restarting, pool exhausted, SQLite busy):
 # 503 with Retry-After. Integrity and programming errors stay 500s.
 DATABASE_UNAVAILABLE: tuple[type[Exception], ...] = (
@@ -220,7 +221,14 @@ def _http(_: Request, exc: Exception) -> Response:
 
 def _database_unavailable(request: Request, exc: Exception) -> Response:
     # the database is down, restarting or busy: nothing was committed, so a retry is safe
-    log.warning("database.unavailable", path=request.url.path, error=type(exc).__name__)
+    code = getattr(getattr(exc, "orig", None), "sqlstate", None)
+    log.warning("database.unavailable", path=request.url.path, error=type(exc).__name__, sqlstate=code)
+    if code == LOCK_NOT_AVAILABLE:
+        # another transaction held the session past COMPACTD_DB_LOCK_TIMEOUT_SECONDS (a frozen writer's
+        # is ended by the server after COMPACTD_DB_IDLE_TRANSACTION_TIMEOUT_SECONDS)
+        return problem(
+            503, "Service unavailable", "the session is locked by another writer; nothing was stored, retry"
+        )
     return problem(503, "Service unavailable", "the database is unavailable; nothing was stored, retry")
 
 

@@ -21,9 +21,9 @@ from pathlib import Path
 from types import FrameType
 
 from worker.logs import configure_logging
-from worker.resources import redaction_key
+from worker.resources import engine_for, redaction_key
 from worker.settings import Settings
-from worker.store.db import make_engine, migrate
+from worker.store.db import migrate
 from worker.store.tenants import ensure_tenant
 
 STOP_SECONDS = 15.0
@@ -106,7 +106,7 @@ def up(settings: Settings) -> int:
     var_dir = Path(settings.var_dir)
     var_dir.mkdir(parents=True, exist_ok=True)
     redaction_key(settings)  # generated once, before the children read it
-    engine = make_engine(settings.database_url)
+    engine = engine_for(settings)
     migrate(engine)
     key = ensure_tenant(engine, settings.default_tenant, settings.default_api_key)
     engine.dispose()

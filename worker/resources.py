@@ -27,6 +27,15 @@ def redactor_for(settings: Settings) -> Redactor:
     return Redactor(redaction_key(settings), STRICT if settings.redaction == "strict" else ALL)
 
 
+def engine_for(settings: Settings) -> Engine:
+    """The deployment's database engine, with its lock and idle-transaction timeouts (make_engine)."""
+    return make_engine(
+        settings.database_url,
+        lock_timeout=settings.db_lock_timeout_seconds,
+        idle_transaction_timeout=settings.db_idle_transaction_timeout_seconds,
+    )
+
+
 def redaction_key(settings: Settings) -> bytes:
     """Settings.redaction_key, or a key generated once into var_dir (mode 0600) and reused."""
     if settings.redaction_key:
@@ -68,7 +77,7 @@ class Resources:
         if rules.startswith("unusable"):
             log.warning("kingfisher.rule_cache_unusable", dir=str(settings.rule_cache_dir), status=rules)
         kingfisher.warm()
-        engine = make_engine(settings.database_url)
+        engine = engine_for(settings)
         if run_migrations:
             migrate(engine)
         client = make_redis(redis_url(settings), settings.redis_socket_timeout_seconds)

@@ -75,6 +75,10 @@ class Settings(BaseSettings):
     anthropic_max_retries: int = 3
 
     redis_socket_timeout_seconds: float = 0.25
+    # PostgreSQL: a lock wait gives up after this long (an append answers 503, Retry-After) and the
+    # server rolls back a session idle inside a transaction this long (a frozen process's locks)
+    db_lock_timeout_seconds: float = 5.0
+    db_idle_transaction_timeout_seconds: float = 30.0
     max_request_bytes: int = 32 * 1024 * 1024
     max_turn_bytes: int = 8 * 1024 * 1024  # one message of an append, as JSON
     # per API key, shared by every API process (a token bucket in Redis); 0 turns limits off

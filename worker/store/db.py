@@ -85,8 +85,17 @@ def normalize_url(url: str) -> str:
     return url
 
 
-def make_engine(url: str, **kwargs: Any) -> Engine:
-    """An engine whose write transactions serialize: BEGIN IMMEDIATE on SQLite, row locks on PostgreSQL."""
+def make_engine(
+    url: str, *, lock_timeout: float = 5.0, idle_transaction_timeout: float = 30.0, **kwargs: Any
+) -> Engine:
+    """An engine whose write transactions serialize: BEGIN IMMEDIATE on SQLite, row locks on PostgreSQL.
+
+    On PostgreSQL a lock wait gives up after `lock_timeout` seconds (an append answers 503 rather
+    than hang), and the server ends a session left idle inside a transaction for
+    `idle_transaction_timeout` seconds, rolling it back and releasing its locks: a process frozen
+    mid-transaction (SIGSTOP, a paused VM, a partition) cannot hold a session's row forever.
+    Every transaction here is short (no engine work runs inside one), so neither cuts real work.
+    """
     url = normalize_url(url)
     if url.startswith("sqlite"):
         path = url.split(":///", 1)[-1]
@@ -100,7 +109,23 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
         event.listen(engine, "connect", _sqlite_connect)
         event.listen(engine, "begin", _sqlite_begin)
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20, **kwargs)
+    engine = create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20, **kwargs)
+    timeouts = {
+        "lock_timeout": round(lock_timeout * 1000),
+        "idle_in_transaction_session_timeout": round(idle_transaction_timeout * 1000),
+    }
+    event.listen(engine, "connect", lambda dbapi_conn, _record: _postgres_connect(dbapi_conn, timeouts))
+    return engine
+
+
+def _postgres_connect(dbapi_conn: Any, timeouts: dict[str, int]) -> None:
+    # session settings, outside any transaction (a URL's own `options`, e.g. search_path, still apply)
+    autocommit = dbapi_conn.autocommit
+    dbapi_conn.autocommit = True
+    with dbapi_conn.cursor() as cur:
+        for name, ms in timeouts.items():
+            cur.execute(f"SET {name} = {int(ms)}")
+    dbapi_conn.autocommit = autocommit
 
 
 def _sqlite_connect(dbapi_conn: Any, _record: Any) -> None:
@@ -139,7 +164,9 @@ def migrate(engine: Engine) -> int:
     """Create missing tables and apply pending migrations; safe to run from many processes at once."""
     with write_tx(engine) as conn:
         if not is_sqlite(engine):
-            # one migrator at a time across API replicas and workers
+            # one migrator at a time across API replicas and workers; the others wait as long as
+            # it takes (a migration may outlast the lock timeout)
+            conn.execute(text("SET LOCAL lock_timeout = 0"))
             conn.execute(text("SELECT pg_advisory_xact_lock(7012001)"))
         SQLModel.metadata.create_all(conn, tables=_tables())
         row = conn.execute(text("SELECT version FROM schema_version WHERE id = 1")).first()
