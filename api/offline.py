@@ -104,9 +104,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--redaction",
         choices=("standard", "strict"),
-        default="standard",
         help="strict also redacts references, placeholders and identifiers (default standard; "
-        "replay --http: the service's COMPACTD_REDACTION applies)",
+        "not with replay --http, where the service's COMPACTD_REDACTION applies)",
     )
 
 
@@ -229,6 +228,11 @@ def run_replay(args: argparse.Namespace) -> int:
 
         if not args.key:
             raise SystemExit("compactd: --http needs --key (an API key of the service)")
+        if args.redaction:
+            raise SystemExit(
+                "compactd: --redaction applies offline only: with --http the service redacts "
+                "under its own COMPACTD_REDACTION"
+            )
         try:
             report = replay_http(
                 args.http,

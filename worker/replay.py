@@ -205,9 +205,11 @@ def replay(
     run the worker's jobs on the same clock. `job_seconds` fixes a job's duration (default: measured);
     `redactor` defaults to the standard profile."""
     pace = pace or Pace()
-    turns = ingest(messages, first_seq=1, redactor=redactor or Redactor(b"replay"), policy=policy).turns
+    redactor = redactor or Redactor(b"replay")
+    turns = ingest(messages, first_seq=1, redactor=redactor, policy=policy).turns
     times = pace.times(timestamps, len(turns))
-    sim = _Sim(policy, Transcript(system=system, turns=()))
+    # served as the service stores it: the system prompt redacted too (the raw history is the client's own)
+    sim = _Sim(policy, Transcript(system=redactor.redact_text(system), turns=()))
     raw, provider, raw_provider = RawHistory(system), PromptCache(), PromptCache()
     fetches: list[Fetch] = []
     request: dict[str, Any] = {}

@@ -30,11 +30,13 @@ from typing import Any
 import orjson
 import pytest
 import redis
+from fastapi.testclient import TestClient
 from hypothesis import given
 from hypothesis import strategies as st
+from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import Engine, func, select
 
-from api.app import celery_enqueue
+from api.app import celery_enqueue, create_app
 from tests.conftest import REPO, require
 from tests.fakes.messages_api import FakeMessagesAPI, RecordedRequest, Reply, drop, error, reply
 from tests.integration.conftest import (
@@ -57,6 +59,7 @@ from worker.store import sessions, snapshots
 from worker.store.sessions import SN, S
 from worker.store.tables import utcnow
 from worker.store.tenants import create_tenant
+from worker.summarizers import PRICES_PER_MTOK
 
 pytestmark = [pytest.mark.services, pytest.mark.data]
 
@@ -619,6 +622,35 @@ def test_a_task_outliving_the_visibility_timeout_is_redelivered_and_has_its_effe
         wait_for(lambda: log().count("compactd.compact[vis-1] received") >= 2, TIMEOUT)
         wait_for(lambda: "'current'" in log(), TIMEOUT)
         _assert_once(res, a.session_pk, fake)
+
+
+def test_an_llm_summary_is_counted_on_metrics(tmp_path: Path, private_redis: PrivateRedis) -> None:
+    """A real worker's LLM summary reaches /metrics: summaries, input and output tokens as the
+    Messages API reported them, and the cost at the price table's rate for the configured model."""
+    note = "## Task\nAudit the service.\n\n## Next planned action\nGo on."
+    with (
+        FakeMessagesAPI(default=reply(note, input_tokens=1234, output_tokens=56)) as fake,
+        _summarizing(tmp_path, private_redis.url, fake, "metrics") as (settings, res, _worker, tid, a),
+    ):
+        sender(settings).send_task(
+            "compactd.compact", args=[tid, a.session_pk, a.version], queue=settings.queue
+        )
+        wait_for(lambda: _note_served(res, a.session_pk, "Audit the service."), TIMEOUT)
+        with TestClient(create_app(settings, enqueue=lambda *_: None)) as client:
+            exposition = client.get("/metrics").text
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(exposition)
+        for s in family.samples
+    }
+    calls = len(fake.requests)
+    input_price, output_price = PRICES_PER_MTOK[settings.anthropic_model]
+    assert calls >= 1
+    assert samples[("compactd_summaries_total", ())] == calls
+    assert samples[("compactd_summarizer_tokens_total", (("direction", "input"),))] == 1234 * calls
+    assert samples[("compactd_summarizer_tokens_total", (("direction", "output"),))] == 56 * calls
+    expected = calls * (1234 * input_price + 56 * output_price) / 1e6
+    assert samples[("compactd_summarizer_cost_usd_total", ())] == pytest.approx(expected)
 
 
 # -- 4. a failed summary is retried by itself --------------------------------------------------

@@ -79,6 +79,18 @@ def test_replay_redaction_profile(tmp_path: Path) -> None:
         assert out.returncode == 0, out.stderr
         reports[profile] = orjson.loads(out.stdout)["fetches"]
     assert reports["strict"][-1]["request_tokens"] > reports["standard"][-1]["request_tokens"]
+    refused = run(
+        "replay",
+        str(session),
+        "--http",
+        "http://127.0.0.1:9",
+        "--key",
+        "k",
+        "--redaction",
+        "strict",
+        cwd=tmp_path,
+    )
+    assert refused.returncode != 0 and "offline only" in refused.stderr
 
 
 def test_replay_reports_every_fetch_and_plots(shared_data: Path, tmp_path: Path) -> None:

@@ -70,7 +70,7 @@ pytestmark = [
     pytest.mark.services,
     pytest.mark.data,
     pytest.mark.slow,
-]  # ~140 s: 14 services, 674 samples each
+]  # ~4 min: 14 services, 673 samples each
 
 KNOWN_LEAKS = Path(__file__).with_name("planted_corpus_leaks.json")
 ENCODINGS = ("plain", "base64", "percent", "json", "split", "offloaded", "tool_input")

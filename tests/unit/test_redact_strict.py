@@ -122,8 +122,10 @@ def test_replay_stores_what_the_profile_given_redacts() -> None:
         {"role": "assistant", "content": "Deployed."},
     ]
     policy = Policy(context_window=16_000)
-    standard = orjson.dumps(replay("system", messages, policy, job_seconds=0.01).final_request).decode()
-    strict = replay("system", messages, policy, job_seconds=0.01, redactor=Redactor(b"k", STRICT))
+    system = "You deploy. The registry is at 9.9.9.8."
+    standard = orjson.dumps(replay(system, messages, policy, job_seconds=0.01).final_request).decode()
+    strict = replay(system, messages, policy, job_seconds=0.01, redactor=Redactor(b"k", STRICT))
     served = orjson.dumps(strict.final_request).decode()
-    assert "$DB_PASS" in standard and "9.9.9.9" in standard
+    assert "$DB_PASS" in standard and "9.9.9.9" in standard and "9.9.9.8" in standard
     assert "$DB_PASS" not in served and "9.9.9.9" not in served and "[REDACTED:ip_address:" in served
+    assert "9.9.9.8" not in served  # the system prompt is redacted as the service stores it
