@@ -280,6 +280,12 @@ def in_flight(broker: redis.Redis) -> int:
     return int(broker.hlen("unacked"))
 
 
+def running_jobs(cache: redis.Redis, prefix: str) -> set[bytes]:
+    """The tokens of the session locks held now: one per job executing (jobs.compact holds its
+    session's lock from start to end; a killed job's stays until it expires)."""
+    return {t for k in cache.scan_iter(f"{prefix}lock:*") if (t := cache.get(k)) is not None}
+
+
 @pytest.fixture(scope="module")
 def crash_free(
     tmp_path_factory: pytest.TempPathFactory, redis_url: str
@@ -329,14 +335,24 @@ def _crash_run(
     procs: list[Worker] = []
     worker = Worker(settings, "worker", "--concurrency=2", log=tmp_path / "worker-0.log")
     procs.append(worker)
+    stale: set[bytes] = set()  # locks a killed job left behind (they expire after lock_seconds)
     try:
         worker.wait_ready(timeout=READY)
         if kill == "whole":
             procs.append(Worker(settings, "beat", log=tmp_path / "beat.log"))
         for round_ in range(kills):
             low, high = n * (round_ + 1) // (kills + 2), n * (round_ + 2) // (kills + 2)
-            # mid-compaction: some sessions done, not all, and a message delivered and not acked
-            wait_for(lambda lo=low: compacted(res.engine) >= lo and in_flight(client) > 0, TIMEOUT, 0.01)
+
+            def mid_run(lo: int = low) -> bool:
+                # some sessions done, not all, a message delivered and not acked, and a job executing
+                # (not only prefetched: a kill between two jobs would test nothing)
+                return (
+                    compacted(res.engine) >= lo
+                    and in_flight(client) > 0
+                    and bool(running_jobs(client, settings.redis_prefix) - stale)
+                )
+
+            wait_for(mid_run, TIMEOUT, 0.01)
             done_at_kill = compacted(res.engine)
             assert done_at_kill < high + n // 10, "the kill came too late to land mid-run"
             if kill == "children":
@@ -352,12 +368,16 @@ def _crash_run(
                 procs.append(worker)
                 worker.wait_ready(timeout=READY)
             killed_at = time.monotonic()
+            stale.update(running_jobs(client, settings.redis_prefix))
         wait_for(lambda: compacted(res.engine) == n, TIMEOUT, 0.05)
         recovery = time.monotonic() - killed_at
         if kill == "children":
             assert "WorkerLostError" in (tmp_path / "worker-0.log").read_text(errors="replace")
         # let any redelivered or swept duplicate run to its end before the database is judged
         time.sleep(1.0)
+    except BaseException:
+        res.close()  # the caller closes it on success; a failure here must not leak its connections
+        raise
     finally:
         for p in reversed(procs):
             p.stop()
