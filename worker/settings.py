@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from worker.compaction.model import Policy
@@ -77,8 +77,8 @@ class Settings(BaseSettings):
     redis_socket_timeout_seconds: float = 0.25
     # PostgreSQL: a lock wait gives up after this long (an append answers 503, Retry-After) and the
     # server rolls back a session idle inside a transaction this long (a frozen process's locks)
-    db_lock_timeout_seconds: float = 5.0
-    db_idle_transaction_timeout_seconds: float = 30.0
+    db_lock_timeout_seconds: float = Field(default=5.0, ge=0.001)
+    db_idle_transaction_timeout_seconds: float = Field(default=30.0, ge=0.001)
     max_request_bytes: int = 32 * 1024 * 1024
     max_turn_bytes: int = 8 * 1024 * 1024  # one message of an append, as JSON
     # per API key, shared by every API process (a token bucket in Redis); 0 turns limits off

@@ -657,12 +657,17 @@ def test_an_llm_summary_is_counted_on_metrics(tmp_path: Path, private_redis: Pri
         )
         wait_for(lambda: _note_served(res, a.session_pk, "Audit the service."), TIMEOUT)
         with TestClient(create_app(settings, enqueue=lambda *_: None)) as client:
-            exposition = client.get("/metrics").text
-    samples = {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(exposition)
-        for s in family.samples
-    }
+
+            def scraped() -> dict[tuple[str, tuple[tuple[str, str], ...]], float] | None:
+                # the job flushes its counters after it publishes: wait for them, not for the note
+                samples = {
+                    (s.name, tuple(sorted(s.labels.items()))): s.value
+                    for family in text_string_to_metric_families(client.get("/metrics").text)
+                    for s in family.samples
+                }
+                return samples if samples.get(("compactd_summaries_total", ()), 0) >= 1 else None
+
+            samples = wait_for(scraped, TIMEOUT)
     calls = len(fake.requests)
     input_price, output_price = PRICES_PER_MTOK[settings.anthropic_model]
     assert calls >= 1

@@ -10,7 +10,6 @@ and nothing of the frozen transaction remains.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -24,19 +23,21 @@ from sqlalchemy import text
 
 from api.app import create_app
 from tests.conftest import REPO
-from tests.integration.conftest import flush_prefix, make_settings
+from tests.integration.conftest import flush_prefix, make_settings, settings_env
 
 pytestmark = pytest.mark.services
 
-LOCK_TIMEOUT, IDLE_TIMEOUT = 1.0, 3.0
-# the frozen writer: the session row locked as a publish locks it, then SIGSTOP before COMMIT
+LOCK_TIMEOUT, IDLE_TIMEOUT = 1.0, 8.0
+# the frozen writer, a process configured as compactd's are (COMPACTD_* from the environment): the
+# session row locked as a publish locks it, then SIGSTOP before COMMIT
 FREEZE = """
 import os, signal, sys
 from sqlalchemy import text
-from worker.store.db import make_engine
-engine = make_engine(sys.argv[1], idle_transaction_timeout=float(sys.argv[3]))
+from worker.resources import engine_for
+from worker.settings import Settings
+engine = engine_for(Settings())
 with engine.connect() as conn, conn.begin():
-    conn.execute(text("UPDATE sessions SET version = version + 1000 WHERE id = :id"), {"id": int(sys.argv[2])})
+    conn.execute(text("UPDATE sessions SET version = version + 1000 WHERE id = :id"), {"id": int(sys.argv[1])})
     print("locked", flush=True)
     os.kill(os.getpid(), signal.SIGSTOP)
 """
@@ -75,9 +76,9 @@ def test_appends_outlive_a_writer_frozen_mid_transaction(
             pk, version = conn.execute(text("SELECT id, version FROM sessions")).one()
 
         proc = subprocess.Popen(
-            [sys.executable, "-c", FREEZE, pg_url, str(pk), str(IDLE_TIMEOUT)],
+            [sys.executable, "-c", FREEZE, str(pk)],
             cwd=REPO,
-            env={**os.environ, "PYTHONPATH": str(REPO)},
+            env=settings_env(settings),
             stdout=subprocess.PIPE,
             text=True,
         )
@@ -101,7 +102,7 @@ def test_appends_outlive_a_writer_frozen_mid_transaction(
         assert waited < IDLE_TIMEOUT, waited  # it gave up at the lock timeout, not at the server's kill
 
         stored = None
-        deadline = started + IDLE_TIMEOUT + 20
+        deadline = started + IDLE_TIMEOUT + 12  # well short of the 30 s default: the setting must reach it
         while stored is None and time.monotonic() < deadline:
             r = client.post(
                 "/v1/sessions/s/turns",

@@ -94,7 +94,8 @@ def make_engine(
     than hang), and the server ends a session left idle inside a transaction for
     `idle_transaction_timeout` seconds, rolling it back and releasing its locks: a process frozen
     mid-transaction (SIGSTOP, a paused VM, a partition) cannot hold a session's row forever.
-    Every transaction here is short (no engine work runs inside one), so neither cuts real work.
+    Every transaction here is short: no LLM or Redis call runs inside one, and the most an append's
+    does besides SQL is validate its turns and re-redact a seam (milliseconds).
     """
     url = normalize_url(url)
     if url.startswith("sqlite"):
