@@ -159,6 +159,7 @@ def run_import(args: argparse.Namespace) -> int:
     from worker.appending import BrokenConversation, append_messages
     from worker.compaction.errors import CompactionError
     from worker.compaction.formats import load_transcript
+    from worker.stats_counters import record_append, recorder_for
     from worker.store.sessions import IdempotencyMismatch
 
     command = "compactd import"
@@ -176,6 +177,7 @@ def run_import(args: argparse.Namespace) -> int:
     with _store(command) as res:
         tenant, tenant_name = _tenant_id(res, args.tenant, command)
         enqueue = celery_enqueue(res.settings, res)
+        recorder = recorder_for(res.cache)  # /metrics counts an imported chunk as an append
         bar = Progress(f"import {args.file.name}", len(imported.messages), enabled=show_progress(args))
         new, last = 0, None
         for i, (part, key) in enumerate(zip(parts, keys, strict=True)):
@@ -190,6 +192,7 @@ def run_import(args: argparse.Namespace) -> int:
                 )
             except (BrokenConversation, CompactionError, IdempotencyMismatch) as exc:
                 bar.close()
+                recorder.flush()
                 first = i * args.chunk
                 raise SystemExit(
                     f"{command}: messages {first}-{first + len(part) - 1} refused: {exc}"
@@ -197,9 +200,11 @@ def run_import(args: argparse.Namespace) -> int:
                 ) from None
             if not outcome.appended.replayed:
                 new += outcome.turns
+                record_append(recorder, outcome.turns, outcome.redactions)
             last = outcome.appended
             bar.advance(len(part))
         bar.close()
+        recorder.flush()
     print(
         f"{args.file.name}: {imported.format}, {len(imported.messages)} messages into session "
         f"{args.session!r} of tenant {tenant_name!r}: {new} new turns"

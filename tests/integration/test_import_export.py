@@ -10,7 +10,10 @@ from typing import Any
 
 import orjson
 import pytest
+from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
 
+from api.app import create_app
 from tests.conftest import require
 from tests.integration.conftest import flush_prefix, make_settings, run_cli
 from tests.integration.realdata import claude_code_files
@@ -58,6 +61,32 @@ def version(settings: Settings, sid: str) -> int:
         return 0 if row is None else row.version
     finally:
         res.close()
+
+
+def test_an_import_is_counted_on_metrics(settings: Settings, tmp_path: Path) -> None:
+    """Each imported chunk counts on /metrics as an append would (its turns, its redactions by
+    kind); a re-run that adds nothing counts nothing."""
+    path = tmp_path / "t.json"
+    messages = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"step {i}"} for i in range(5)]
+    messages[2]["content"] += f" export GITHUB_TOKEN={SECRET}"
+    path.write_bytes(orjson.dumps(messages))
+
+    def counted() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        with TestClient(create_app(settings, enqueue=lambda *_: None)) as client:
+            text = client.get("/metrics").text
+        return {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        }
+
+    for _ in range(2):  # the second run replays every chunk
+        run = compactd(settings, "import", str(path), "--session", "m", "--tenant", "acme", "--chunk", "2")
+        assert run.returncode == 0, run.stderr
+        samples = counted()
+        assert samples[("compactd_appends_total", ())] == 3  # chunks of 2, 2 and 1
+        assert samples[("compactd_turns_appended_total", ())] == 5
+        assert samples[("compactd_redactions_total", (("kind", "github_token"),))] == 1
 
 
 @pytest.mark.data
