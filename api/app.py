@@ -52,7 +52,7 @@ def create_app(settings: Settings, *, enqueue: Enqueue | None = None, log_setup:
         gc.freeze()
         app.state.fetch_log = []
         flusher = asyncio.create_task(flush_fetch_log(app, res))
-        log.info("api.started", host=settings.host, port=settings.port)
+        log.info("api.started", host=settings.host, port=settings.port, redaction=settings.redaction)
         try:
             yield
         finally:
