@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-import string
-
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from worker.compaction.model import Policy
 from worker.compaction.pipeline import ingest
 from worker.redaction import Redactor
-from worker.redaction.scanner import ALL, STRICT, Ruleset
 from worker.redaction.seams import continued, edge_text, redact_seams, with_edge_text
 
 R = Redactor(b"seam-key")
-RS = Redactor(b"seam-key", STRICT)
 KEY = "ghp_4f9c2A7bX1yZ0qW3eR5tY8uI6oP2aS4dF7gH"
 
 
@@ -127,33 +121,21 @@ def test_a_token_cut_before_the_colon_that_follows_it_is_still_gone_from_both_si
     assert right.endswith('": "ci-bot"}')
 
 
-@pytest.mark.parametrize("rules", [ALL, STRICT], ids=["standard", "strict"])
-def test_a_value_shown_whole_takes_at_most_the_next_messages_first_word(rules: Ruleset) -> None:
-    """`API_KEY=abc123 please` | `Done. Running the tests next.`: the strict profile's value to the
-    line's end does not take the next message's line with it; a token that ends one message takes
-    at most the first word of the next (no space between them: it could be the token's rest)."""
-    r = Redactor(b"seam-key", rules)
-    for first, second, kept in (
-        ("set API_KEY=abc123 please", "Done. Running the tests next.", " Running the tests next."),
-        (f"export GITHUB_TOKEN={KEY}", "ok, now run the tests", ", now run the tests"),
-    ):
-        msgs = [{"role": "user", "content": first}, {"role": "assistant", "content": second}]
-        texts = [t.content[0]["text"] for t in ingest(msgs, first_seq=1, redactor=r, policy=Policy()).turns]
-        assert texts[1].endswith(kept), texts
+def test_what_a_value_shown_whole_takes_of_the_next_message() -> None:
+    """The price of never keeping half a key, as README (Redaction, item 4) states it: a token that
+    ends one message with no space after it takes the next message's first word along; under the
+    strict profile a value to the line's end takes the next message's first line (a message
+    boundary is no line end), never its later lines; quoted values end at their quote."""
+    from worker.redaction.scanner import STRICT
 
+    def second(first: str, then: str, redactor: Redactor) -> str:
+        msgs = [{"role": "user", "content": first}, {"role": "assistant", "content": then}]
+        return ingest(msgs, first_seq=1, redactor=redactor, policy=Policy()).turns[1].content[0]["text"]
 
-@settings(max_examples=60, deadline=None)
-@given(
-    value=st.text(alphabet=string.ascii_letters + string.digits, min_size=8, max_size=30),
-    word=st.text(alphabet=string.ascii_letters + ".!", min_size=1, max_size=10),
-    rest=st.lists(st.text(alphabet=string.ascii_letters, min_size=1, max_size=8), min_size=1, max_size=6),
-)
-def test_a_seam_never_takes_more_than_the_next_messages_first_run(
-    value: str, word: str, rest: list[str]
-) -> None:
-    """Whatever the strict profile takes of `password: <value>` at one message's end, of the next
-    message it takes at most its first run: the words after the first space are kept."""
-    tail = " " + " ".join(rest)
-    msgs = [{"role": "user", "content": f"password: {value}"}, {"role": "assistant", "content": word + tail}]
-    texts = [t.content[0]["text"] for t in ingest(msgs, first_seq=1, redactor=RS, policy=Policy()).turns]
-    assert texts[1].endswith(tail), texts
+    strict = Redactor(b"seam-key", STRICT)
+    assert second(f"export GITHUB_TOKEN={KEY}", "ok, now run the tests", R).endswith("], now run the tests")
+    taken = second("set API_KEY=abc123 please", "Done. Running the tests.\nAll passed.", strict)
+    assert taken.startswith("[REDACTED:") and taken.endswith("]\nAll passed.")
+    assert second("set API_KEY=abc123 please", "Done. Running the tests.", R) == "Done. Running the tests."
+    quoted = second('DB_PASSWORD="Tr0ub4dor &3x', 'Qz9 gl0rp Vexx" and the rest', strict)
+    assert "gl0rp" not in quoted and quoted.endswith(" and the rest")

@@ -61,19 +61,6 @@ _KEY_NAME = re.compile(rb"[$@]?[A-Za-z_][A-Za-z0-9_.-]{0,39}")
 _ASSIGN = re.compile(rb"[\"']?(?:[ \t]+(?:=>|:?=|:)|=>|:?=(?![=\s])|:[ \t])")
 
 
-# the run of non-space characters a text starts with
-_LEADING_RUN = re.compile(rb"\S+")
-
-
-def _run_after(data: bytes, join: int, end: int) -> int:
-    """Where a secret that starts before the join and reads on past it ends: at most at the end of
-    the run of non-space characters the next text starts with. A secret a boundary cuts is a token
-    cut mid-way, whose rest is that run (`…abc1` | `23def more`); a value to the line's end does not
-    take the next message's words with it (`API_KEY=abc123 please` | `Done. Next…`)."""
-    run = _LEADING_RUN.match(data, join, end)
-    return run.end() if run is not None else join
-
-
 def _runs_into_key(data: bytes, join: int, end: int) -> bool:
     """Whether the part of a secret after the join, data[join:end], starts with a key name and
     its operator (`$token = "`, `NEXT_KEY=`): a value that read on into the next text's key."""
@@ -205,14 +192,10 @@ class Redactor:
         lo = 0 if len(tail) < len(left) else -1
         hi = len(data) if len(head) < len(right) else len(data) + 1
         cuts = [c for c in cuts if (c[0], c[1]) not in alone or (lo < c[0] and c[1] < hi)]
-        # a secret reading on past the join takes at most the first run of the right text (a key
-        # block: all of its lines), and none of it when that run is the next text's key name and
-        # the left text shows the value whole (`Secret=x9` | `$token = "…"`)
+        # a value that ran on into the next text's key name (`Secret=x9` | `$token = "…"`) ends here
         cuts = [
             (s, join, k, data[s:join].decode("utf-8", "surrogatepass"))
             if s < join < e and (s, join) in alone and _runs_into_key(data, join, e)
-            else (s, end, k, data[s:end].decode("utf-8", "surrogatepass"))
-            if s < join < e and k != "private_key" and (end := _run_after(data, join, e)) < e
             else (s, e, k, v)
             for s, e, k, v in cuts
         ]
