@@ -139,3 +139,29 @@ def test_what_a_value_shown_whole_takes_of_the_next_message() -> None:
     assert second("set API_KEY=abc123 please", "Done. Running the tests.", R) == "Done. Running the tests."
     quoted = second('DB_PASSWORD="Tr0ub4dor &3x', 'Qz9 gl0rp Vexx" and the rest', strict)
     assert "gl0rp" not in quoted and quoted.endswith(" and the rest")
+
+
+@pytest.mark.parametrize(
+    ("left", "right", "rest"),
+    [
+        # base64 padding that closes the quoted header value, and padding at the text's end, are
+        # the token's rest, not `name=` starting the next message's assignment
+        ("curl -H 'Authorization: Basic Yn", "Jvd3Nlcjo=' \\", "Jvd3Nlcjo="),
+        (
+            "Endpoint=sb://x.servicebus.windows.net/;Secret=abCD1EF+GHIJxLMnOPqRSa53VWX05zaBCdE/",
+            "fg9hi4k=",
+            "fg9hi4k=",
+        ),
+        # a random-looking "name" before `=` is the rest of a token that holds an `=`
+        (
+            "SharedAccessKey=S8ii67l3Gd1Ba69a",
+            'z78iP9UksewzhjvUfh1DIuDs30w="\n}',
+            "z78iP9UksewzhjvUfh1DIuDs30w=",
+        ),
+    ],
+)
+def test_a_tokens_rest_ending_in_padding_is_not_taken_for_a_key_name(
+    left: str, right: str, rest: str
+) -> None:
+    new_left, new_right = R.redact_seam(left, right)
+    assert rest not in new_right and new_right.startswith("[REDACTED:"), (new_left, new_right)

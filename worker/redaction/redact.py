@@ -44,6 +44,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from worker.compaction.model import Block
+from worker.compaction.shapes import looks_random
 from worker.redaction.encoded import encoded_secrets, may_hide_secrets
 from worker.redaction.keywords import is_assigned_secret, secret_kind_of_key
 from worker.redaction.scanner import ALL, KEYED_FIELD, Finding, Ruleset, find, find_spans
@@ -56,16 +57,20 @@ THINKING_REMOVED = "[compactd: a thinking block was removed because it contained
 SEAM_CHARS = 4_096
 # a key name and the operator after it: a value that ran on across a boundary into one stops at
 # the boundary (`Secret=x9` | `$token = "…"`, `NEXT=v`). A token's base64 padding is no operator:
-# `=` right after a name must have a value after it (`…ix=` at a line's end, `==`, are padding)
+# `=` right after a name must have a value after it (`…ix=` at a line's or the text's end, `==`,
+# and `…jo='` or `…0w="` that close the string the value is in, are padding)
 _KEY_NAME = re.compile(rb"[$@]?[A-Za-z_][A-Za-z0-9_.-]{0,39}")
-_ASSIGN = re.compile(rb"[\"']?(?:[ \t]+(?:=>|:?=|:)|=>|:?=(?![=\s])|:[ \t])")
+_ASSIGN = re.compile(rb"[\"']?(?:[ \t]+(?:=>|:?=|:)|=>|:?=(?![=\s]|\Z|[\"'`](?:[\s,;)\]}>\\]|\Z))|:[ \t])")
 
 
 def _runs_into_key(data: bytes, join: int, end: int) -> bool:
     """Whether the part of a secret after the join, data[join:end], starts with a key name and
-    its operator (`$token = "`, `NEXT_KEY=`): a value that read on into the next text's key."""
+    its operator (`$token = "`, `NEXT_KEY=`): a value that read on into the next text's key. A
+    name that looks random is the token's rest, not a key (`…v5U0QtygZbxhUG73VMwzmlHEAM4Wiv=5…`)."""
     name = _KEY_NAME.match(data, join, end)
-    return name is not None and _ASSIGN.match(data, name.end()) is not None
+    if name is None or _ASSIGN.match(data, name.end()) is None:
+        return False
+    return not looks_random(name.group().decode("ascii", "replace"), min_len=10)
 
 
 _ESCAPES = (("\\/", "/"), ('\\"', '"'), ("\\n", "\n"), ("\\\\", "\\"))
