@@ -22,16 +22,30 @@ from api.errors import TurnTooLarge
 from api.limits import check_turn_sizes
 from api.routes.paths import SessionId
 from api.schemas import Activity, AppendRequest
+from worker.compaction import pointers
 from worker.compaction.assemble import merge_roles
 from worker.compaction.errors import InvalidTranscript
+from worker.compaction.model import Block
 from worker.compaction.pipeline import ingest
 from worker.compaction.profiles import known_profile, profile_for
 from worker.compaction.validate import request_problems
 from worker.errors import TransientError
-from worker.redaction.seams import reseam
+from worker.redaction import Redactor
+from worker.redaction.redact import SEAM_CHARS
+from worker.redaction.seams import Message, Reseamed, edge_text, reseam, reseamed, with_edge_text
 from worker.resources import Resources
 from worker.stats_counters import CountingRedactor, record_append, recorder_for
-from worker.store.sessions import Appended, IdempotencyMismatch, Profile, append_turns, request_hash
+from worker.store.files import read_file
+from worker.store.sessions import (
+    Appended,
+    IdempotencyMismatch,
+    Profile,
+    Seam,
+    Stored,
+    append_turns,
+    last_message,
+    request_hash,
+)
 from worker.store.tenants import tenant_for_key
 
 log = structlog.get_logger("compactd.append")
@@ -80,24 +94,39 @@ def append_messages(
     Raises InvalidTranscript (a message cannot be read), BrokenConversation (tool pairing would
     break) or IdempotencyMismatch (the key was used with another body); nothing is written then.
     """
-    counting = CountingRedactor.of(res.redactor)
-    ingested = ingest(body.messages, first_seq=1, redactor=counting, policy=res.settings.policy())
     profile = profile_of(body, res)
-    done = append_turns(
-        res.engine,
-        tenant_id,
-        session_id,
-        ingested.turns,
-        files=ingested.files,
-        profile=profile,
-        activity=activity,
-        # stored: redacted like content (the same key always maps to the same stored value)
-        idempotency_key=res.redactor.redact_text(idempotency_key) if idempotency_key else idempotency_key,
-        # the body as validated, so the same key over HTTP and over the task hashes the same
-        body_hash=request_hash(body.model_dump(mode="json")) if idempotency_key else "",
-        validate=check_window,
-        seam=lambda previous, first: reseam(previous, first, counting),
-    )
+    for attempt in range(1, READ_ATTEMPTS + 1):
+        counting = CountingRedactor.of(res.redactor)
+        # the stored message this append follows: a secret cut between it and the first new message
+        # is redacted on both sides while the new one is still as it came (seams.py)
+        stored = last_message(res.engine, tenant_id, session_id)
+        after, rewritable = seam_view(res, stored)
+        ingested = ingest(
+            body.messages, first_seq=1, redactor=counting, policy=res.settings.policy(), after=after
+        )
+        try:
+            done = append_turns(
+                res.engine,
+                tenant_id,
+                session_id,
+                ingested.turns,
+                files=ingested.files,
+                profile=profile,
+                activity=activity,
+                # stored: redacted like content (the same key always maps to the same stored value)
+                idempotency_key=res.redactor.redact_text(idempotency_key)
+                if idempotency_key
+                else idempotency_key,
+                # the body as validated, so the same key over HTTP and over the task hashes the same
+                body_hash=request_hash(body.model_dump(mode="json")) if idempotency_key else "",
+                validate=check_window,
+                seam=_seam(
+                    stored, ingested.after if rewritable else None, counting, attempt == READ_ATTEMPTS
+                ),
+            )
+            break
+        except _StaleRead:
+            log.info("append.reread", session_id=session_id, tenant_id=tenant_id, attempt=attempt)
     if done.reseamed:  # the turn before was rewritten: a cached prompt may still hold it
         res.cache.invalidate(done.session_pk)
     if not done.replayed:
@@ -105,6 +134,46 @@ def append_messages(
         res.cache.note_version(done.session_pk, done.version, done.context_window, done.output_reserve)
         enqueue(tenant_id, done.session_pk, done.version)
     return Outcome(done, profile, len(ingested.turns), dict(counting.counts))
+
+
+# how often an append is ingested again when another append to its session came between its read
+# of the stored message it follows and its transaction (then the halves as redacted alone: reseam)
+READ_ATTEMPTS = 3
+
+
+class _StaleRead(Exception):
+    """The session's last stored message changed after the append read it."""
+
+
+def seam_view(res: Resources, stored: Stored | None) -> tuple[Message | None, bool]:
+    """The stored message as the append's ingest scans its boundary with (`after=`), and whether
+    what the scan makes of it may be written back. A message offloaded to a virtual file ends with
+    the pointer: it is scanned with the end of the file instead, and not rewritten (the file keeps
+    the first half of a secret cut there; the new message loses the rest)."""
+    if stored is None:
+        return None, False
+    ref = pointers.offloaded_ref(edge_text(stored.blocks, last=True))
+    found = read_file(res.engine, stored.session_pk, ref) if ref else None
+    if found is None:
+        return (stored.role, stored.blocks), True
+    return (stored.role, with_edge_text(stored.blocks, found[2][-SEAM_CHARS:], last=True)), False
+
+
+def _seam(
+    stored: Stored | None, rewritten: tuple[Block, ...] | None, redactor: Redactor, last_try: bool
+) -> Seam:
+    """The store's seam callback: the ingest's scan of the boundary stands when the stored message
+    is still the one it read; otherwise the append is ingested again (_StaleRead), or at the last
+    try the two halves are redacted as each was alone (reseam)."""
+
+    def seam(previous: tuple[Block, ...], first: tuple[Block, ...]) -> Reseamed | None:
+        if stored is not None and previous == stored.blocks:
+            return None if rewritten is None else reseamed(previous, rewritten, first)
+        if not last_try:
+            raise _StaleRead
+        return reseam(previous, first, redactor)
+
+    return seam
 
 
 def check_window(window: list[dict[str, Any]], new: list[dict[str, Any]]) -> None:

@@ -1,6 +1,7 @@
 """Every positive sample of ../shared/data/secrets, planted through the HTTP API in every encoding an
-agent's transcript carries (plain, base64, percent-encoded, JSON-escaped, split across two turns,
-inside an output large enough to be offloaded, inside tool-call inputs), appears nowhere afterwards:
+agent's transcript carries (plain, base64, percent-encoded, JSON-escaped, split across two turns of
+one append at the middle of its secret and across two appends a third into it, inside an output
+large enough to be offloaded, inside tool-call inputs), appears nowhere afterwards:
 not in served prompts or any other response, error bodies included, the database (file payloads
 decompressed), Redis (cache keys and the broker queue), virtual files and archives, logs, or the
 summarizer's requests.
@@ -70,10 +71,12 @@ pytestmark = [
     pytest.mark.services,
     pytest.mark.data,
     pytest.mark.slow,
-]  # ~4 min: 14 services, 673 samples each
+    # the first test plants everything (the module fixture): ~7 min on 2 cores, past the default 300 s
+    pytest.mark.timeout(1200),
+]  # 16 services, 673 samples each
 
 KNOWN_LEAKS = Path(__file__).with_name("planted_corpus_leaks.json")
-ENCODINGS = ("plain", "base64", "percent", "json", "split", "offloaded", "tool_input")
+ENCODINGS = ("plain", "base64", "percent", "json", "split", "split_appends", "offloaded", "tool_input")
 PROFILES = ("standard", "strict")
 BATCH = 40  # samples per append request
 FILLER = "\n".join(f"{i:05d} resolving dependency graph: ok" for i in range(300))  # ~3k tokens
@@ -226,11 +229,13 @@ def test_windows_keep_key_material_and_drop_words_and_context() -> None:
     assert windows("pyne", 'user "pyne-user" pw "pyne".') == {' "pyne".'}
 
 
-def _split_at(sample: Sample) -> int:
-    """Where the text is cut in two: the middle of its (first) secret."""
+def _split_at(sample: Sample, *, third: bool = False) -> int:
+    """Where the text is cut in two: the middle of its (first) secret, or a third into it."""
     secret = sample.secrets[0]
     at = sample.text.find(secret)
-    return at + len(secret) // 2 if at >= 0 else len(sample.text) // 2
+    if at < 0:
+        return len(sample.text) // 2
+    return at + max(1, len(secret) // 3) if third else at + len(secret) // 2
 
 
 def _tool_unit(tid: str, tool_input: dict[str, Any], result: str) -> list[dict[str, Any]]:
@@ -268,6 +273,21 @@ def _messages(encoding: str, n: int, s: Sample) -> list[dict[str, Any]]:
             f"toolu_in{n:05d}", {"command": "deploy", "file_text": t, "env": {"CONFIG": t}}, "done"
         )
     raise AssertionError(encoding)
+
+
+def _appends(encoding: str) -> Iterator[list[tuple[Sample, list[dict[str, Any]]]]]:
+    """The appends that carry every sample: BATCH samples each, or, split across two appends, each
+    half of each sample an append of its own (the first stored, redacted alone, before the second).
+    A line of its own starts each sample: a sample's first half that began its message would be taken
+    as the rest of the token the message before ends with (seams.continued), found or not."""
+    if encoding == "split_appends":
+        for s in SAMPLES:
+            cut = _split_at(s, third=True)
+            yield [(s, [{"role": "user", "content": "The next config:\n" + s.text[:cut]}])]
+            yield [(s, [{"role": "assistant", "content": s.text[cut:]}])]
+        return
+    for b in range(0, len(SAMPLES), BATCH):
+        yield [(s, _messages(encoding, n, s)) for n, s in enumerate(SAMPLES[b : b + BATCH], start=b)]
 
 
 _JSON_ESCAPE = re.compile(r'\\(["/n\\])')
@@ -338,17 +358,15 @@ def _plant(profile: str, encoding: str, tmp: Path, messages_api: FakeMessagesAPI
             sid = f"corpus-{encoding}"
             window = {"context_window": 60_000, "output_reserve": 4_000}
             next_seq = 1
-            for b in range(0, len(SAMPLES), BATCH):
-                batch = SAMPLES[b : b + BATCH]
+            for b, appended in enumerate(_appends(encoding)):
                 msgs = []
                 if b == 0:
                     msgs = [
                         {"role": "user", "content": "Audit these configs."},
                         {"role": "assistant", "content": "Ok."},
                     ]
-                for n, s in enumerate(batch, start=b):
+                for s, carried in appended:
                     first = next_seq + len(msgs)
-                    carried = _messages(encoding, n, s)
                     # a sample the corpus holds twice: both copies are its turns
                     seqs[s.id] = [*seqs.get(s.id, []), *range(first, first + len(carried))]
                     msgs += carried
@@ -380,7 +398,7 @@ def _plant(profile: str, encoding: str, tmp: Path, messages_api: FakeMessagesAPI
                 assert call("GET", f"/v1/sessions/{sid}/files/{f['ref']}").status_code == 200
             broker = _redis_dump(REDIS_URL, settings.queue)  # the Celery queue: ids only, by design
             # a secret split across two turns is whole again when the turns are read in order
-            joined = _stored_by_sample(res, pk, seqs) if encoding == "split" else {}
+            joined = _stored_by_sample(res, pk, seqs) if encoding.startswith("split") else {}
             places = {
                 "database": _database_dump(res.engine) + "\n".join(joined.values()),
                 "redis": _redis_dump(REDIS_URL, settings.redis_prefix) + broker,
@@ -552,6 +570,7 @@ def _reason(profile: str, encoding: str, sample: Sample, leaks_plain: bool) -> s
         "percent": "not detected percent-encoded: the escaped `=`, `:` and quotes hide the context its rule needs",
         "json": "not detected JSON-escaped inside text: the escaped quotes and newlines hide its context",
         "split": "split across two turns: not detected in the two turns' texts joined either",
+        "split_appends": "split across two appends: not detected in the two turns' texts joined either",
         "offloaded": "not detected inside a large output next to unrelated lines",
         "tool_input": "not detected as a tool-call input value",
     }[encoding]

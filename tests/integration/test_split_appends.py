@@ -16,7 +16,7 @@ from api.app import create_app
 from tests.conftest import require
 from tests.integration.conftest import REDIS_URL, answers, flush_prefix, make_settings
 from tests.integration.test_planted_secrets import _database_dump, _redis_dump
-from worker import jobs
+from worker import appending, jobs
 from worker.resources import Resources
 from worker.store import snapshots
 from worker.store.tenants import create_tenant
@@ -141,3 +141,76 @@ def test_a_compaction_that_read_the_old_turn_does_not_bring_it_back(
     assert {w: [p for p, t in places.items() if w in t] for w in _windows(PASSWORD)} == {
         w: [] for w in _windows(PASSWORD)
     }
+
+
+TOKEN = "ghp_4f9c2A7bX1yZ0qW3eR5tY8uI6oP2aS4dF7gH"
+
+
+def _turns(res: Resources) -> list[str]:
+    with res.engine.connect() as conn:
+        return [row[0] for row in conn.execute(text("SELECT content FROM turns ORDER BY seq")).all()]
+
+
+def test_an_offloaded_output_that_ends_with_half_a_key_takes_the_rest_from_the_next_append(
+    service: Any,
+) -> None:
+    """The stored message is an output offloaded to a virtual file, so its text ends with the
+    pointer, not the half key: the boundary is scanned with the file's end. The new message loses
+    the rest; the stored preview and pointer stay as they are (the file keeps its half, README)."""
+    client, res, auth = service
+    output = "\n".join(f"{i:05d} resolving dependency graph: ok" for i in range(3000))
+    unit = [
+        {"role": "user", "content": "Show the environment."},
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "toolu_env", "name": "Bash", "input": {}}],
+        },
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "toolu_env",
+                    "content": f"{output}\nGH_TOKEN={TOKEN[:14]}",
+                }
+            ],
+        },
+    ]
+    assert client.post("/v1/sessions/s/turns", json={"messages": unit}, headers=auth).status_code == 200
+    stored_output = _turns(res)[-1]
+    assert "compactd: offloaded" in stored_output  # the premise: the output went to a file
+    rest = {"messages": [{"role": "assistant", "content": f"{TOKEN[14:]} is the CI token"}]}
+    assert client.post("/v1/sessions/s/turns", json=rest, headers=auth).status_code == 200
+    turns = _turns(res)
+    assert TOKEN[14:] not in turns[-1] and "[REDACTED:" in turns[-1] and "is the CI token" in turns[-1]
+    assert turns[-2] == stored_output
+
+
+def test_an_append_that_came_between_the_read_and_the_write_is_not_cut_against_a_stale_turn(
+    service: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An append reads the stored message it follows, then another append lands before its
+    transaction: it is ingested again against the new last message, so it neither keeps a cut made
+    against the old one nor cuts the newcomer's words (`Working on it.` stays whole)."""
+    client, res, auth = service
+    jwt = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U"
+    first = {"messages": [{"role": "user", "content": f"The header: {jwt[:17]}"}]}
+    assert client.post("/v1/sessions/s/turns", json=first, headers=auth).status_code == 200
+    real_read = appending.last_message
+    reads = []
+
+    def read_then_another_append(*args: Any) -> Any:
+        stored = real_read(*args)
+        reads.append(stored)
+        if len(reads) == 1:  # the outer append has read; another lands before it writes
+            between = {"messages": [{"role": "assistant", "content": "Working on it."}]}
+            assert client.post("/v1/sessions/s/turns", json=between, headers=auth).status_code == 200
+        return stored
+
+    monkeypatch.setattr(appending, "last_message", read_then_another_append)
+    outer = {"messages": [{"role": "assistant", "content": f"{jwt[17:]} is the token"}]}
+    assert client.post("/v1/sessions/s/turns", json=outer, headers=auth).status_code == 200
+    turns = _turns(res)
+    assert len(reads) == 3  # the outer read, the one between, the outer's read again
+    assert '"Working on it."' in turns[1], turns[1]
+    assert turns[2].endswith('is the token"}]'), turns[2]

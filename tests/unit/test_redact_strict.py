@@ -65,6 +65,9 @@ def test_strict_takes_what_standard_keeps(text: str, gone: str) -> None:
         'api_key = os.environ["KEY"]',
         "password:  # set me",
         "user: user",
+        # prose's small words and code's keywords after a credential's name hold no value
+        "Ask them for the password for the staging box.",
+        "credentials = new NetworkCredential(userName, userPassword)",
     ],
 )
 def test_strict_keeps_code_counts_and_private_addresses(text: str) -> None:

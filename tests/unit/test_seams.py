@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from worker.compaction.model import Policy
 from worker.compaction.pipeline import ingest
 from worker.redaction import Redactor
-from worker.redaction.seams import continued, edge_text, redact_seams, with_edge_text
+from worker.redaction.seams import continued, edge_text, redact_seams, reseam, with_edge_text
 
 R = Redactor(b"seam-key")
 KEY = "ghp_4f9c2A7bX1yZ0qW3eR5tY8uI6oP2aS4dF7gH"
@@ -165,3 +167,107 @@ def test_a_tokens_rest_ending_in_padding_is_not_taken_for_a_key_name(
 ) -> None:
     new_left, new_right = R.redact_seam(left, right)
     assert rest not in new_right and new_right.startswith("[REDACTED:"), (new_left, new_right)
+
+
+def _across_appends(left: str, right: str, redactor: Redactor = R) -> tuple[str, str]:
+    """The two halves as the store keeps them when `left` ended one append and `right` starts the
+    next: the first redacted alone and stored, the second ingested after it, the boundary reseamed."""
+    stored = ingest([{"role": "user", "content": left}], first_seq=1, redactor=redactor, policy=Policy())
+    first = stored.turns[0].content
+    msgs = [{"role": "assistant", "content": right}]
+    then = ingest(msgs, first_seq=2, redactor=redactor, policy=Policy(), after=("user", first))
+    stored_now = then.after if then.after is not None else first  # what the store writes back
+    return edge_text(stored_now, last=True), edge_text(then.turns[0].content, last=False)
+
+
+JWT = (
+    "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4gRG9lIiwiaWF0IjoxNTE2"
+    "MjM5MDIyfQ.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c"
+)
+
+
+def _windows_in(secret: str, *texts: str) -> list[str]:
+    return [secret[i : i + 8] for i in range(len(secret) - 7) if any(secret[i : i + 8] in t for t in texts)]
+
+
+def test_a_half_stored_before_the_next_append_is_joined_with_the_rest_as_it_came() -> None:
+    """A JWT cut in its header: the second append's half is a JWT alone from its payload on, so
+    redacting it alone first would leave the header's rest and hide the whole from the boundary's
+    scan; the append redacts the boundary before its own messages are redacted alone."""
+    left, right = _across_appends(f"The header: {JWT[:17]}", f"{JWT[17:]} is the session token")
+    assert _windows_in(JWT, left, right) == []
+    assert right.startswith("[REDACTED:") and right.endswith("] is the session token")
+
+
+def test_the_last_resort_redacts_the_halves_as_each_was_redacted_alone() -> None:
+    """reseam, for when the stored message changed after the append read it three times over:
+    a key recognised in the stored half takes its rest from the other (`continued`)."""
+    left = "[Interface]\nPrivateKey = " + R.placeholder("private_key", "AsaFot43bfs1fEWjvtty+rGcjh3rP")
+    first = (_text("1H6sug1l3u19ix=\nDNS = 10.0.0.1"),)
+    fixed = reseam((_text(left),), first, R)
+    assert fixed is not None and edge_text(fixed.first, last=False).startswith("[REDACTED:private_key:")
+    assert "1H6sug1l3u19ix" not in edge_text(fixed.first, last=False)
+
+
+@pytest.mark.parametrize(
+    ("left", "right", "kept"),
+    [
+        # a token recognised alone, its rest begun after the placeholder (`[REDACTED:…]-31`)
+        ("xoxa-2-511111111-31111111111-3111111111", "111-e039d02840a0b9379c is the bot", " is the bot"),
+        # a quoted string the boundary cuts, on a line where a redaction took its key's context
+        ('<add key="Password" value="Cleartext', 'Password1" />', '" />'),
+    ],
+)
+def test_a_half_recognised_alone_takes_the_rest_of_its_token(left: str, right: str, kept: str) -> None:
+    """Both profiles: neither half of the secret is left on its side."""
+    from worker.redaction.scanner import STRICT
+
+    left_half, right_half = re.split(r'[="]', left)[-1], right[: len(right) - len(kept)]
+    for redactor in (R, Redactor(b"seam-key", STRICT)):
+        new_left, new_right = _across_appends(left, right, redactor)
+        assert left_half not in new_left and right_half not in new_right, (new_left, new_right)
+        assert new_right.startswith("[REDACTED:") and new_right.endswith(kept)
+
+
+@pytest.mark.parametrize(
+    ("left", "right"),
+    [
+        ("the token " + R.placeholder("secret", "x") + " isn't", "working, it's odd"),  # prose
+        ("the token is " + R.placeholder("secret", "x") + ".", "Next, the tests."),  # a sentence's end
+        ("Saved the key " + R.placeholder("secret", "x") + " to Bob'", "s vault too."),  # no quote
+        ("Token " + R.placeholder("secret", "x") + " stored. Don'", "ll rotate it."),
+    ],
+)
+def test_what_follows_a_placeholder_is_not_taken_when_it_is_no_token(left: str, right: str) -> None:
+    assert continued(left, right, R) == (left, right)
+
+
+def test_a_quoted_value_does_not_stop_at_a_key_name_before_its_closing_quote() -> None:
+    """`'ATATT…HEA` | `M4Wiv_lS2p=569C'`: inside the quote, `name=` is the token's rest."""
+    token = (
+        "ATATT3xFfGF0"
+        + "Hv2D5CyGjDnjGL5j9medBUqpDdy923KtUnA3BBICVROxYboITpzmWeDhIeFvj" * 2
+        + "M4Wiv_lS2pCKo=569C722C"
+    )
+    cut = token.index("M4Wiv")
+    texts = _ingested(f"'token' => env('JIRA_API_TOKEN', '{token[:cut]}", f"{token[cut:]}'),\n],")
+    assert _windows_in(token, *texts) == [], texts
+
+
+@pytest.mark.parametrize(
+    ("left", "right", "rest"),
+    [
+        ('password: "correct horse', ' battery staple" for the db', "battery staple"),
+        ('DB_PASSWORD="Xk9mP2 vLq7', ' Wz4 horse" ok', "Wz4 horse"),
+    ],
+)
+def test_a_quoted_passphrase_the_stored_half_shows_redacted_goes_to_its_closing_quote(
+    left: str, right: str, rest: str
+) -> None:
+    """The stored half already redacted the value's first words (`"[REDACTED:…]`): its rest, spaces
+    and all, goes up to the closing quote, in both profiles, as it would within one append."""
+    from worker.redaction.scanner import STRICT
+
+    for redactor in (R, Redactor(b"seam-key", STRICT)):
+        _, new_right = _across_appends(left, right, redactor)
+        assert rest not in new_right and new_right.startswith("[REDACTED:"), new_right

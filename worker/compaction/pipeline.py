@@ -1,7 +1,7 @@
 """The recipe: ingest one append's messages, and compact a session's transcript, stage by stage.
 
 Public entry points (the worker, the API and the CLI call only these):
-    ingest(messages, first_seq=, redactor=, policy=) -> Ingested   (normalize, redact, offload, count)
+    ingest(messages, first_seq=, redactor=, policy=, after=) -> Ingested   (normalize, redact, offload, count)
     compact(transcript, policy, summarize=, force=, focus=, summarizer=) -> Compacted  (dedup, clip, summarize)
 and, in assemble.py, assemble(transcript) -> {"system": [...], "messages": [...]}.
 """
@@ -15,14 +15,14 @@ from typing import Any, Protocol
 from worker.compaction.assemble import strip_cache_control
 from worker.compaction.clip import Clip
 from worker.compaction.dedup import Dedup
-from worker.compaction.model import FileWrite, Policy, StageReport, Transcript, Turn
+from worker.compaction.model import Block, FileWrite, Policy, StageReport, Transcript, Turn
 from worker.compaction.normalize import normalize_message
 from worker.compaction.offload import Offload
 from worker.compaction.ports import Summarizer, SummarizerError
 from worker.compaction.summarize import Summarize
 from worker.compaction.tokens import count_message
 from worker.redaction import Redactor
-from worker.redaction.seams import redact_seams
+from worker.redaction.seams import Message, redact_seams
 
 
 class Stage(Protocol):
@@ -33,6 +33,9 @@ class Stage(Protocol):
 class Ingested:
     turns: tuple[Turn, ...]
     files: tuple[FileWrite, ...]
+    # `after`'s blocks with the part of a secret that crosses into the first message redacted
+    # (None: nothing crosses)
+    after: tuple[Block, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,22 +49,36 @@ class Compacted:
         return self.transcript.tokens()
 
 
-def ingest(messages: Sequence[Any], *, first_seq: int, redactor: Redactor, policy: Policy) -> Ingested:
+def ingest(
+    messages: Sequence[Any],
+    *,
+    first_seq: int,
+    redactor: Redactor,
+    policy: Policy,
+    after: Message | None = None,
+) -> Ingested:
     """Normalize, redact, offload and count each message, before anything is persisted. A secret
-    split between two consecutive messages is redacted on both sides (worker/redaction/seams.py).
+    split between two consecutive messages is redacted on both sides (worker/redaction/seams.py),
+    the boundary with `after` (the stored message these follow, redacted already) included.
 
     Raises InvalidTranscript naming the bad message. Offloaded payloads come back as files.
     """
     normalized = [normalize_message(m, f"messages[{i}]") for i, m in enumerate(messages)]
-    turns = []
     # a secret cut in two by a message boundary first: neither half is recognisable alone
-    for i, (role, blocks) in enumerate(redact_seams(normalized, redactor)):
+    # (the stored message this append follows first: its end is scanned with the new first message)
+    if after is not None:
+        before, *seamed = redact_seams([after, *normalized], redactor, stored_first=True)
+    else:
+        before, seamed = None, redact_seams(normalized, redactor)
+    turns = []
+    for i, (role, blocks) in enumerate(seamed):
         blocks = tuple(redactor.redact_block(strip_cache_control(b)) for b in blocks)
         turns.append(Turn(seq=first_seq + i, role=role, content=blocks, tokens=count_message(blocks)))  # type: ignore[arg-type]
     offloaded = Offload(policy.offload_tokens, policy.preview_tokens)(
         Transcript(system="", turns=tuple(turns))
     )
-    return Ingested(turns=offloaded.turns, files=offloaded.files)
+    changed = before[1] if before is not None and after is not None and before[1] is not after[1] else None
+    return Ingested(turns=offloaded.turns, files=offloaded.files, after=changed)
 
 
 def default_stages(

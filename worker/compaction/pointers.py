@@ -49,6 +49,17 @@ def offloaded(total_tokens: int, lines: int, ref: str) -> str:
     )
 
 
+_OFFLOADED_END = re.compile(
+    r"read_file ref=(f_[0-9a-f]{16}) \(line ranges\) or grep ref=\1 pattern=\.\.\.\]\Z"
+)
+
+
+def offloaded_ref(text: str) -> str | None:
+    """The ref of the virtual file a text that ends with an `offloaded` pointer stands for."""
+    found = _OFFLOADED_END.search(text)
+    return found.group(1) if found else None
+
+
 def argument_clipped(chars_cut: int, ref: str) -> str:
     return (
         f"\n[compactd: argument clipped, {chars_cut:,} more characters. The file is on disk (re-read it), "

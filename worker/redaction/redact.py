@@ -63,10 +63,14 @@ _KEY_NAME = re.compile(rb"[$@]?[A-Za-z_][A-Za-z0-9_.-]{0,39}")
 _ASSIGN = re.compile(rb"[\"']?(?:[ \t]+(?:=>|:?=|:)|=>|:?=(?![=\s]|\Z|[\"'`](?:[\s,;)\]}>\\]|\Z))|:[ \t])")
 
 
-def _runs_into_key(data: bytes, join: int, end: int) -> bool:
+def _runs_into_key(data: bytes, start: int, join: int, end: int) -> bool:
     """Whether the part of a secret after the join, data[join:end], starts with a key name and
     its operator (`$token = "`, `NEXT_KEY=`): a value that read on into the next text's key. A
-    name that looks random is the token's rest, not a key (`…v5U0QtygZbxhUG73VMwzmlHEAM4Wiv=5…`)."""
+    name that looks random is the token's rest, not a key (`…v5U0QtygZbxhUG73VMwzmlHEAM4Wiv=5…`),
+    and so is anything before the closing quote of a value quoted before the join (`'ATATT…`)."""
+    quote = data[start - 1 : start]
+    if quote and quote in b"\"'`" and quote not in data[start:join]:
+        return False
     name = _KEY_NAME.match(data, join, end)
     if name is None or _ASSIGN.match(data, name.end()) is None:
         return False
@@ -200,7 +204,7 @@ class Redactor:
         # a value that ran on into the next text's key name (`Secret=x9` | `$token = "…"`) ends here
         cuts = [
             (s, join, k, data[s:join].decode("utf-8", "surrogatepass"))
-            if s < join < e and (s, join) in alone and _runs_into_key(data, join, e)
+            if s < join < e and (s, join) in alone and _runs_into_key(data, s, join, e)
             else (s, e, k, v)
             for s, e, k, v in cuts
         ]

@@ -4,6 +4,7 @@ starts with are redacted as one (Redactor.seam_cuts), before each block is redac
     edge_text(blocks, last=True)        the text a message ends with ("" when it ends otherwise)
     with_edge_text(blocks, text, last)  the blocks with that text replaced
     redact_seams(messages, redactor)    every boundary between consecutive messages, redacted
+    continued_cuts(left, right)         the rest of a token that a redacted half shows the start of
     reseam(previous, first, redactor)   the boundary with the turn stored before an append
     rewrite_turn_end(turns, seq, a, b)  a snapshot's copy of that stored turn, rewritten alike
 
@@ -11,11 +12,16 @@ A message's edge is its first or last block when that block is text (a text bloc
 given as a string or ending/starting with a text block); a boundary next to a tool call's input,
 an image or a thinking block joins nothing (a signed thinking block is never edited).
 
-Across two appends the first half is stored already: the store (append_turns) rewrites that turn
-and the copy of it in the session's snapshots (their prompt is assembled again); the API then drops
-the cached prompt. A half recognised alone, on either side, takes the unbroken rest of its token
-on the other side with it (`continued`: a PEM key to its END line, any other to the next space or
-quote). Within one append that is not needed: both halves are seen before either is redacted.
+Across two appends the first half is stored already, redacted alone. The append reads that stored
+message first, and its ingest scans the boundary with its own first message as it came, before
+that one is redacted alone, as within one append (pipeline.ingest, `after=`; `stored_first`). Where
+redacting the stored half alone took what shows the rest for a secret, the rest goes with it
+(`continued_cuts`): the unbroken rest of a token whose start is a placeholder (a PEM key's to its
+END line), a quoted string cut on a line where a secret was redacted. The store (append_turns)
+then rewrites that turn and the copy of it in the session's snapshots (their prompt is assembled
+again); the API drops the cached prompt. When another append came between (the stored message is
+no longer the one read), the append is ingested again (appending.py); `reseam` is the last resort.
+A stored message offloaded to a virtual file is scanned with that file's end (its half stays there).
 """
 
 from __future__ import annotations
@@ -78,13 +84,17 @@ def with_edge_text(blocks: tuple[Block, ...], text: str, *, last: bool) -> tuple
     return (*blocks[:at], new, *blocks[at + 1 :])
 
 
-def redact_seams(messages: Sequence[Message], redactor: Redactor) -> list[Message]:
+def redact_seams(
+    messages: Sequence[Message], redactor: Redactor, *, stored_first: bool = False
+) -> list[Message]:
     """messages with every secret that crosses the boundary of two consecutive ones replaced on
     both sides; a message left unchanged is returned as it was.
 
     Every boundary is scanned in the texts as they came, so what one boundary replaces never
     hides a secret from the next (a value that ran on into a message whose end starts a key).
-    A message whose one text both boundaries cut gets both cuts, merged where they overlap."""
+    A message whose one text both boundaries cut gets both cuts, merged where they overlap.
+    `stored_first`: the first message is stored already, redacted alone (the one an append
+    follows), so a secret it shows redacted takes the rest of its token first (`continued_cuts`)."""
     starts: list[list[Cut]] = [[] for _ in messages]
     ends: list[list[Cut]] = [[] for _ in messages]
     for i in range(len(messages) - 1):
@@ -92,6 +102,9 @@ def redact_seams(messages: Sequence[Message], redactor: Redactor) -> list[Messag
         right = edge_text(messages[i + 1][1], last=False)
         if left and right:
             ends[i], starts[i + 1] = redactor.seam_cuts(left, right)
+            if stored_first and i == 0:  # and what a secret the stored half shows redacted runs on into
+                ran_on = continued_cuts(left, right)
+                ends[i], starts[i + 1] = ends[i] + ran_on[0], starts[i + 1] + ran_on[1]
     out = list(messages)
     made: dict[tuple[str, str], str] = {}  # a crossing secret is one placeholder on both sides
     for i, (role, blocks) in enumerate(messages):
@@ -119,38 +132,99 @@ class Reseamed:
 
 
 # a placeholder at the very end (start) of a text, and the run of a token that continues it
-_ENDS_REDACTED = re.compile(r"\[REDACTED:([a-z0-9_]+):[0-9a-f]{8}\]\Z")
-_STARTS_REDACTED = re.compile(r"\A\[REDACTED:([a-z0-9_]+):[0-9a-f]{8}\]")
+_PLACEHOLDER = re.compile(r"\[REDACTED:([a-z0-9_]+):[0-9a-f]{8}\]")
+# (a placeholder at the end, or followed only by the start of the token's rest: `[REDACTED:…]-31`)
+_ENDS_REDACTED = re.compile(
+    _PLACEHOLDER.pattern + r"((?=[A-Za-z0-9_+/=.-]*[A-Za-z0-9])[A-Za-z0-9_+/=.-]*)?\Z"
+)
+_STARTS_REDACTED = re.compile(r"\A" + _PLACEHOLDER.pattern)
 _LEADING_RUN = re.compile(r"\A[^\s\"'`,;)\]}>]+")
 _TRAILING_RUN = re.compile(r"[^\s\"'`=:,;(\[{<]+\Z")
-# the rest of a key block that is not PEM (WireGuard `PrivateKey = …`): key material only
-_KEY_RUN = re.compile(r"\A[A-Za-z0-9+/=]{16,}")
-_PEM_REST = re.compile(r"\A[A-Za-z0-9+/=\s]*?-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----")
+# the rest of a key block that is not PEM (WireGuard `PrivateKey = …`): key material only; a PEM
+# key's to its END line, its line breaks maybe escaped (`\\n` in a JSON string shown as text)
+_KEY_RUN = re.compile(r"\A[A-Za-z0-9+/=]+")
+_PEM_REST = re.compile(r"\A[A-Za-z0-9+/=\s\\]*?-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----")
+# a quoted string still open at a text's end (its last line), and the rest of it the next text
+# starts with: no white space in either part, and the quote opens (no letter or digit before it:
+# `Bob's`, `Don't` are no strings); one whose content a redaction starts runs on across spaces
+# (`password: "[REDACTED:…]` | `battery staple" …`: a passphrase the first half already showed)
+_OPEN_QUOTE = re.compile(r"(?<![A-Za-z0-9])([\"'`])([^\s\"'`]*)\Z")
+_OPEN_REDACTED = re.compile(r"(?<![A-Za-z0-9])([\"'`])(\[REDACTED:[a-z0-9_]+:[0-9a-f]{8}\][^\n\"'`]*)\Z")
 
 
-def continued(left: str, right: str, redactor: Redactor) -> tuple[str, str]:
-    """Both already redacted alone: a secret recognised in one half whose other half runs on,
-    unbroken, across the boundary (`…[REDACTED:x]` | `Qq0Pp rest`) loses that other half too; a
-    private key's rest runs to its END line."""
-    if (end := _ENDS_REDACTED.search(left)) is not None:
-        kind = end.group(1)
+def _open_string(left: str, right: str) -> tuple[int, int, str] | None:
+    """A quoted string cut by the boundary on a line where a secret was redacted already, left
+    alone (`value=[REDACTED:…] "Cl` | `eartextPassword1" />`): redacting that secret took the
+    context that would show the string for a credential, so the string goes too. (where it starts
+    in `left`, where it ends in `right`, the kind of the line's last placeholder); None otherwise."""
+    line = left[left.rfind("\n") + 1 :]
+    kinds = _PLACEHOLDER.findall(line)
+    spaced = _OPEN_REDACTED.search(line)
+    opened = spaced or _OPEN_QUOTE.search(line)
+    if not kinds or opened is None or line[: opened.start()].count(opened.group(1)) % 2:
+        return None  # no redaction on the line, no open string, or the quote found closes one
+    rest = r"[^\n\"'`]*" if spaced else r"[^\s\"'`]*"
+    close = re.match(rest + re.escape(opened.group(1)), right)
+    if close is None or (close.end() == 1 and not opened.group(2)):
+        return None
+    lead = _PLACEHOLDER.match(opened.group(2))  # a placeholder the string starts with stays
+    start = len(left) - len(opened.group(2)) + (lead.end() if lead else 0)
+    return start, close.end() - 1, kinds[-1]
+
+
+def _nbytes(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def continued_cuts(left: str, right: str) -> tuple[list[Cut], list[Cut]]:
+    """Where a secret that one half shows redacted runs on, unbroken, across the boundary
+    (`…[REDACTED:x]` | `Qq0Pp rest`): that other half is cut too (`left` redacted alone; `right`
+    redacted alone too, or as it came). A private key's rest runs to its END line, a quoted
+    string to its closing quote (`_open_string`). (left cuts, right cuts) as seam_cuts gives them."""
+    size = _nbytes(left)
+    if (string := _open_string(left, right)) is not None:
+        start, end, kind = string
+        taken = left[start:] + right[:end]
+        if taken:
+            at = _nbytes(left[:start])
+            return (
+                [(at, size, kind, taken)] if at < size else [],
+                [(0, _nbytes(right[:end]), kind, taken)] if end else [],
+            )
+    if (end_of := _ENDS_REDACTED.search(left)) is not None and not _STARTS_REDACTED.match(right):
+        kind, rest = end_of.group(1), end_of.group(2) or ""
         run = (
             _PEM_REST.match(right) or _KEY_RUN.match(right)
             if kind == "private_key"
             else _LEADING_RUN.match(right)
         )
         if run is not None and run.group(0).strip():
-            return left, redactor.placeholder(kind, run.group(0)) + right[run.end() :]
-    if (start := _STARTS_REDACTED.match(right)) is not None:
-        run = _TRAILING_RUN.search(left)
-        if run is not None:
-            return left[: run.start()] + redactor.placeholder(start.group(1), run.group(0)), right
-    return left, right
+            taken = rest + run.group(0)
+            return (
+                [(size - _nbytes(rest), size, kind, taken)] if rest else [],
+                [(0, _nbytes(run.group(0)), kind, taken)],
+            )
+    if (start_of := _STARTS_REDACTED.match(right)) is not None:
+        tail = _TRAILING_RUN.search(left)
+        if tail is not None:
+            return [(_nbytes(left[: tail.start()]), size, start_of.group(1), tail.group(0))], []
+    return [], []
+
+
+def continued(left: str, right: str, redactor: Redactor) -> tuple[str, str]:
+    """Both texts with the cuts of `continued_cuts` replaced (one placeholder on both sides)."""
+    left_cuts, right_cuts = continued_cuts(left, right)
+    made: dict[tuple[str, str], str] = {}
+    return redactor.apply_cuts(left, left_cuts, made), redactor.apply_cuts(right, right_cuts, made)
 
 
 def reseam(previous: tuple[Block, ...], first: tuple[Block, ...], redactor: Redactor) -> Reseamed | None:
-    """The boundary between a stored message and the first one of a new append (both already
-    redacted on their own), redacted as one; None when no secret crosses it."""
+    """The boundary between a stored message and the first one of a new append, both redacted
+    alone, redacted as one; None when no secret crosses it. A fallback: an append scans that
+    boundary at ingest, with its first message as it came (pipeline.ingest `after=`, `reseamed`);
+    this is for when the stored message changed since (appending.py retries before it comes to
+    that). A secret recognised in one half takes the rest of its token from the other
+    (`continued`), else the two are scanned joined."""
     left, right = edge_text(previous, last=True), edge_text(first, last=False)
     if not left or not right:
         return None
@@ -159,12 +233,19 @@ def reseam(previous: tuple[Block, ...], first: tuple[Block, ...], redactor: Reda
         new_left, new_right = redactor.redact_seam(left, right)
     if new_left is left and new_right is right:
         return None
-    same = next((i for i, (a, b) in enumerate(zip(left, new_left, strict=False)) if a != b), len(left))
-    return Reseamed(
-        with_edge_text(previous, new_left, last=True),
-        with_edge_text(first, new_right, last=False),
-        (left[same:], new_left[same:]),
+    return reseamed(
+        previous, with_edge_text(previous, new_left, last=True), with_edge_text(first, new_right, last=False)
     )
+
+
+def reseamed(
+    previous: tuple[Block, ...], new_previous: tuple[Block, ...], first: tuple[Block, ...]
+) -> Reseamed:
+    """The stored message rewritten at the boundary with an append's `first` message (its start
+    redacted already), and the text the rewrite took from its end."""
+    left, new_left = edge_text(previous, last=True), edge_text(new_previous, last=True)
+    same = next((i for i, (a, b) in enumerate(zip(left, new_left, strict=False)) if a != b), len(left))
+    return Reseamed(new_previous, first, (left[same:], new_left[same:]))
 
 
 def rewrite_turn_end(turns: tuple[Turn, ...], seq: int, taken: str, put: str) -> tuple[Turn, ...] | None:

@@ -83,6 +83,13 @@ _NOT_HELD = frozenset(
         "txt",
     ]
 )
+# prose's small words after a credential's name (`the password for the user`, `token is`) and
+# code's keywords before an expression (`credentials = new NetworkCredential(…)`): no value
+_PROSE_WORDS = (
+    "a an the for of to in on at by as with from and or is are was be been will can must should not"
+    " that this it if when you your we our new await function lambda"
+)
+_PROSE = frozenset(_PROSE_WORDS.split())
 _HELD = ("password", "passwd", "passphrase", "secret", "token", "apikey", "credential", "privatekey")
 
 
@@ -90,9 +97,9 @@ _HELD = ("password", "passwd", "passphrase", "secret", "token", "apikey", "crede
 _MINTED = re.compile(r"(?:toolu|srvtoolu|msg|req|call|file)_")
 # what holds no literal: a call or an attribute (`document.querySelector(…)`, `project.id`),
 # a subscript (`os.environ["KEY"]`), a literal of the language (`null`, `true`, `:unique`), a
-# number, a camelCase variable (`csrfToken`)
+# number, a camelCase variable (`csrfToken`), a constructor (`new NetworkCredential(…)`)
 _CODE = re.compile(
-    r"[^\s(]*\(|[A-Za-z_$][\w$]*(?:(?:\.|::|->)[A-Za-z_$][\w$]*)+$|(?i:null|nil|none|true|false)$|:\w+$|\d+$"
+    r"(?:(?:new|await)\s+)?[^\s(]*\(|[A-Za-z_$][\w$]*(?:(?:\.|::|->)[A-Za-z_$][\w$]*)+$|(?i:null|nil|none|true|false)$|:\w+$|\d+$"
     r"|[a-z]+[A-Z][A-Za-z0-9]*$|[A-Za-z_$][\w$.]*\["
 )
 
@@ -144,7 +151,7 @@ def held(value: str, quoted: bool, key: str) -> bool:
     written unquoted (a call, an attribute, a language literal) and, under a bare `key`, short
     values (`keys: :unique`). References (`$Password`, `%PASS%`, `SOME_TOKEN`) are taken."""
     v = value.strip()
-    if not any(c.isalnum() for c in v) or (not quoted and _CODE.match(v)):
+    if not any(c.isalnum() for c in v) or (not quoted and (_CODE.match(v) or v.lower() in _PROSE)):
         return False
     named = secret_kind_of_key(key)
     return not (named is not None and not named[1] and len(v) < 8)

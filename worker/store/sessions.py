@@ -292,6 +292,27 @@ def get_session(engine: Engine, tenant_id: int, client_id: str) -> Any:
         return find_session(conn, tenant_id, client_id)
 
 
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """A session's last stored message."""
+
+    session_pk: int
+    role: str
+    blocks: tuple[Block, ...]
+
+
+def last_message(engine: Engine, tenant_id: int, client_id: str) -> Stored | None:
+    """The session's last stored message, None before its first append."""
+    query = (
+        select(S.c.id, TT.c.role, TT.c.content)
+        .select_from(S.join(TT, (TT.c.session_id == S.c.id) & (TT.c.seq == S.c.version)))
+        .where(S.c.tenant_id == tenant_id, S.c.client_id == client_id)
+    )
+    with read_tx(engine) as conn:
+        row = conn.execute(query).first()
+    return None if row is None else Stored(row.id, row.role, tuple(orjson.loads(row.content)))
+
+
 def get_session_by_pk(engine: Engine, session_pk: int) -> Any:
     with read_tx(engine) as conn:
         return conn.execute(select(S).where(S.c.id == session_pk)).first()
