@@ -7,6 +7,7 @@ from typing import Any
 
 import structlog
 from celery import Task
+from celery.exceptions import SoftTimeLimitExceeded
 from structlog.contextvars import bound_contextvars
 
 from worker import appending, jobs
@@ -20,6 +21,9 @@ LOCKED_MAX_RETRIES = 200  # past lock_seconds (120 s) at 2 s a try: the lock has
 # An enqueued append waits out a database outage this long (backoff to 60 s a try), then is recorded
 # as rejected rather than retried forever.
 APPEND_MAX_RETRIES = 30
+# An append cut off by the soft time limit rolled back; it is tried this many more times (a loaded
+# machine, a cold process), then recorded as rejected: too slow for the limit, not lost.
+SLOW_APPEND_MAX_RETRIES = 3
 # as api/app.py's JOB_CLAIM_SECONDS: one compaction job pending per session, whoever appended
 JOB_CLAIM_SECONDS = 30.0
 
@@ -84,7 +88,8 @@ def append(self: Task, *args: Any, **message: Any) -> dict[str, Any]:
     activity?), with the HTTP append's validation, redaction and idempotency (worker/appending.py).
 
     Acked only when done, and requeued if its worker dies: a message is stored once or recorded
-    as rejected, never lost. Only a database outage is retried.
+    as rejected, never lost. A database outage and the soft time limit are retried (the task id is
+    the idempotency key, so a retry of a stored append is a replay).
     """
     task_id = str(self.request.id)
     with bound_contextvars(task_id=task_id, session_id=str(message.get("session_id", ""))[:200]):
@@ -100,6 +105,13 @@ def append(self: Task, *args: Any, **message: Any) -> dict[str, Any]:
                 reason = f"gave up after {APPEND_MAX_RETRIES} retries: {exc}"
                 return appending.reject(res, task_id, None, str(message.get("session_id", ""))[:200], reason)
             raise self.retry(exc=exc, countdown=min(60, 2**self.request.retries)) from exc
+        except SoftTimeLimitExceeded as exc:
+            if self.request.retries >= SLOW_APPEND_MAX_RETRIES:
+                limit = res.settings.task_time_limit_seconds
+                reason = f"did not finish within the task time limit ({limit} s) in {self.request.retries + 1} tries"
+                return appending.reject(res, task_id, None, str(message.get("session_id", ""))[:200], reason)
+            log.warning("append.soft_time_limit", retries=self.request.retries)
+            raise self.retry(exc=exc, countdown=1 + self.request.retries) from exc
 
 
 def _enqueue_compaction(tenant_id: int, session_pk: int, version: int) -> None:

@@ -9,8 +9,10 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -206,6 +208,19 @@ def pairs(key: str, sid: str, count: int) -> list[dict[str, Any]]:
     ]
 
 
+def prompt_at(http: httpx.Client, sid: str, version: int, timeout: float) -> dict[str, Any]:
+    """The session's served prompt once its version reaches `version` (it may pass it)."""
+    return wait_for(
+        lambda: (
+            (r := http.get(f"/v1/sessions/{sid}/prompt")).status_code == 200
+            and r.json()["version"] >= version
+            and r.json()
+        ),
+        timeout=timeout,
+        interval=0.2,
+    )
+
+
 def pool_children(pid: int) -> list[int]:
     out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
     return [int(p) for p in out.split()]
@@ -226,28 +241,18 @@ def test_an_append_whose_worker_process_is_killed_is_stored_once_after_redeliver
         wait_for(lambda seen=seen: RECEIVED.search(worker.log.read_text()[seen:]), timeout=30, interval=0.02)
         for child in pool_children(worker.proc.pid):
             os.kill(child, signal.SIGKILL)
-        prompt = wait_for(
-            lambda sid=sid: (
-                (r := api.get(f"/v1/sessions/{sid}/prompt")).status_code == 200
-                and r.json()["version"] >= 23
-                and r.json()
-            ),
-            timeout=90,
-        )
+        prompt = prompt_at(api, sid, 23, timeout=90)
         assert prompt["version"] == 23
         if "WorkerLostError" in worker.log.read_text()[seen:]:
             break
     assert "WorkerLostError" in worker.log.read_text(), "no kill landed while an append was running"
 
 
-@pytest.mark.slow
-def test_queued_appends_survive_a_killed_worker_and_land_after_a_new_one_starts(
-    tmp_path: Path, redis_url: str
-) -> None:
-    """Appends queued and in flight when the whole worker is SIGKILLed are all stored, once, after
-    a new worker starts (the in-flight one after the broker's visibility timeout)."""
+@contextmanager
+def short_limit_service(tmp_path: Path, redis_url: str) -> Iterator[tuple[Settings, httpx.Client]]:
+    """An API process of this test's own with a 5 s task limit (soft limit 1 s; the broker's
+    visibility timeout, 2 x limit + idle + 60 s, about 70 s), and a client holding its key."""
     key = f"cpd_{uuid.uuid4().hex}"
-    # a short task limit makes the visibility timeout (2 x limit + idle + 60 s) about 70 s
     settings = make_settings(
         tmp_path,
         f"sqlite:///{tmp_path / 'compactd.db'}",
@@ -257,35 +262,79 @@ def test_queued_appends_survive_a_killed_worker_and_land_after_a_new_one_starts(
         task_time_limit_seconds=5,
     )
     api_proc = Worker(settings, "api", log=tmp_path / "api.log")
-    first = second = None
     try:
         api_proc.wait_ready("api.started", timeout=120)
-        http = httpx.Client(
-            base_url=f"http://127.0.0.1:{settings.port}", headers={"Authorization": f"Bearer {key}"}
-        )
+        auth = {"Authorization": f"Bearer {key}"}
+        with httpx.Client(base_url=f"http://127.0.0.1:{settings.port}", headers=auth) as http:
+            yield settings, http
+    finally:
+        api_proc.stop()
+        flush_prefix(redis_url, settings.redis_prefix)
+
+
+@pytest.mark.slow
+def test_queued_appends_survive_a_killed_worker_and_land_after_a_new_one_starts(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """Appends queued and in flight when the whole worker is SIGKILLed are all stored, once, after
+    a new worker starts (the in-flight one after the broker's visibility timeout)."""
+    with short_limit_service(tmp_path, redis_url) as (settings, http):
+        key = settings.default_api_key or ""
         http.post("/v1/sessions/w/turns", json={"messages": [user("start")]}).raise_for_status()
         send_from_other_process(settings, tmp_path, pairs(key, "w", 31))
         first = Worker(settings, "worker", "--concurrency=1", log=tmp_path / "worker1.log")
-        first.wait_ready(timeout=120)
-        wait_for(lambda: RECEIVED.search(first.log.read_text()), timeout=30, interval=0.02)
-        for pid in [*pool_children(first.proc.pid), first.proc.pid]:
-            os.kill(pid, signal.SIGKILL)
-        first.proc.wait()
-        second = Worker(settings, "worker", "--concurrency=1", log=tmp_path / "worker2.log")
-        second.wait_ready(timeout=120)
-        prompt = wait_for(
-            lambda: (
-                (r := http.get("/v1/sessions/w/prompt")).status_code == 200
-                and r.json()["version"] >= 63
-                and r.json()
-            ),
-            timeout=150,
-            interval=0.5,
-        )
-        assert prompt["version"] == 63
-        http.close()
-    finally:
-        for proc in (first, second, api_proc):
-            if proc is not None:
-                proc.stop()
-        flush_prefix(redis_url, settings.redis_prefix)
+        second = None
+        try:
+            first.wait_ready(timeout=120)
+            wait_for(lambda: RECEIVED.search(first.log.read_text()), timeout=30, interval=0.02)
+            for pid in [*pool_children(first.proc.pid), first.proc.pid]:
+                os.kill(pid, signal.SIGKILL)
+            first.proc.wait()
+            second = Worker(settings, "worker", "--concurrency=1", log=tmp_path / "worker2.log")
+            second.wait_ready(timeout=120)
+            prompt = prompt_at(http, "w", 63, timeout=150)
+            assert prompt["version"] == 63
+        finally:
+            for proc in (first, second):
+                if proc is not None:
+                    proc.stop()
+
+
+@pytest.mark.slow
+def test_an_append_cut_off_by_the_soft_time_limit_is_retried_and_stored_once(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """The pool process is frozen (SIGSTOP) past the soft time limit while it runs an append: the
+    append rolls back and is tried again, so every message is stored once (a clean-clone CI run
+    lost one: a cold process's first ~4 MB append outran a 1 s soft limit and was dropped)."""
+    with short_limit_service(tmp_path, redis_url) as (settings, http):
+        key = settings.default_api_key or ""
+        worker = Worker(settings, "worker", "--concurrency=1", log=tmp_path / "worker.log")
+        try:
+            worker.wait_ready(timeout=120)
+            # a freeze can land between tasks: try again with a new session until one lands mid-task
+            for attempt in range(5):
+                sid = f"s{attempt}"
+                http.post(f"/v1/sessions/{sid}/turns", json={"messages": [user("start")]}).raise_for_status()
+                seen = len(worker.log.read_text())
+                send_from_other_process(settings, tmp_path, pairs(key, sid, 4))
+                wait_for(
+                    lambda seen=seen: RECEIVED.search(worker.log.read_text()[seen:]),
+                    timeout=30,
+                    interval=0.02,
+                )
+                children = pool_children(worker.proc.pid)
+                for child in children:
+                    os.kill(child, signal.SIGSTOP)
+                time.sleep(2.0)
+                for child in children:
+                    os.kill(child, signal.SIGCONT)
+                prompt = prompt_at(http, sid, 9, timeout=90)
+                assert prompt["version"] == 9
+                if "append.soft_time_limit" in worker.log.read_text()[seen:]:
+                    break
+            log = worker.log.read_text()
+            assert "append.soft_time_limit" in log, "no freeze landed while an append was running"
+            assert "append.rejected" not in log
+        finally:
+            worker.stop()
