@@ -45,7 +45,8 @@ def create_app(settings: Settings, *, enqueue: Enqueue | None = None, log_setup:
             settings.rate_limit_burst,
             res.cache.breaker,
         )
-        app.state.enqueue = enqueue or celery_enqueue(settings, res)
+        owned = None if enqueue else celery_enqueue(settings, res)
+        app.state.enqueue = enqueue or owned
         app.state.metrics.attach(res)
         # start-up garbage is long-lived: move it out of the collector's way (cuts p99)
         gc.collect()
@@ -59,6 +60,8 @@ def create_app(settings: Settings, *, enqueue: Enqueue | None = None, log_setup:
             flusher.cancel()
             await _flush_once(app, res)
             await run_in_threadpool(app.state.metrics.close)
+            if owned is not None:
+                owned.close()
             res.close()
 
     app = FastAPI(
@@ -154,18 +157,21 @@ async def _flush_once(app: FastAPI, res: Resources) -> None:
 JOB_CLAIM_SECONDS = 30.0
 
 
-def celery_enqueue(settings: Settings, res: Resources) -> Enqueue:
+class CeleryEnqueue:
     """Make sure one compaction job is pending for the session (ids only), to run at once.
 
     Coalesced, not debounced: while a job waits, appends send nothing more. A broker outage is
-    logged, and the beat sweep catches up.
+    logged, and the beat sweep catches up. `close()` (or `with`) releases the broker connections.
     """
-    celery = sender(settings)
-    shared_broker = broker_url(settings) == redis_url(settings)
 
-    def enqueue(tenant_id: int, session_pk: int, version: int) -> None:
-        claimed = res.cache.claim_job(session_pk, JOB_CLAIM_SECONDS)
-        if claimed is None and shared_broker:
+    def __init__(self, settings: Settings, res: Resources) -> None:
+        self.settings, self.res = settings, res
+        self.celery = sender(settings)
+        self.shared_broker = broker_url(settings) == redis_url(settings)
+
+    def __call__(self, tenant_id: int, session_pk: int, version: int) -> None:
+        claimed = self.res.cache.claim_job(session_pk, JOB_CLAIM_SECONDS)
+        if claimed is None and self.shared_broker:
             # Redis is down and it is the broker too: sending would only wait out its timeouts.
             # The turns are committed; the beat sweep compacts the session once Redis is back.
             log.warning("compaction.enqueue_skipped", session_id=session_pk, reason="redis_unavailable")
@@ -173,17 +179,29 @@ def celery_enqueue(settings: Settings, res: Resources) -> Enqueue:
         if claimed is False:
             return
         try:
-            celery.send_task(
+            self.celery.send_task(
                 "compactd.compact",
                 args=[tenant_id, session_pk, version],
-                queue=settings.queue,
+                queue=self.settings.queue,
                 retry=False,
             )
         except Exception as exc:
-            res.cache.release_job_claim(session_pk)
+            self.res.cache.release_job_claim(session_pk)
             log.warning("compaction.enqueue_failed", session_id=session_pk, error=type(exc).__name__)
 
-    return enqueue
+    def close(self) -> None:
+        self.celery.close()
+
+    def __enter__(self) -> CeleryEnqueue:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+def celery_enqueue(settings: Settings, res: Resources) -> CeleryEnqueue:
+    """The default `enqueue`: compaction jobs sent through the broker (close it when done)."""
+    return CeleryEnqueue(settings, res)
 
 
 class BodyLimit:

@@ -285,7 +285,8 @@ def run_prune(args: argparse.Namespace) -> int:
     res = Resources.build(settings)
     try:
         if not args.dry_run:
-            report = jobs.prune_now(res, enqueue=celery_enqueue(settings, res))
+            with celery_enqueue(settings, res) as enqueue:
+                report = jobs.prune_now(res, enqueue=enqueue)
             print(" ".join(f"{k}={v}" for k, v in report.items()))
             return 0
         plans = jobs.prune_plans(res)

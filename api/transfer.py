@@ -176,35 +176,35 @@ def run_import(args: argparse.Namespace) -> int:
     keys = chunk_keys(data, imported.format, args.chunk, len(parts))
     with _store(command) as res:
         tenant, tenant_name = _tenant_id(res, args.tenant, command)
-        enqueue = celery_enqueue(res.settings, res)
-        recorder = recorder_for(res.cache)  # /metrics counts an imported chunk as an append
-        bar = Progress(f"import {args.file.name}", len(imported.messages), enabled=show_progress(args))
-        new, last = 0, None
-        for i, (part, key) in enumerate(zip(parts, keys, strict=True)):
-            body = AppendRequest(
-                messages=part,
-                system=(imported.system or None) if i == 0 else None,
-                context_window=args.context_window if i == 0 else None,
-            )
-            try:
-                outcome = append_messages(
-                    res, tenant, args.session, body, idempotency_key=key, activity=None, enqueue=enqueue
+        with celery_enqueue(res.settings, res) as enqueue:
+            recorder = recorder_for(res.cache)  # /metrics counts an imported chunk as an append
+            bar = Progress(f"import {args.file.name}", len(imported.messages), enabled=show_progress(args))
+            new, last = 0, None
+            for i, (part, key) in enumerate(zip(parts, keys, strict=True)):
+                body = AppendRequest(
+                    messages=part,
+                    system=(imported.system or None) if i == 0 else None,
+                    context_window=args.context_window if i == 0 else None,
                 )
-            except (BrokenConversation, CompactionError, IdempotencyMismatch) as exc:
-                bar.close()
-                recorder.flush()
-                first = i * args.chunk
-                raise SystemExit(
-                    f"{command}: messages {first}-{first + len(part) - 1} refused: {exc}"
-                    " (the chunks before were stored; a re-run continues from there)"
-                ) from None
-            if not outcome.appended.replayed:
-                new += outcome.turns
-                record_append(recorder, outcome.turns, outcome.redactions)
-            last = outcome.appended
-            bar.advance(len(part))
-        bar.close()
-        recorder.flush()
+                try:
+                    outcome = append_messages(
+                        res, tenant, args.session, body, idempotency_key=key, activity=None, enqueue=enqueue
+                    )
+                except (BrokenConversation, CompactionError, IdempotencyMismatch) as exc:
+                    bar.close()
+                    recorder.flush()
+                    first = i * args.chunk
+                    raise SystemExit(
+                        f"{command}: messages {first}-{first + len(part) - 1} refused: {exc}"
+                        " (the chunks before were stored; a re-run continues from there)"
+                    ) from None
+                if not outcome.appended.replayed:
+                    new += outcome.turns
+                    record_append(recorder, outcome.turns, outcome.redactions)
+                last = outcome.appended
+                bar.advance(len(part))
+            bar.close()
+            recorder.flush()
     print(
         f"{args.file.name}: {imported.format}, {len(imported.messages)} messages into session "
         f"{args.session!r} of tenant {tenant_name!r}: {new} new turns"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import socket
 import subprocess
@@ -37,6 +38,14 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@pytest.fixture(autouse=True)
+def _collect_garbage() -> Iterator[None]:
+    """A full collection after each test: an unclosed socket or file is reported (as an error,
+    ResourceWarning) in the test that left it, not in whichever test the collector next runs in."""
+    yield
+    gc.collect()
 
 
 @pytest.fixture(scope="session")

@@ -327,9 +327,9 @@ def _crash_run(
     )
     res = Resources.build(settings)
     tid = create_tenant(res.engine, "crash")[0]
-    enqueue = celery_enqueue(settings, res)
-    for a in append_all(res, tid, corpus(n, res)):
-        enqueue(tid, a.session_pk, a.version)
+    with celery_enqueue(settings, res) as enqueue:
+        for a in append_all(res, tid, corpus(n, res)):
+            enqueue(tid, a.session_pk, a.version)
     client = broker.client()
     assert client.llen(settings.queue) == n  # every job is queued before any worker runs
     procs: list[Worker] = []
@@ -454,9 +454,9 @@ def test_a_broker_restarted_without_persistence_loses_the_queue_and_the_sweep_fi
     procs: list[Worker] = []
     try:
         tid = create_tenant(res.engine, "broker")[0]
-        enqueue = celery_enqueue(settings, res)
-        for a in append_all(res, tid, corpus(FAST_SESSIONS, res)):
-            enqueue(tid, a.session_pk, a.version)
+        with celery_enqueue(settings, res) as enqueue:
+            for a in append_all(res, tid, corpus(FAST_SESSIONS, res)):
+                enqueue(tid, a.session_pk, a.version)
         with private_redis.client() as broker:
             assert broker.llen(settings.queue) == FAST_SESSIONS
         private_redis.kill()
@@ -486,10 +486,10 @@ def test_a_flushed_broker_loses_the_jobs_of_busy_sessions_and_the_sweep_still_fi
     res = Resources.build(settings)
     try:
         tid = create_tenant(res.engine, "busy")[0]
-        enqueue = celery_enqueue(settings, res)
         appended = append_all(res, tid, corpus(FAST_SESSIONS, res))[:20]
-        for a in appended:
-            enqueue(tid, a.session_pk, a.version)
+        with celery_enqueue(settings, res) as enqueue:
+            for a in appended:
+                enqueue(tid, a.session_pk, a.version)
         with private_redis.client() as broker:
             assert broker.llen(settings.queue) == 20
             broker.flushall()
@@ -500,9 +500,9 @@ def test_a_flushed_broker_loses_the_jobs_of_busy_sessions_and_the_sweep_still_fi
         again: list[tuple[int, int, int]] = []
         jobs.sweep(res, lambda t, s, v: again.append((t, s, v)))
         assert not lost & {pk for _, pk, _ in again}  # their jobs are pending: claimed
-        app = sender(settings)
-        for t, s, v in sent:
-            app.send_task("compactd.compact", args=[t, s, v], queue=settings.queue)
+        with sender(settings) as app:
+            for t, s, v in sent:
+                app.send_task("compactd.compact", args=[t, s, v], queue=settings.queue)
         worker = Worker(settings, "worker", "--concurrency=2", log=tmp_path / "worker.log")
         try:
             worker.wait_ready(timeout=READY)
@@ -604,14 +604,14 @@ def test_the_same_message_delivered_three_times_has_its_effects_once(
         SlowMessagesAPI(delay=3.0) as fake,
         _summarizing(tmp_path, private_redis.url, fake, "dup") as (settings, res, worker, tid, a),
     ):
-        app = sender(settings)
-        for _ in range(3):
-            app.send_task(
-                "compactd.compact",
-                args=[tid, a.session_pk, a.version],
-                queue=settings.queue,
-                task_id="dup-1",
-            )
+        with sender(settings) as app:
+            for _ in range(3):
+                app.send_task(
+                    "compactd.compact",
+                    args=[tid, a.session_pk, a.version],
+                    queue=settings.queue,
+                    task_id="dup-1",
+                )
         wait_for(lambda: _note_served(res, a.session_pk, "default note"), TIMEOUT)
         # the copies end as "current" (each waited for the lock held by the first)
         wait_for(lambda: worker.log.read_text().count("'current'") >= 2, TIMEOUT)
@@ -633,9 +633,10 @@ def test_a_task_outliving_the_visibility_timeout_is_redelivered_and_has_its_effe
             a,
         ),
     ):
-        sender(settings).send_task(
-            "compactd.compact", args=[tid, a.session_pk, a.version], queue=settings.queue, task_id="vis-1"
-        )
+        with sender(settings) as app:
+            app.send_task(
+                "compactd.compact", args=[tid, a.session_pk, a.version], queue=settings.queue, task_id="vis-1"
+            )
         wait_for(lambda: _note_served(res, a.session_pk, "default note"), TIMEOUT)
         # the redelivered copy ran (it was received twice) and ended as "current"
         log = lambda: worker.log.read_text(errors="replace")  # noqa: E731
@@ -652,9 +653,8 @@ def test_an_llm_summary_is_counted_on_metrics(tmp_path: Path, private_redis: Pri
         FakeMessagesAPI(default=reply(note, input_tokens=1234, output_tokens=56)) as fake,
         _summarizing(tmp_path, private_redis.url, fake, "metrics") as (settings, res, _worker, tid, a),
     ):
-        sender(settings).send_task(
-            "compactd.compact", args=[tid, a.session_pk, a.version], queue=settings.queue
-        )
+        with sender(settings) as app:
+            app.send_task("compactd.compact", args=[tid, a.session_pk, a.version], queue=settings.queue)
         wait_for(lambda: _note_served(res, a.session_pk, "Audit the service."), TIMEOUT)
         with TestClient(create_app(settings, enqueue=lambda *_: None)) as client:
 
@@ -709,7 +709,8 @@ def test_a_summary_failing_transiently_is_retried_with_backoff_without_any_appen
             tid,
             a,
         ):
-            celery_enqueue(settings, res)(tid, a.session_pk, a.version)
+            with celery_enqueue(settings, res) as enqueue:
+                enqueue(tid, a.session_pk, a.version)
             structural = wait_for(lambda: (s := _snapshot(res, a.session_pk)) and s, TIMEOUT)
             assert jobs.summary_failed(structural.report) == "transient"
             wait_for(lambda: _note_served(res, a.session_pk, "NOTE-AFTER-RETRIES"), TIMEOUT)
@@ -735,8 +736,8 @@ def test_a_permanent_summarizer_error_is_not_retried_until_the_next_append(
             tmp_path, private_redis.url, fake, "permanent", concurrency=1, sweep_seconds=0.5
         ) as (settings, res, worker, tid, a):
             beat = Worker(settings, "beat", log=tmp_path / "beat.log")
+            enqueue = celery_enqueue(settings, res)
             try:
-                enqueue = celery_enqueue(settings, res)
                 enqueue(tid, a.session_pk, a.version)
                 snap = wait_for(lambda: (s := _snapshot(res, a.session_pk)) and s, TIMEOUT)
                 assert jobs.summary_failed(snap.report) == "permanent"
@@ -750,6 +751,7 @@ def test_a_permanent_summarizer_error_is_not_retried_until_the_next_append(
                 wait_for(lambda: _note_served(res, a.session_pk, "default note"), TIMEOUT)
                 assert len(fake.requests) == 2
             finally:
+                enqueue.close()
                 beat.stop()
 
 
