@@ -37,29 +37,32 @@ def create_app(settings: Settings, *, enqueue: Enqueue | None = None, log_setup:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         res = Resources.build(settings)
-        app.state.resources = res
-        app.state.guard = Guard(
-            res.cache.client,
-            settings.redis_prefix,
-            settings.rate_limit_per_second,
-            settings.rate_limit_burst,
-            res.cache.breaker,
-        )
-        owned = None if enqueue else celery_enqueue(settings, res)
-        app.state.enqueue = enqueue or owned
-        app.state.metrics.attach(res)
-        # start-up garbage is long-lived: move it out of the collector's way (cuts p99)
-        gc.collect()
-        gc.freeze()
-        app.state.fetch_log = []
-        flusher = asyncio.create_task(flush_fetch_log(app, res))
-        log.info("api.started", host=settings.host, port=settings.port, redaction=settings.redaction)
+        owned = celery_enqueue(settings, res) if enqueue is None else None
         try:
-            yield
+            app.state.resources = res
+            app.state.guard = Guard(
+                res.cache.client,
+                settings.redis_prefix,
+                settings.rate_limit_per_second,
+                settings.rate_limit_burst,
+                res.cache.breaker,
+            )
+            app.state.enqueue = owned or enqueue
+            app.state.metrics.attach(res)
+            # start-up garbage is long-lived: move it out of the collector's way (cuts p99)
+            gc.collect()
+            gc.freeze()
+            app.state.fetch_log = []
+            flusher = asyncio.create_task(flush_fetch_log(app, res))
+            log.info("api.started", host=settings.host, port=settings.port, redaction=settings.redaction)
+            try:
+                yield
+            finally:
+                flusher.cancel()
+                await _flush_once(app, res)
+                await run_in_threadpool(app.state.metrics.close)
         finally:
-            flusher.cancel()
-            await _flush_once(app, res)
-            await run_in_threadpool(app.state.metrics.close)
+            gc.unfreeze()
             if owned is not None:
                 owned.close()
             res.close()
@@ -167,6 +170,8 @@ class CeleryEnqueue:
     def __init__(self, settings: Settings, res: Resources) -> None:
         self.settings, self.res = settings, res
         self.celery = sender(settings)
+        # its own connections, not kombu's process-wide pool, so close() can release them
+        self.pool = self.celery.connection_for_write().Pool(limit=self.celery.conf.broker_pool_limit)
         self.shared_broker = broker_url(settings) == redis_url(settings)
 
     def __call__(self, tenant_id: int, session_pk: int, version: int) -> None:
@@ -179,17 +184,20 @@ class CeleryEnqueue:
         if claimed is False:
             return
         try:
-            self.celery.send_task(
-                "compactd.compact",
-                args=[tenant_id, session_pk, version],
-                queue=self.settings.queue,
-                retry=False,
-            )
+            with self.pool.acquire(block=True) as connection:
+                self.celery.send_task(
+                    "compactd.compact",
+                    args=[tenant_id, session_pk, version],
+                    queue=self.settings.queue,
+                    retry=False,
+                    connection=connection,
+                )
         except Exception as exc:
             self.res.cache.release_job_claim(session_pk)
             log.warning("compaction.enqueue_failed", session_id=session_pk, error=type(exc).__name__)
 
     def close(self) -> None:
+        self.pool.force_close_all()
         self.celery.close()
 
     def __enter__(self) -> CeleryEnqueue:

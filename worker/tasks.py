@@ -24,6 +24,7 @@ APPEND_MAX_RETRIES = 30
 # An append cut off by the soft time limit rolled back; it is tried this many more times (a loaded
 # machine, a cold process), then recorded as rejected: too slow for the limit, not lost.
 SLOW_APPEND_MAX_RETRIES = 3
+SOFT_LIMIT_CUTS = "compactd_soft_limit_cuts"  # a message header: the cuts so far, kept across retries
 # as api/app.py's JOB_CLAIM_SECONDS: one compaction job pending per session, whoever appended
 JOB_CLAIM_SECONDS = 30.0
 
@@ -82,36 +83,40 @@ def expire(self: Task) -> int:
         return jobs.expire(resources())
 
 
-@app.task(name="compactd.append", bind=True, acks_late=True, reject_on_worker_lost=True)
+@app.task(name="compactd.append", bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=None)
 def append(self: Task, *args: Any, **message: Any) -> dict[str, Any]:
     """Append turns sent by another service (kwargs: api_key, session_id, body, idempotency_key?,
     activity?), with the HTTP append's validation, redaction and idempotency (worker/appending.py).
 
     Acked only when done, and requeued if its worker dies: a message is stored once or recorded
-    as rejected, never lost. A database outage and the soft time limit are retried (the task id is
-    the idempotency key, so a retry of a stored append is a replay).
+    as rejected. A database outage and a cut by the soft time limit are retried, each kind with
+    its own budget (Celery's default of 3 retries is off: max_retries=None); the task id is the
+    idempotency key, so a retry of an append that was stored is a replay.
     """
     task_id = str(self.request.id)
-    with bound_contextvars(task_id=task_id, session_id=str(message.get("session_id", ""))[:200]):
+    session_id = str(message.get("session_id", ""))[:200]
+    cuts = int(getattr(self.request, SOFT_LIMIT_CUTS, 0) or 0)
+    with bound_contextvars(task_id=task_id, session_id=session_id):
         res = resources()
-        if args:
-            return appending.reject(
-                res, task_id, None, str(message.get("session_id", ""))[:200], "send keyword arguments only"
-            )
         try:
-            return appending.append_enqueued(res, message, task_id=task_id, enqueue=_enqueue_compaction)
-        except TransientError as exc:
-            if self.request.retries >= APPEND_MAX_RETRIES:
-                reason = f"gave up after {APPEND_MAX_RETRIES} retries: {exc}"
-                return appending.reject(res, task_id, None, str(message.get("session_id", ""))[:200], reason)
-            raise self.retry(exc=exc, countdown=min(60, 2**self.request.retries)) from exc
-        except SoftTimeLimitExceeded as exc:
-            if self.request.retries >= SLOW_APPEND_MAX_RETRIES:
-                limit = res.settings.task_time_limit_seconds
-                reason = f"did not finish within the task time limit ({limit} s) in {self.request.retries + 1} tries"
-                return appending.reject(res, task_id, None, str(message.get("session_id", ""))[:200], reason)
-            log.warning("append.soft_time_limit", retries=self.request.retries)
-            raise self.retry(exc=exc, countdown=1 + self.request.retries) from exc
+            if args:
+                return appending.reject(res, task_id, None, session_id, "send keyword arguments only")
+            try:
+                return appending.append_enqueued(res, message, task_id=task_id, enqueue=_enqueue_compaction)
+            except TransientError as exc:
+                outages = self.request.retries - cuts
+                if outages >= APPEND_MAX_RETRIES:
+                    reason = f"gave up after {APPEND_MAX_RETRIES} retries: {exc}"
+                    return appending.reject(res, task_id, None, session_id, reason)
+                countdown = min(60, 2**outages)
+                raise self.retry(exc=exc, countdown=countdown, headers={SOFT_LIMIT_CUTS: cuts}) from exc
+        except SoftTimeLimitExceeded as exc:  # anywhere above, the outage handler included
+            soft = res.settings.task_time_limit_seconds
+            if cuts >= SLOW_APPEND_MAX_RETRIES:
+                reason = f"cut off by the soft time limit {cuts + 1} times (TASK_TIME_LIMIT_SECONDS={soft})"
+                return appending.reject(res, task_id, None, session_id, reason)
+            log.warning("append.soft_time_limit", cuts=cuts + 1)
+            raise self.retry(exc=exc, countdown=1 + cuts, headers={SOFT_LIMIT_CUTS: cuts + 1}) from exc
 
 
 def _enqueue_compaction(tenant_id: int, session_pk: int, version: int) -> None:

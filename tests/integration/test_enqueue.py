@@ -20,11 +20,12 @@ import httpx
 import pytest
 
 from tests.integration.conftest import Worker, flush_prefix, free_port, make_settings, wait_for
+from tests.integration.test_faults_api import PrivatePostgres
 from worker.appending import rejections
 from worker.resources import Resources, broker_url
 from worker.settings import Settings
 from worker.store.sessions import get_session
-from worker.store.tenants import tenant_for_key
+from worker.store.tenants import create_tenant, tenant_for_key
 
 pytestmark = [pytest.mark.services]
 
@@ -338,3 +339,35 @@ def test_an_append_cut_off_by_the_soft_time_limit_is_retried_and_stored_once(
             assert "append.rejected" not in log
         finally:
             worker.stop()
+
+
+@pytest.mark.slow
+def test_an_append_waits_out_a_database_outage_longer_than_celerys_default_retries(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """The database is down for longer than Celery's default 3 retries (1 + 2 + 4 + 8 s): the
+    append keeps retrying and is stored once when it returns (it was dropped, unrecorded)."""
+    server = PrivatePostgres()
+    settings = make_settings(tmp_path, server.url, redis_url)
+    res = Resources.build(settings)
+    tenant, key = create_tenant(res.engine, "outage")
+    res.close()
+    worker = Worker(settings, "worker", "--concurrency=1", log=tmp_path / "worker.log")
+    try:
+        worker.wait_ready(timeout=120)
+        server.stop()
+        send_from_other_process(
+            settings, tmp_path, [{"api_key": key, "session_id": "o", "body": {"messages": [user("hi")]}}]
+        )
+        # the fourth retry is sent about 7 s in; wait for the fifth, past Celery's default budget
+        wait_for(lambda: worker.log.read_text().count("retry: Retry in") >= 5, timeout=90, interval=0.2)
+        server.start()
+        res = Resources.build(settings, run_migrations=False)
+        row = wait_for(lambda: get_session(res.engine, tenant, "o"), timeout=120, interval=0.5)
+        assert row.version == 1
+        res.close()
+        assert "append.rejected" not in worker.log.read_text()
+    finally:
+        worker.stop()
+        server.remove()
+        flush_prefix(redis_url, settings.redis_prefix)
