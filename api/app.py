@@ -37,7 +37,7 @@ def create_app(settings: Settings, *, enqueue: Enqueue | None = None, log_setup:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         res = Resources.build(settings)
-        owned = celery_enqueue(settings, res) if enqueue is None else None
+        owned = CeleryEnqueue(settings, res) if enqueue is None else None
         try:
             app.state.resources = res
             app.state.guard = Guard(
@@ -205,11 +205,6 @@ class CeleryEnqueue:
 
     def __exit__(self, *_: object) -> None:
         self.close()
-
-
-def celery_enqueue(settings: Settings, res: Resources) -> CeleryEnqueue:
-    """The default `enqueue`: compaction jobs sent through the broker (close it when done)."""
-    return CeleryEnqueue(settings, res)
 
 
 class BodyLimit:

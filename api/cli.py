@@ -275,7 +275,7 @@ def _with_redis(settings: Settings, command: str) -> Settings:
 
 
 def run_prune(args: argparse.Namespace) -> int:
-    from api.app import celery_enqueue
+    from api.app import CeleryEnqueue
     from worker import jobs
     from worker.memory.prune import describe
     from worker.resources import Resources
@@ -285,7 +285,7 @@ def run_prune(args: argparse.Namespace) -> int:
     res = Resources.build(settings)
     try:
         if not args.dry_run:
-            with celery_enqueue(settings, res) as enqueue:
+            with CeleryEnqueue(settings, res) as enqueue:
                 report = jobs.prune_now(res, enqueue=enqueue)
             print(" ".join(f"{k}={v}" for k, v in report.items()))
             return 0

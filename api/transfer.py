@@ -154,7 +154,7 @@ def _tenant_id(res: Any, name: str | None, command: str) -> tuple[int, str]:
 
 
 def run_import(args: argparse.Namespace) -> int:
-    from api.app import celery_enqueue
+    from api.app import CeleryEnqueue
     from api.schemas import AppendRequest
     from worker.appending import BrokenConversation, append_messages
     from worker.compaction.errors import CompactionError
@@ -176,7 +176,7 @@ def run_import(args: argparse.Namespace) -> int:
     keys = chunk_keys(data, imported.format, args.chunk, len(parts))
     with _store(command) as res:
         tenant, tenant_name = _tenant_id(res, args.tenant, command)
-        with celery_enqueue(res.settings, res) as enqueue:
+        with CeleryEnqueue(res.settings, res) as enqueue:
             recorder = recorder_for(res.cache)  # /metrics counts an imported chunk as an append
             bar = Progress(f"import {args.file.name}", len(imported.messages), enabled=show_progress(args))
             new, last = 0, None

@@ -36,7 +36,7 @@ from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import Engine, func, select
 
-from api.app import celery_enqueue, create_app
+from api.app import CeleryEnqueue, create_app
 from tests.conftest import REPO, require
 from tests.fakes.messages_api import FakeMessagesAPI, RecordedRequest, Reply, drop, error, reply
 from tests.integration.conftest import (
@@ -327,7 +327,7 @@ def _crash_run(
     )
     res = Resources.build(settings)
     tid = create_tenant(res.engine, "crash")[0]
-    with celery_enqueue(settings, res) as enqueue:
+    with CeleryEnqueue(settings, res) as enqueue:
         for a in append_all(res, tid, corpus(n, res)):
             enqueue(tid, a.session_pk, a.version)
     client = broker.client()
@@ -454,7 +454,7 @@ def test_a_broker_restarted_without_persistence_loses_the_queue_and_the_sweep_fi
     procs: list[Worker] = []
     try:
         tid = create_tenant(res.engine, "broker")[0]
-        with celery_enqueue(settings, res) as enqueue:
+        with CeleryEnqueue(settings, res) as enqueue:
             for a in append_all(res, tid, corpus(FAST_SESSIONS, res)):
                 enqueue(tid, a.session_pk, a.version)
         with private_redis.client() as broker:
@@ -487,7 +487,7 @@ def test_a_flushed_broker_loses_the_jobs_of_busy_sessions_and_the_sweep_still_fi
     try:
         tid = create_tenant(res.engine, "busy")[0]
         appended = append_all(res, tid, corpus(FAST_SESSIONS, res))[:20]
-        with celery_enqueue(settings, res) as enqueue:
+        with CeleryEnqueue(settings, res) as enqueue:
             for a in appended:
                 enqueue(tid, a.session_pk, a.version)
         with private_redis.client() as broker:
@@ -709,7 +709,7 @@ def test_a_summary_failing_transiently_is_retried_with_backoff_without_any_appen
             tid,
             a,
         ):
-            with celery_enqueue(settings, res) as enqueue:
+            with CeleryEnqueue(settings, res) as enqueue:
                 enqueue(tid, a.session_pk, a.version)
             structural = wait_for(lambda: (s := _snapshot(res, a.session_pk)) and s, TIMEOUT)
             assert jobs.summary_failed(structural.report) == "transient"
@@ -736,7 +736,7 @@ def test_a_permanent_summarizer_error_is_not_retried_until_the_next_append(
             tmp_path, private_redis.url, fake, "permanent", concurrency=1, sweep_seconds=0.5
         ) as (settings, res, worker, tid, a):
             beat = Worker(settings, "beat", log=tmp_path / "beat.log")
-            enqueue = celery_enqueue(settings, res)
+            enqueue = CeleryEnqueue(settings, res)
             try:
                 enqueue(tid, a.session_pk, a.version)
                 snap = wait_for(lambda: (s := _snapshot(res, a.session_pk)) and s, TIMEOUT)

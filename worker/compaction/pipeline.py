@@ -66,10 +66,12 @@ def ingest(
     normalized = [normalize_message(m, f"messages[{i}]") for i, m in enumerate(messages)]
     # a secret cut in two by a message boundary first: neither half is recognisable alone
     # (the stored message this append follows first: its end is scanned with the new first message)
+    changed = None
     if after is not None:
         before, *seamed = redact_seams([after, *normalized], redactor, stored_first=True)
+        changed = before[1] if before[1] is not after[1] else None
     else:
-        before, seamed = None, redact_seams(normalized, redactor)
+        seamed = redact_seams(normalized, redactor)
     turns = []
     for i, (role, blocks) in enumerate(seamed):
         blocks = tuple(redactor.redact_block(strip_cache_control(b)) for b in blocks)
@@ -77,7 +79,6 @@ def ingest(
     offloaded = Offload(policy.offload_tokens, policy.preview_tokens)(
         Transcript(system="", turns=tuple(turns))
     )
-    changed = before[1] if before is not None and after is not None and before[1] is not after[1] else None
     return Ingested(turns=offloaded.turns, files=offloaded.files, after=changed)
 
 
