@@ -95,10 +95,6 @@ def append_messages(
     break) or IdempotencyMismatch (the key was used with another body); nothing is written then.
     """
     profile = profile_of(body, res)
-    # stored: redacted like content (the same key always maps to the same stored value)
-    stored_key = res.redactor.redact_text(idempotency_key) if idempotency_key else idempotency_key
-    # the body as validated, so the same key over HTTP and over the task hashes the same
-    body_hash = request_hash(body.model_dump(mode="json")) if idempotency_key else ""
     for attempt in range(1, READ_ATTEMPTS + 1):
         counting = CountingRedactor.of(res.redactor)
         # the stored message this append follows: a secret cut between it and the first new message
@@ -117,8 +113,12 @@ def append_messages(
                 files=ingested.files,
                 profile=profile,
                 activity=activity,
-                idempotency_key=stored_key,
-                body_hash=body_hash,
+                # stored: redacted like content (the same key always maps to the same stored value)
+                idempotency_key=res.redactor.redact_text(idempotency_key)
+                if idempotency_key
+                else idempotency_key,
+                # the body as validated, so the same key over HTTP and over the task hashes the same
+                body_hash=request_hash(body.model_dump(mode="json")) if idempotency_key else "",
                 validate=check_window,
                 seam=_seam(
                     stored, ingested.after if rewritable else None, counting, attempt == READ_ATTEMPTS
