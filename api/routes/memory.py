@@ -11,6 +11,7 @@ from api.deps import ResourcesDep, SenderDep, TenantDep
 from api.errors import InvalidMemoryOp, NotFound
 from api.routes.paths import SessionId
 from api.schemas import (
+    DB_INT_MAX,
     MemoryChangedOut,
     MemoryDiffOut,
     MemoryEntryOut,
@@ -244,8 +245,8 @@ def get_history(
     sid: SessionId,
     res: ResourcesDep,
     tenant: TenantDep,
-    from_version: int | None = Query(default=None, alias="from", ge=0),
-    to_version: int | None = Query(default=None, alias="to", ge=0),
+    from_version: int | None = Query(default=None, alias="from", ge=0, le=DB_INT_MAX),
+    to_version: int | None = Query(default=None, alias="to", ge=0, le=DB_INT_MAX),
     scope: str = ScopeQuery,
 ) -> MemoryHistory | MemoryDiffOut:
     """Every version with its events; with ?from=A&to=B the diff between the two versions."""

@@ -201,6 +201,7 @@ def test_another_tenants_session_is_404(api: Api) -> None:
         "starts_with_assistant",
         "oversized",
         "idempotency_reuse",
+        "integer_beyond_64_bits",
     ],
 )
 def test_bad_input_is_a_problem_and_leaves_the_session_unchanged(api: Api, kind: str) -> None:
@@ -228,9 +229,14 @@ def test_bad_input_is_a_problem_and_leaves_the_session_unchanged(api: Api, kind:
         r = api.append("fresh", {"role": "assistant", "content": MARKER})
     elif kind == "oversized":
         r = api.append("s", result("toolu_9", MARKER * 20_000))
+    elif kind == "integer_beyond_64_bits":  # orjson, which stores and hashes messages, cannot write it
+        big = {"type": "tool_result", "tool_use_id": "toolu_9", "content": MARKER, "n": 2**64}
+        r = api.append("s", {"role": "user", "content": [big]}, headers={"Idempotency-Key": "k2"})
     else:
         r = api.append("s", user(MARKER), headers={"Idempotency-Key": "k1"})
     body = assert_problem(r, {"oversized": 413, "bad_json": 400}.get(kind, 422))
+    if kind == "integer_beyond_64_bits":
+        assert "messages[0] holds an integer outside the 64-bit range" in r.text
     if kind == "wrong_types":
         assert {tuple(e["loc"]) for e in body["errors"]} == {("body", "messages"), ("body", "context_window")}
     assert api.get("/v1/sessions/s/prompt").json() == before

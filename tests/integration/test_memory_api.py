@@ -114,6 +114,23 @@ def test_schema_errors_and_the_hard_cap_are_problems_and_write_nothing(api: Api)
     assert api.get("/v1/sessions/s/memory/history").json()["versions"] == []
 
 
+def test_numbers_past_the_databases_integers_are_problems_and_write_nothing(api: Api) -> None:
+    """A source seq, a restore event or a history version past 2**63 - 1 is a 422 naming the
+    field (it was a 500: the database could not take it); memory stays as it was."""
+    api.append("s", user("go"))
+    big = 2**63
+    seq = assert_problem(patch(api, [{**FILE, "seq": big}]), 422)
+    assert seq["errors"][0]["loc"] == ["body", "ops", "0", "seq"]
+    restore = {"event": big}
+    event = assert_problem(
+        api.client.post("/v1/sessions/s/memory/restore", json=restore, headers=api.auth), 422
+    )
+    assert event["errors"][0]["loc"] == ["body", "event"]
+    diff = assert_problem(api.get(f"/v1/sessions/s/memory/history?from=0&to={big}"), 422)
+    assert diff["errors"][0]["loc"] == ["query", "to"]
+    assert api.get("/v1/sessions/s/memory").json()["version"] == 0
+
+
 def test_history_lists_versions_and_diffs_any_two(api: Api) -> None:
     """History groups events by version; ?from=&to= gives the added, removed and changed items."""
     api.append("s", user("go"))
