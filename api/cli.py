@@ -10,6 +10,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from api import offline, stats_cli, transfer
+from api.embedded_redis import with_redis
 from worker.settings import Settings
 
 if TYPE_CHECKING:
@@ -260,20 +261,6 @@ def run_beat(args: argparse.Namespace) -> int:
     return 0
 
 
-def _with_redis(settings: Settings, command: str) -> Settings:
-    """Settings with a Redis to use: COMPACTD_REDIS_URL, else the embedded one of a running
-    `compactd up` (its socket in COMPACTD_VAR_DIR); else a one-line error, not a traceback."""
-    if settings.redis_url:
-        return settings
-    sock = settings.var_dir / "redis.sock"
-    if sock.exists():
-        return settings.model_copy(update={"redis_url": f"unix://{sock.resolve()}"})
-    raise SystemExit(
-        f"{command}: needs Redis: set COMPACTD_REDIS_URL, or run it beside a running `compactd up` "
-        f"(it uses {sock})"
-    )
-
-
 def run_prune(args: argparse.Namespace) -> int:
     from api.app import CeleryEnqueue
     from worker import jobs
@@ -281,7 +268,7 @@ def run_prune(args: argparse.Namespace) -> int:
     from worker.resources import Resources
     from worker.store import memory
 
-    settings = _with_redis(Settings(), "compactd prune")
+    settings = with_redis(Settings(), "compactd prune")
     res = Resources.build(settings)
     try:
         if not args.dry_run:
@@ -357,7 +344,7 @@ def _keys_changed(command: str) -> None:
 
     settings = Settings()
     try:
-        settings = _with_redis(settings, command)
+        settings = with_redis(settings, command)
         client = redis.Redis.from_url(settings.redis_url or "", socket_timeout=2, socket_connect_timeout=2)
         bump_stamp(client, settings.redis_prefix)
         client.close()

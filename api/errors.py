@@ -14,6 +14,7 @@ from starlette.responses import Response
 
 from worker.compaction.errors import InvalidTranscript
 from worker.compaction.reading import BadRead
+from worker.errors import TurnTooLarge
 from worker.store.memory import MemoryOverCap
 from worker.store.sessions import IdempotencyMismatch
 
@@ -101,12 +102,6 @@ class UnsupportedMediaType(ApiError):
     status, title = 415, "Unsupported media type"
 
 
-class TurnTooLarge(ApiError):
-    """Raised when one message of an append is over max_turn_bytes; names its index and the limit."""
-
-    status, title = 413, "Turn too large"
-
-
 def problem(status: int, title: str, detail: str | None = None, **extensions: Any) -> Response:
     body: dict[str, Any] = {"type": "about:blank", "title": title, "status": status}
     if detail:
@@ -177,6 +172,13 @@ def _safe_msg(error: dict[str, Any]) -> str:
     return str(error.get("msg", ""))[:200]
 
 
+def _turn_too_large(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, TurnTooLarge)
+    return problem(
+        413, "Turn too large", _redacted(request, exc.detail), **_redacted(request, exc.extensions)
+    )
+
+
 def _invalid_transcript(request: Request, exc: Exception) -> Response:
     # redacted before cut: a cut through a secret would leave a piece no detector recognises
     return problem(422, "Invalid messages", _redacted(request, str(exc))[:500])
@@ -241,6 +243,7 @@ def install(app: FastAPI) -> None:
     """Register every handler on the app."""
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(RequestValidationError, _validation)
+    app.add_exception_handler(TurnTooLarge, _turn_too_large)
     app.add_exception_handler(InvalidTranscript, _invalid_transcript)
     app.add_exception_handler(IdempotencyMismatch, _idempotency)
     app.add_exception_handler(MemoryOverCap, _memory_cap)

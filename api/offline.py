@@ -16,9 +16,10 @@ import orjson
 from worker.compaction.assemble import assemble
 from worker.compaction.errors import CompactionError
 from worker.compaction.model import FileWrite, Policy, Transcript
-from worker.compaction.pipeline import compact, ingest
+from worker.compaction.pipeline import compact
 from worker.compaction.tokens import count_request
 from worker.compaction.validate import request_problems
+from worker.ingest import ingest
 from worker.redaction import Redactor
 from worker.redaction.scanner import ALL, STRICT, Ruleset
 

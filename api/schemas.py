@@ -1,54 +1,16 @@
-"""Wire models (never table classes)."""
+"""Wire models of the HTTP API (never table classes). The append request, shared with the
+`compactd.append` task, is in worker/contracts.py."""
 
 from __future__ import annotations
 
-from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 
-
-class Activity(StrEnum):
-    busy = "busy"
-    idle = "idle"
-
+from worker.contracts import Activity
 
 # the largest number the database's integer columns hold (a sequence number, an event id)
 DB_INT_MAX = 2**63 - 1
-# every message is stored and hashed as orjson writes it: integers from -2**63 to 2**64 - 1
-_JSON_INTS = range(-(2**63), 2**64)
-
-
-def _ints_in_range(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The messages, if every integer in them can be stored; else a ValueError naming the first
-    message that holds one that cannot (its keys are the client's: not echoed)."""
-    for i, message in enumerate(messages):
-        stack: list[Any] = [message]
-        while stack:
-            value = stack.pop()
-            if isinstance(value, int) and not isinstance(value, bool) and value not in _JSON_INTS:
-                raise ValueError(
-                    f"messages[{i}] holds an integer outside the 64-bit range: send it as a string"
-                )
-            if isinstance(value, dict):
-                stack.extend(value.values())
-            elif isinstance(value, list):
-                stack.extend(value)
-    return messages
-
-
-class AppendRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    messages: Annotated[list[dict[str, Any]], AfterValidator(_ints_in_range)] = Field(
-        min_length=1, max_length=10_000
-    )
-    model: str | None = Field(default=None, max_length=200)
-    context_window: int | None = Field(default=None, ge=1_000, le=10_000_000)
-    output_reserve: int | None = Field(default=None, ge=0, le=1_000_000)
-    system: str | None = None
-    parent_session_id: str | None = Field(default=None, max_length=200)
-    parent_tool_use_id: str | None = Field(default=None, max_length=200)
 
 
 class AppendResponse(BaseModel):

@@ -125,10 +125,10 @@ def chunks(messages: list[dict[str, Any]], size: int) -> list[list[dict[str, Any
 @contextmanager
 def _store(command: str) -> Iterator[Any]:
     """The service's resources, closed after; an unreachable store is one line, not a traceback."""
-    from api.cli import _with_redis
+    from api.embedded_redis import with_redis
     from worker.resources import Resources
 
-    settings = _with_redis(Settings(), command)
+    settings = with_redis(Settings(), command)
     try:
         res = Resources.build(settings)
     except (SQLAlchemyError, OSError) as exc:
@@ -155,10 +155,10 @@ def _tenant_id(res: Any, name: str | None, command: str) -> tuple[int, str]:
 
 def run_import(args: argparse.Namespace) -> int:
     from api.app import CeleryEnqueue
-    from api.schemas import AppendRequest
     from worker.appending import BrokenConversation, append_messages
     from worker.compaction.errors import CompactionError
     from worker.compaction.formats import load_transcript
+    from worker.contracts import AppendRequest
     from worker.stats_counters import record_append, recorder_for
     from worker.store.sessions import IdempotencyMismatch
 

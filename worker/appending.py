@@ -18,18 +18,16 @@ import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy.exc import InterfaceError, OperationalError
 
-from api.errors import TurnTooLarge
-from api.limits import check_turn_sizes
-from api.routes.paths import SessionId
-from api.schemas import Activity, AppendRequest
 from worker.compaction import pointers
 from worker.compaction.assemble import merge_roles
 from worker.compaction.errors import InvalidTranscript
 from worker.compaction.model import Block
-from worker.compaction.pipeline import ingest
 from worker.compaction.profiles import known_profile, profile_for
 from worker.compaction.validate import request_problems
-from worker.errors import TransientError
+from worker.contracts import Activity, AppendRequest, SessionId
+from worker.errors import TransientError, TurnTooLarge
+from worker.ingest import ingest
+from worker.limits import check_turn_sizes
 from worker.redaction import Redactor
 from worker.redaction.redact import SEAM_CHARS
 from worker.redaction.seams import Message, Reseamed, edge_text, reseam, reseamed, with_edge_text

@@ -22,10 +22,11 @@ from worker.compaction.epochs import Decision, Step, Switch, extend, served_requ
 from worker.compaction.fit import fit
 from worker.compaction.model import Policy, Transcript, Turn
 from worker.compaction.normalize import normalize_message
-from worker.compaction.pipeline import ingest, is_quiet
+from worker.compaction.pipeline import is_quiet
 from worker.compaction.pricing import Billed, PromptCache, total
 from worker.compaction.tokens import count_message, count_request, count_text
 from worker.compaction.validate import request_problems
+from worker.ingest import ingest
 from worker.redaction import Redactor
 
 # A job's cost beyond its compute: the Celery round trip, loading and publishing (measured ~10 ms).

@@ -6,4 +6,7 @@ from typing import Annotated
 
 from fastapi import Path
 
-SessionId = Annotated[str, Path(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._:@-]+$")]
+from worker.contracts import SESSION_ID_MAX_LENGTH, SESSION_ID_PATTERN
+
+# the rule is worker/contracts.py's; here it is a path parameter
+SessionId = Annotated[str, Path(min_length=1, max_length=SESSION_ID_MAX_LENGTH, pattern=SESSION_ID_PATTERN)]

@@ -10,11 +10,12 @@ from fastapi import APIRouter, Header, Request
 
 from api.deps import ResourcesDep, SenderDep, TenantDep
 from api.errors import InvalidAppend
-from api.limits import check_turn_sizes
 from api.routes.paths import SessionId
-from api.schemas import Activity, AppendRequest, AppendResponse
+from api.schemas import AppendResponse
 from worker.appending import BrokenConversation, append_messages
 from worker.compaction.profiles import known_profile
+from worker.contracts import Activity, AppendRequest
+from worker.limits import check_turn_sizes
 from worker.store.sessions import Appended, Profile
 
 router = APIRouter(tags=["turns"])

@@ -15,9 +15,10 @@ from ops.bench.common import data_dir, table
 from worker.compaction.assemble import assemble
 from worker.compaction.formats import load_transcript
 from worker.compaction.model import Policy, Transcript
-from worker.compaction.pipeline import compact, ingest
+from worker.compaction.pipeline import compact
 from worker.compaction.tokens import count_request, encoding
 from worker.compaction.validate import request_problems
+from worker.ingest import ingest
 from worker.redaction import Redactor
 
 WINDOWS = (200_000, 32_000)

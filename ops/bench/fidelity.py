@@ -28,8 +28,9 @@ from ops.bench.common import data_dir, table
 from worker.compaction.assemble import assemble
 from worker.compaction.formats import load_transcript
 from worker.compaction.model import Policy, Transcript, Turn, block_text
-from worker.compaction.pipeline import compact, ingest
+from worker.compaction.pipeline import compact
 from worker.compaction.summarize import Summarize
+from worker.ingest import ingest
 from worker.redaction import Redactor
 
 LONG_SESSIONS = ("fa812bfe-b295-4cca-9c2f-fdf01028cb46.jsonl", "258c7280-ae70-4798-800f-63464d01a85d.jsonl")

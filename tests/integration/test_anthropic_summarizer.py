@@ -10,8 +10,9 @@ import pytest
 
 from tests.fakes.messages_api import FakeMessagesAPI, Reply, drop, error, hang, malformed, reply
 from worker.compaction.model import Policy, Transcript
-from worker.compaction.pipeline import compact, ingest
+from worker.compaction.pipeline import compact
 from worker.compaction.ports import SummarizerError, SummaryRequest
+from worker.ingest import ingest
 from worker.redaction import Redactor
 from worker.settings import Settings
 from worker.summarizers import (

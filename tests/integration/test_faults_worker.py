@@ -52,7 +52,7 @@ from tests.integration.realdata import claude_code_files, load_messages
 from worker import jobs
 from worker.celery_app import sender
 from worker.compaction.model import Turn
-from worker.compaction.pipeline import ingest
+from worker.ingest import ingest
 from worker.resources import Resources
 from worker.settings import Settings
 from worker.store import sessions, snapshots

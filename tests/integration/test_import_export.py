@@ -18,8 +18,8 @@ from tests.conftest import require
 from tests.integration.conftest import flush_prefix, make_settings, run_cli
 from tests.integration.realdata import claude_code_files
 from worker.compaction.formats import load_transcript
-from worker.compaction.pipeline import ingest
 from worker.compaction.validate import request_problems
+from worker.ingest import ingest
 from worker.redaction import Redactor
 from worker.resources import Resources
 from worker.settings import Settings

@@ -206,7 +206,7 @@ def test_beat_sweep_compacts_a_session_whose_message_was_lost(
 
 
 def _append_real(res: Resources, tid: int, sid: str, window: int, activity: str) -> sessions.Appended:
-    from worker.compaction.pipeline import ingest
+    from worker.ingest import ingest
 
     turns = ingest(real_messages(), first_seq=1, redactor=res.redactor, policy=res.base_policy).turns
     return sessions.append_turns(

@@ -13,11 +13,12 @@ from tests.strategies import PLANTED_SECRETS, conversations, planted_conversatio
 from worker.compaction.assemble import assemble, turn_policy
 from worker.compaction.fit import fit
 from worker.compaction.model import Policy, Transcript, canonical_json
-from worker.compaction.pipeline import compact, ingest
+from worker.compaction.pipeline import compact
 from worker.compaction.ports import SummarizerError, SummaryRequest, SummaryResult
 from worker.compaction.tokens import count_request
 from worker.compaction.validate import request_problems
 from worker.compaction.zones import keep_start
+from worker.ingest import ingest
 from worker.redaction import Redactor
 
 REDACTOR = Redactor(b"test-key")

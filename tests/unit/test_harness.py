@@ -11,8 +11,8 @@ from tests.conftest import data_dir, transcript_files
 from worker.compaction.facts import extract
 from worker.compaction.harness import user_instructions
 from worker.compaction.model import Policy, Turn
-from worker.compaction.pipeline import ingest
 from worker.compaction.summarize import render_note
+from worker.ingest import ingest
 from worker.redaction import Redactor
 
 NOTIFICATION = (

@@ -375,7 +375,7 @@ def replay(path: Path, step: int = 2) -> tuple[tuple[Item, ...], int]:
     """Observe a real session a few turns at a time, as the worker would; (items, events)."""
     from worker.compaction.formats import load_transcript
     from worker.compaction.model import Policy
-    from worker.compaction.pipeline import ingest
+    from worker.ingest import ingest
     from worker.redaction import Redactor
 
     imported = load_transcript(path)

@@ -409,8 +409,8 @@ def test_client_cache_breakpoints_are_dropped_at_ingest_even_nested() -> None:
     """compactd places the (at most 4) breakpoints itself: a client's own, top-level or inside a
     tool_result's content, are removed before anything is stored."""
     from worker.compaction.model import Policy
-    from worker.compaction.pipeline import ingest
     from worker.compaction.pricing import breakpoints
+    from worker.ingest import ingest
     from worker.redaction import Redactor
 
     marker = {"type": "ephemeral"}

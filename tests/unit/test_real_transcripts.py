@@ -10,9 +10,10 @@ import pytest
 from tests.conftest import transcript_files
 from worker.compaction.assemble import assemble
 from worker.compaction.model import Policy, Transcript, canonical_json
-from worker.compaction.pipeline import compact, ingest
+from worker.compaction.pipeline import compact
 from worker.compaction.tokens import count_request
 from worker.compaction.validate import request_problems
+from worker.ingest import ingest
 from worker.redaction import Redactor
 
 FILES = transcript_files()

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from worker.compaction.model import Policy
-from worker.compaction.pipeline import ingest
+from worker.ingest import ingest
 from worker.redaction import Redactor
 from worker.redaction.seams import continued, edge_text, redact_seams, reseam, with_edge_text
 

@@ -28,7 +28,7 @@ from tests.integration.test_planted_corpus import (
     windows,
 )
 from worker.compaction.model import Block, Policy
-from worker.compaction.pipeline import ingest
+from worker.ingest import ingest
 from worker.redaction import Redactor
 from worker.redaction.scanner import ALL, STRICT
 

@@ -1,41 +1,26 @@
-"""The recipe: ingest one append's messages, and compact a session's transcript, stage by stage.
+"""The recipe: compact a session's transcript, stage by stage.
 
 Public entry points (the worker, the API and the CLI call only these):
-    ingest(messages, first_seq=, redactor=, policy=, after=) -> Ingested   (normalize, redact, offload, count)
     compact(transcript, policy, summarize=, force=, focus=, summarizer=) -> Compacted  (dedup, clip, summarize)
 and, in assemble.py, assemble(transcript) -> {"system": [...], "messages": [...]}.
+Ingesting an append (normalize, redact, offload, count) is worker/ingest.py: it uses redaction too.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
-from worker.compaction.assemble import strip_cache_control
 from worker.compaction.clip import Clip
 from worker.compaction.dedup import Dedup
-from worker.compaction.model import Block, FileWrite, Policy, StageReport, Transcript, Turn
-from worker.compaction.normalize import normalize_message
-from worker.compaction.offload import Offload
+from worker.compaction.model import Policy, StageReport, Transcript
 from worker.compaction.ports import Summarizer, SummarizerError
 from worker.compaction.summarize import Summarize
-from worker.compaction.tokens import count_message
-from worker.redaction import Redactor
-from worker.redaction.seams import Message, redact_seams
 
 
 class Stage(Protocol):
     def __call__(self, t: Transcript) -> Transcript: ...
-
-
-@dataclass(frozen=True, slots=True)
-class Ingested:
-    turns: tuple[Turn, ...]
-    files: tuple[FileWrite, ...]
-    # `after`'s blocks with the part of a secret that crosses into the first message redacted
-    # (None: nothing crosses)
-    after: tuple[Block, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,39 +32,6 @@ class Compacted:
     @property
     def tokens(self) -> int:
         return self.transcript.tokens()
-
-
-def ingest(
-    messages: Sequence[Any],
-    *,
-    first_seq: int,
-    redactor: Redactor,
-    policy: Policy,
-    after: Message | None = None,
-) -> Ingested:
-    """Normalize, redact, offload and count each message, before anything is persisted. A secret
-    split between two consecutive messages is redacted on both sides (worker/redaction/seams.py),
-    the boundary with `after` (the stored message these follow, redacted already) included.
-
-    Raises InvalidTranscript naming the bad message. Offloaded payloads come back as files.
-    """
-    normalized = [normalize_message(m, f"messages[{i}]") for i, m in enumerate(messages)]
-    # a secret cut in two by a message boundary first: neither half is recognisable alone
-    # (the stored message this append follows first: its end is scanned with the new first message)
-    changed = None
-    if after is not None:
-        before, *seamed = redact_seams([after, *normalized], redactor, stored_first=True)
-        changed = before[1] if before[1] is not after[1] else None
-    else:
-        seamed = redact_seams(normalized, redactor)
-    turns = []
-    for i, (role, blocks) in enumerate(seamed):
-        blocks = tuple(redactor.redact_block(strip_cache_control(b)) for b in blocks)
-        turns.append(Turn(seq=first_seq + i, role=role, content=blocks, tokens=count_message(blocks)))  # type: ignore[arg-type]
-    offloaded = Offload(policy.offload_tokens, policy.preview_tokens)(
-        Transcript(system="", turns=tuple(turns))
-    )
-    return Ingested(turns=offloaded.turns, files=offloaded.files, after=changed)
 
 
 def default_stages(

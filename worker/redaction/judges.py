@@ -12,7 +12,15 @@ from __future__ import annotations
 
 import re
 
-from worker.compaction.shapes import (
+from worker.redaction.keywords import (
+    echoes_key,
+    is_assigned_secret,
+    names_other_value,
+    secret_kind_of_key,
+)
+from worker.redaction.positions import is_joined, is_password_flag, password_flag
+from worker.redaction.rules import Judge, Judged, strip_quotes
+from worker.redaction.shapes import (
     char_classes,
     entropy_bits,
     is_code,
@@ -22,14 +30,6 @@ from worker.compaction.shapes import (
     is_uuid,
     looks_random,
 )
-from worker.redaction.keywords import (
-    echoes_key,
-    is_assigned_secret,
-    names_other_value,
-    secret_kind_of_key,
-)
-from worker.redaction.positions import is_joined, is_password_flag, password_flag
-from worker.redaction.rules import Judge, Judged, strip_quotes
 
 
 def token(kind: str, min_bits: float = 0.0) -> Judge:

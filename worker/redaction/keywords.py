@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from worker.compaction.shapes import is_code, is_file_path, is_placeholder, is_wordy, looks_random
+from worker.redaction.shapes import is_code, is_file_path, is_placeholder, is_wordy, looks_random
 
 _WORDS = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import re
 
-from worker.compaction.shapes import PLACEHOLDER_MARK, is_code, is_placeholder, looks_random
 from worker.redaction.keywords import key_words
 from worker.redaction.rules import Detector, Judge, Judged, strip_quotes
+from worker.redaction.shapes import PLACEHOLDER_MARK, is_code, is_placeholder, looks_random
 
 # Visible references and placeholders: `${VAR}`, `$VAR`, `$lowerVar`, `$(cmd)`, `%s`, `%(name)s`, `%VAR%`,
 # `$1`, `{{ x }}`, `{name}`, `{0}`, `<password>`, `[PASSWORD]`, masks (`****`, `xxxxxxxx`) and metavars.

@@ -43,14 +43,17 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
-from worker.compaction.model import Block
-from worker.compaction.shapes import looks_random
 from worker.redaction.encoded import encoded_secrets, may_hide_secrets
 from worker.redaction.keywords import is_assigned_secret, secret_kind_of_key
 from worker.redaction.scanner import ALL, KEYED_FIELD, Finding, Ruleset, find, find_spans
+from worker.redaction.shapes import looks_random
 from worker.redaction.strict import names_credential
 
-__all__ = ["THINKING_REMOVED", "Finding", "Redactor"]
+__all__ = ["THINKING_REMOVED", "Block", "Finding", "Redactor"]
+
+# an Anthropic content block as JSON (compaction.model.Block is the same type; redaction does
+# not import the compaction engine)
+Block = dict[str, Any]
 
 THINKING_REMOVED = "[compactd: a thinking block was removed because it contained a secret]"
 # How far from a turn boundary a secret cut by it is looked for, each side (a PEM key is ~3,300).

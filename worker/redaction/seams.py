@@ -6,7 +6,6 @@ starts with are redacted as one (Redactor.seam_cuts), before each block is redac
     redact_seams(messages, redactor)    every boundary between consecutive messages, redacted
     continued_cuts(left, right)         the rest of a token that a redacted half shows the start of
     reseam(previous, first, redactor)   the boundary with the turn stored before an append
-    rewrite_turn_end(turns, seq, a, b)  a snapshot's copy of that stored turn, rewritten alike
 
 A message's edge is its first or last block when that block is text (a text block, a tool result
 given as a string or ending/starting with a text block); a boundary next to a tool call's input,
@@ -14,11 +13,11 @@ an image or a thinking block joins nothing (a signed thinking block is never edi
 
 Across two appends the first half is stored already, redacted alone. The append reads that stored
 message first, and its ingest scans the boundary with its own first message as it came, before
-that one is redacted alone, as within one append (pipeline.ingest, `after=`; `stored_first`). Where
+that one is redacted alone, as within one append (worker/ingest.py, `after=`; `stored_first`). Where
 redacting the stored half alone took what shows the rest for a secret, the rest goes with it
 (`continued_cuts`): the unbroken rest of a token whose start is a placeholder (a PEM key's to its
 END line), a quoted string cut on a line where a secret was redacted. The store (append_turns)
-then rewrites that turn and the copy of it in the session's snapshots (their prompt is assembled
+then rewrites that turn and the copy of it in the session's snapshots (ingest.rewrite_turn_end) (their prompt is assembled
 again); the API drops the cached prompt. When another append came between (the stored message is
 no longer the one read), the append is ingested again (appending.py); `reseam` is the last resort.
 A stored message offloaded to a virtual file is scanned with that file's end (its half stays there).
@@ -28,11 +27,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from worker.compaction.model import Block, Turn
-from worker.compaction.tokens import count_message
+from worker.redaction.redact import Block
 
 if TYPE_CHECKING:
     from worker.redaction.redact import Cut, Redactor
@@ -246,18 +244,3 @@ def reseamed(
     left, new_left = edge_text(previous, last=True), edge_text(new_previous, last=True)
     same = next((i for i, (a, b) in enumerate(zip(left, new_left, strict=False)) if a != b), len(left))
     return Reseamed(new_previous, first, (left[same:], new_left[same:]))
-
-
-def rewrite_turn_end(turns: tuple[Turn, ...], seq: int, taken: str, put: str) -> tuple[Turn, ...] | None:
-    """turns with the text that turn `seq` ends with changed from ending in `taken` to ending in
-    `put` (a snapshot's copy of a turn an append has rewritten); None when there is no such turn
-    (summarized away) or its end differs (it was clipped there)."""
-    for i, turn in enumerate(turns):
-        if turn.seq != seq:
-            continue
-        edge = edge_text(turn.content, last=True)
-        if not taken or not edge.endswith(taken):
-            return None
-        content = with_edge_text(turn.content, edge[: len(edge) - len(taken)] + put, last=True)
-        return (*turns[:i], replace(turn, content=content, tokens=count_message(content)), *turns[i + 1 :])
-    return None

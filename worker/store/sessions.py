@@ -14,7 +14,8 @@ from worker.compaction.assemble import assemble
 from worker.compaction.codec import transcript_from_json, transcript_to_json
 from worker.compaction.model import Block, Turn, canonical_json, content_hash
 from worker.compaction.tokens import count_message
-from worker.redaction.seams import Reseamed, rewrite_turn_end
+from worker.ingest import rewrite_turn_end
+from worker.redaction.seams import Reseamed
 from worker.store import memory as memory_store
 from worker.store.db import insert_ignore, is_sqlite, read_tx, write_tx
 from worker.store.tables import Append, File, FileRead, Snapshot, SnapshotLog, utcnow

@@ -1,4 +1,4 @@
-"""Size limits inside a request the body limit lets through: one turn of an append."""
+"""Size limits inside a request the body limit lets through: one turn of an append (HTTP and task alike)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from api.errors import TurnTooLarge
+from worker.errors import TurnTooLarge
 
 
 def turn_bytes(message: dict[str, Any]) -> int:
@@ -22,7 +22,7 @@ def turn_bytes(message: dict[str, Any]) -> int:
 
 
 def check_turn_sizes(messages: Sequence[dict[str, Any]], max_turn_bytes: int) -> None:
-    """413 naming the first message over the limit (its index in `messages`) and the limit itself."""
+    """TurnTooLarge (a 413 over HTTP) naming the first message over the limit (its index in `messages`) and the limit itself."""
     for index, message in enumerate(messages):
         size = turn_bytes(message)
         if size > max_turn_bytes:
