@@ -263,7 +263,7 @@ def run_beat(args: argparse.Namespace) -> int:
 
 def run_prune(args: argparse.Namespace) -> int:
     from api.app import CeleryEnqueue
-    from worker import jobs
+    from worker.flows import prune as pruning
     from worker.memory.prune import describe
     from worker.resources import Resources
     from worker.store import memory
@@ -273,10 +273,10 @@ def run_prune(args: argparse.Namespace) -> int:
     try:
         if not args.dry_run:
             with CeleryEnqueue(settings, res) as enqueue:
-                report = jobs.prune_now(res, enqueue=enqueue)
+                report = pruning.prune_now(res, enqueue=enqueue)
             print(" ".join(f"{k}={v}" for k, v in report.items()))
             return 0
-        plans = jobs.prune_plans(res)
+        plans = pruning.prune_plans(res)
         for planned in plans:
             print(f"session {planned.client_id} (tenant {planned.tenant_id}, pk {planned.session_pk}):")
             for step in planned.steps:

@@ -215,7 +215,7 @@ def run_import(args: argparse.Namespace) -> int:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from worker.store.prompts import fetch
+    from worker.flows.serve import fetch
     from worker.store.sessions import get_session
 
     command = "compactd export"

@@ -22,8 +22,8 @@ from worker.compaction.epochs import Decision, Step, Switch, extend, served_requ
 from worker.compaction.fit import fit
 from worker.compaction.model import Policy, Transcript, Turn
 from worker.compaction.normalize import normalize_message
-from worker.compaction.pipeline import is_quiet
 from worker.compaction.pricing import Billed, PromptCache, total
+from worker.compaction.quiet import is_quiet
 from worker.compaction.tokens import count_message, count_request, count_text
 from worker.compaction.validate import request_problems
 from worker.ingest import ingest
@@ -288,7 +288,7 @@ def _publish(sim: _Sim, result: Step, through: int) -> None:
 
 
 def _serve(sim: _Sim) -> tuple[dict[str, Any], int, str | None]:
-    """What a fetch returns now, as the service computes it (worker/store/prompts.py)."""
+    """What a fetch returns now, as the service computes it (worker/flows/serve.py)."""
     budget = sim.policy.budget_tokens
     request, tokens = _rendered(sim.snapshot, sim.tail, budget)
     if tokens <= budget:

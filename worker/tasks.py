@@ -1,4 +1,4 @@
-"""Celery tasks: thin wrappers with explicit names; the work is in worker/jobs.py."""
+"""Celery tasks: thin wrappers with explicit names; the work is in worker/flows/."""
 
 from __future__ import annotations
 
@@ -10,9 +10,13 @@ from celery import Task
 from celery.exceptions import SoftTimeLimitExceeded
 from structlog.contextvars import bound_contextvars
 
-from worker import appending, jobs
+from worker import appending
 from worker.celery_app import app, resources
 from worker.errors import SessionLocked, TransientError
+from worker.flows import compact as compaction
+from worker.flows.expire import expire_sessions
+from worker.flows.prune import prune_memory as prune_scheduled
+from worker.flows.sweep import sweep_sessions
 
 # A job that finds its session locked waits for the running one: briefly, it has newer turns to add.
 LOCKED_RETRY_SECONDS = 0.25
@@ -44,7 +48,7 @@ log = structlog.get_logger("compactd.tasks")
 def compact(self: Task, tenant_id: int, session_id: int, seen_version: int, summary_attempt: int = 0) -> str:
     def retry_summary() -> None:
         # a new message, not self.retry: the structural result is published and this one is done
-        delay = jobs.summary_retry_delay(summary_attempt, random.random())
+        delay = compaction.summary_retry_delay(summary_attempt, random.random())
         if delay is None:
             log.warning("summary.retries_exhausted", attempts=summary_attempt)
             return
@@ -55,7 +59,7 @@ def compact(self: Task, tenant_id: int, session_id: int, seen_version: int, summ
 
     with bound_contextvars(task_id=self.request.id, tenant_id=tenant_id, session_id=session_id):
         try:
-            return jobs.compact(tenant_id, session_id, seen_version, resources(), retry_summary)
+            return compaction.compact(tenant_id, session_id, seen_version, resources(), retry_summary)
         except SessionLocked as exc:
             # SessionLocked is transient but not autoretried (dont_autoretry_for): it waits here,
             # briefly at first, then backing off to 2 s (the running job may be an LLM summary)
@@ -66,7 +70,7 @@ def compact(self: Task, tenant_id: int, session_id: int, seen_version: int, summ
 @app.task(name="compactd.sweep", bind=True)
 def sweep(self: Task) -> int:
     with bound_contextvars(task_id=self.request.id):
-        return jobs.sweep(resources(), lambda t, s, v: compact.apply_async((t, s, v)))
+        return sweep_sessions(resources(), lambda t, s, v: compact.apply_async((t, s, v)))
 
 
 @app.task(name="compactd.prune_memory", bind=True)
@@ -74,13 +78,13 @@ def prune_memory(self: Task) -> dict[str, Any] | None:
     # beat sends one message per period; a second beat's message finds the period claimed
     with bound_contextvars(task_id=self.request.id):
         # a pruned session's prompt is republished with its new memory, like after an API change
-        return jobs.prune_memory(resources(), lambda t, s, v: compact.apply_async((t, s, v)))
+        return prune_scheduled(resources(), lambda t, s, v: compact.apply_async((t, s, v)))
 
 
 @app.task(name="compactd.expire", bind=True)
 def expire(self: Task) -> int:
     with bound_contextvars(task_id=self.request.id):
-        return jobs.expire(resources())
+        return expire_sessions(resources())
 
 
 @app.task(name="compactd.append", bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=None)

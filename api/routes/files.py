@@ -11,10 +11,10 @@ from api.errors import NotFound
 from api.routes.paths import SessionId
 from worker.compaction.reading import grep, read_bytes, read_lines
 from worker.compaction.tools import tool_definitions
+from worker.flows.serve import refresh_status_files
 from worker.memory.tool import memory_tool_definitions
 from worker.store import files, sessions
 from worker.store.db import read_tx
-from worker.store.prompts import refresh_status_files
 
 router = APIRouter(tags=["files"])
 

@@ -25,10 +25,11 @@ from api.schemas import (
     MemoryVersionOut,
 )
 from worker.compaction.tokens import count_text
+from worker.flows import serve as prompts
 from worker.memory.model import SECTIONS, Change, Item, MemoryOpError, Op, item_tokens, key_of
 from worker.redaction import Redactor
 from worker.resources import Resources
-from worker.store import memory, prompts, sessions
+from worker.store import memory, sessions
 from worker.store.db import read_tx
 
 router = APIRouter(tags=["memory"])

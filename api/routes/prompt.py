@@ -11,9 +11,9 @@ from api.deps import get_tenant
 from api.errors import NotFound, Unavailable
 from api.routes.paths import SessionId
 from api.schemas import PromptResponse
+from worker.flows.serve import Served, fallback, fetch_ready
 from worker.resources import Resources
 from worker.store.db import is_sqlite
-from worker.store.prompts import Served, fallback, fetch_ready
 
 router = APIRouter(tags=["prompt"])
 log = structlog.get_logger("compactd.api")

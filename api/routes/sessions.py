@@ -12,8 +12,9 @@ from api.deps import ResourcesDep, SenderDep, TenantDep
 from api.errors import InvalidCursor, NotFound
 from api.routes.paths import SessionId
 from api.schemas import ActivityRequest, ActivityResponse, CompactRequest, CompactResponse, SessionInfo
+from worker.flows import serve as prompts
 from worker.stats import session_stats
-from worker.store import prompts, sessions
+from worker.store import sessions
 from worker.store import stats as stats_store
 from worker.store.tables import utcnow
 

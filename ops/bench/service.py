@@ -227,7 +227,7 @@ def _redis_floor(client: redis.Redis, size: int, n: int) -> tuple[float, float]:
 
 def main() -> dict[str, Any]:
     """Run the service benchmark, print a table, and return the figures."""
-    from worker import jobs
+    from worker.flows import compact as jobs
     from worker.resources import Resources
     from worker.settings import Settings
     from worker.store.sessions import get_session

@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 
 from api.app import create_app
 from tests.integration.conftest import flush_prefix, make_settings, wait_for
-from worker import jobs
+from worker.flows import compact as jobs
 from worker.resources import Resources
 from worker.settings import Settings
 from worker.store.snapshots import load

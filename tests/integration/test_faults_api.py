@@ -28,7 +28,8 @@ import pytest
 
 from tests.conftest import require
 from tests.integration.conftest import Worker, answers, flush_prefix, free_port, make_settings, wait_for
-from worker import jobs
+from worker.flows import compact as jobs
+from worker.flows.sweep import sweep_sessions
 from worker.resources import Resources
 from worker.settings import Settings
 from worker.store.cache import PromptCache, make_redis
@@ -270,7 +271,7 @@ def test_redis_killed_or_frozen_under_fetch_load(tmp_path: Path, private_redis: 
         found: list[tuple[int, int, int]] = []
         res.close()
         res = Resources.build(settings)  # its pooled Redis connections died with the old server
-        assert jobs.sweep(res, lambda *a: found.append(a)) >= 1
+        assert sweep_sessions(res, lambda *a: found.append(a)) >= 1
         assert (tenant, row.id, 7) in found
 
         # the cache refills: the restarted Redis is empty; the sweep's job publishes again

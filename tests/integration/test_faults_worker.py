@@ -49,9 +49,10 @@ from tests.integration.conftest import (
     wait_for,
 )
 from tests.integration.realdata import claude_code_files, load_messages
-from worker import jobs
 from worker.celery_app import sender
 from worker.compaction.model import Turn
+from worker.flows import compact as jobs
+from worker.flows.sweep import sweep_sessions
 from worker.ingest import ingest
 from worker.resources import Resources
 from worker.settings import Settings
@@ -495,10 +496,10 @@ def test_a_flushed_broker_loses_the_jobs_of_busy_sessions_and_the_sweep_still_fi
             broker.flushall()
         sent: list[tuple[int, int, int]] = []
         lost = {a.session_pk for a in appended}
-        assert jobs.sweep(res, lambda t, s, v: sent.append((t, s, v))) >= 20
+        assert sweep_sessions(res, lambda t, s, v: sent.append((t, s, v))) >= 20
         assert lost <= {pk for _, pk, _ in sent}
         again: list[tuple[int, int, int]] = []
-        jobs.sweep(res, lambda t, s, v: again.append((t, s, v)))
+        sweep_sessions(res, lambda t, s, v: again.append((t, s, v)))
         assert not lost & {pk for _, pk, _ in again}  # their jobs are pending: claimed
         with sender(settings) as app:
             for t, s, v in sent:

@@ -16,8 +16,8 @@ from api.app import create_app
 from tests.integration.conftest import Worker, flush_prefix, make_settings, wait_for
 from tests.unit.test_memory_observe import PYTEST_FAIL, bash, unit
 from worker.compaction.model import Turn
+from worker.flows.observe import observe_memory
 from worker.memory.model import Change
-from worker.observing import observe_memory
 from worker.resources import Resources
 from worker.settings import Settings
 from worker.store import memory, sessions

@@ -60,7 +60,7 @@ from tests.conftest import data_dir, require
 from tests.fakes.messages_api import FakeMessagesAPI, reply
 from tests.integration.conftest import REDIS_URL, answers, flush_prefix
 from tests.integration.test_planted_secrets import _database_dump, _redis_dump, planting_settings
-from worker import jobs
+from worker.flows import compact as jobs
 from worker.redaction.keywords import is_placeholder
 from worker.redaction.positions import is_reference
 from worker.resources import Resources

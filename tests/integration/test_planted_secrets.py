@@ -19,7 +19,7 @@ from sqlmodel import SQLModel
 from api.app import create_app
 from tests.fakes.messages_api import FakeMessagesAPI, reply
 from tests.integration.conftest import flush_prefix, make_settings
-from worker import jobs
+from worker.flows import compact as jobs
 from worker.resources import Resources
 from worker.settings import Settings
 from worker.store.db import read_tx

@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 from api.app import create_app
 from tests.conftest import require
 from tests.integration.conftest import answers, free_port, make_settings
-from worker import jobs
+from worker.flows import compact as jobs
 from worker.store import snapshots
 from worker.store.sessions import get_session
 from worker.store.tenants import create_tenant

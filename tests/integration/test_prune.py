@@ -15,8 +15,8 @@ from sqlalchemy import insert
 
 from tests.conftest import REPO
 from tests.integration.conftest import Worker, flush_prefix, make_settings, settings_env, wait_for
-from worker import jobs
 from worker.compaction.model import Turn
+from worker.flows import prune as pruning
 from worker.memory.model import Change
 from worker.memory.prune import period
 from worker.resources import Resources
@@ -81,7 +81,7 @@ def test_prune_records_each_removal_with_its_reason_and_it_can_be_restored(res: 
     """A prune removes the resolved blocker, the older duplicate and the stale note, each recorded
     with origin prune and its reason; a second prune does nothing; a removal restores."""
     pk = session_with_memory(res)
-    report = jobs.prune_now(res)
+    report = pruning.prune_now(res)
     assert (report["sessions"], report["removed"], report["merged"]) == (1, 2, 1)
     left = {(i.section, i.key) for i in memory.load(res.engine, pk)}
     assert left == {("task", "task"), ("decisions", "bcrypt"), ("notes", "ci")}
@@ -91,8 +91,8 @@ def test_prune_records_each_removal_with_its_reason_and_it_can_be_restored(res: 
         "bcrypt-old": "near-duplicate of bcrypt",
         "stale": f"not referenced since {(utcnow() - timedelta(days=30)):%Y-%m-%d}",
     }
-    assert jobs.prune_now(res)["removed"] == 0
-    assert jobs.prune_plans(res) == []
+    assert pruning.prune_now(res)["removed"] == 0
+    assert pruning.prune_plans(res) == []
     memory.restore(res.engine, pk, pruned["stale"].id, origin="user")
     assert ("notes", "stale") in {(i.section, i.key) for i in memory.load(res.engine, pk)}
 
@@ -103,7 +103,7 @@ def test_an_item_changed_after_the_plan_is_not_pruned(
     """The plan is read first; an agent that reopens the blocker and a reference to the stale note
     land before it applies: both stay (skipped, checked in the write), the merge still happens."""
     pk = session_with_memory(res)
-    plans = jobs.prune_plans(res)
+    plans = pruning.prune_plans(res)
     memory.change(
         res.engine,
         pk,
@@ -117,8 +117,8 @@ def test_an_item_changed_after_the_plan_is_not_pruned(
         [Change("set", "notes", "ask about the staging database", key="stale")],
         origin="agent",
     )
-    monkeypatch.setattr(jobs, "prune_plans", lambda *_: plans)
-    report = jobs.prune_now(res)
+    monkeypatch.setattr(pruning, "prune_plans", lambda *_: plans)
+    report = pruning.prune_now(res)
     assert (report["sessions"], report["removed"], report["merged"]) == (1, 0, 1)
     left = {(i.section, i.key): i.status for i in memory.load(res.engine, pk)}
     assert left[("blockers", "pytest tests/test_login.py")] == "open"
@@ -140,7 +140,7 @@ def test_a_pruned_session_is_republished(res: Resources) -> None:
     for key in keys:
         res.cache.client.set(key, b"cached")
     sent: list[tuple[int, int, int]] = []
-    report = jobs.prune_now(res, enqueue=lambda t, s, v: sent.append((t, s, v)))
+    report = pruning.prune_now(res, enqueue=lambda t, s, v: sent.append((t, s, v)))
     assert report["sessions"] == 1
     assert sent == [(tid, pk, memory.version_of(res.engine, pk))]
     assert [bool(res.cache.client.exists(k)) for k in keys] == [False, False, True]
@@ -154,7 +154,7 @@ def test_memory_of_gone_sessions_is_swept(res: Resources) -> None:
     with write_tx(res.engine) as conn:
         conn.execute(insert(MemoryEntry.__table__).values(session_id=999_999, **row))  # type: ignore[attr-defined]
     assert memory.orphaned_sessions(res.engine) == [999_999]
-    report = jobs.prune_now(res)
+    report = pruning.prune_now(res)
     assert (report["expired_sessions"], report["expired_items"]) == (1, 1)
     assert memory.orphaned_sessions(res.engine) == []
     assert memory.load(res.engine, keep)

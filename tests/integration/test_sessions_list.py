@@ -14,7 +14,7 @@ from api.app import create_app
 from tests.conftest import require
 from tests.integration.conftest import flush_prefix, make_settings
 from tests.integration.realdata import claude_code_files, load_messages
-from worker import jobs
+from worker.flows import compact as jobs
 from worker.resources import Resources
 from worker.store import sessions
 from worker.store.snapshots import KEEP_SNAPSHOTS

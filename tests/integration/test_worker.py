@@ -17,14 +17,14 @@ from tests.conftest import require
 from tests.fakes.messages_api import FakeMessagesAPI, hang, reply
 from tests.integration.conftest import Worker, flush_prefix, make_settings, wait_for
 from tests.integration.realdata import claude_code_files, load_messages
-from worker import jobs
 from worker.compaction.model import Turn
 from worker.compaction.pricing import breakpoints
 from worker.compaction.validate import request_problems
+from worker.flows import compact as jobs
+from worker.flows.serve import fetch
 from worker.resources import Resources
 from worker.settings import Settings
 from worker.store import sessions
-from worker.store.prompts import fetch
 from worker.store.tenants import create_tenant
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]

@@ -88,12 +88,6 @@ def _report(stage: Stage, before: Transcript, after: Transcript) -> StageReport:
     return StageReport(type(stage).__name__, before.tokens(), after.tokens(), counts)
 
 
-def is_quiet(t: Transcript, *, busy: bool = False) -> bool:
-    """A quiet point: no tool call waiting for its result and the client not busy."""
-    last = t.turns[-1] if t.turns else None
-    return not busy and not (last is not None and last.role == "assistant" and last.tool_use_ids())
-
-
 def compact(
     t: Transcript,
     policy: Policy,

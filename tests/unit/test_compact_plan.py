@@ -1,0 +1,188 @@
+"""The compaction job's plan, table-tested without Redis or SQL: rows and snapshots are plain objects."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import orjson
+import pytest
+
+from worker.compaction.codec import transcript_to_json
+from worker.compaction.epochs import Decision
+from worker.compaction.model import Policy, Transcript, Turn
+from worker.compaction.quiet import is_quiet, why_not_quiet
+from worker.compaction.tokens import count_message
+from worker.flows.compact import JobInput, plan_job
+from worker.store.snapshots import Loaded
+
+# a small window so a few kilobytes of tool output cross the structural trigger
+POLICY = Policy(context_window=20_000, output_reserve=1_000)
+
+
+def turn(seq: int, role: str, *blocks: dict[str, Any]) -> Turn:
+    content = tuple(blocks)
+    return Turn(seq=seq, role=role, content=content, tokens=count_message(content))  # type: ignore[arg-type]
+
+
+def text(s: str) -> dict[str, Any]:
+    return {"type": "text", "text": s}
+
+
+def tool_use(i: int) -> dict[str, Any]:
+    return {"type": "tool_use", "id": f"t{i}", "name": "bash", "input": {"cmd": "ls"}}
+
+
+def tool_result(i: int, body: str) -> dict[str, Any]:
+    return {"type": "tool_result", "tool_use_id": f"t{i}", "content": body}
+
+
+def chat(n: int, *, big: bool = False, in_flight: bool = False) -> list[Turn]:
+    """n tool rounds after a first user message; `big` outputs cross the structural trigger."""
+    body = " ".join(f"line{j} of output with some words in it" for j in range(900 if big else 3))
+    turns = [turn(1, "user", text("fix the build"))]
+    for i in range(n):
+        turns.append(turn(len(turns) + 1, "assistant", text("running"), tool_use(i)))
+        turns.append(turn(len(turns) + 1, "user", tool_result(i, body)))
+    if in_flight:
+        turns.append(turn(len(turns) + 1, "assistant", tool_use(n)))
+    return turns
+
+
+def job(
+    tail: list[Turn],
+    *,
+    snapshot_state: Transcript | None = None,
+    epoch: int = 0,
+    system: str = "you are helpful",
+    activity: str = "idle",
+    memory: str = "",
+    memory_version: int = 0,
+    pinned_version: int = 0,
+    changes: str = "",
+    request: Any = None,
+) -> JobInput:
+    row = SimpleNamespace(
+        tenant_id=1,
+        version=tail[-1].seq if tail else 0,
+        memory_version=memory_version,
+        activity=activity,
+        system=system,
+        context_window=None,
+        output_reserve=None,
+    )
+    snap = None
+    if snapshot_state is not None:
+        snap = SimpleNamespace(
+            through_seq=snapshot_state.turns[-1].seq if snapshot_state.turns else 0,
+            epoch=epoch,
+            memory_version=pinned_version,
+            pinned_memory_version=pinned_version,
+            report=None,
+            state=orjson.dumps(transcript_to_json(snapshot_state)),
+        )
+    loaded = Loaded(session=row, snapshot=snap, tail=tail, memory=memory)
+    return JobInput(
+        loaded=loaded, state=loaded.state(), policy=POLICY, request=request, memory_changes=changes
+    )
+
+
+QUIET_CASES = [
+    # (turns, busy, waiting for)
+    ([], False, ""),
+    (chat(1), False, ""),
+    (chat(1), True, "busy"),
+    (chat(1, in_flight=True), False, "tool call"),
+    (chat(1, in_flight=True), True, "tool call"),  # the tool call is named first
+    ([turn(1, "assistant", text("done"))], False, ""),
+]
+
+
+@pytest.mark.parametrize(("turns", "busy", "waiting"), QUIET_CASES)
+def test_the_quiet_point_rule(turns: list[Turn], busy: bool, waiting: str) -> None:
+    """A quiet point is no tool call in flight and a client not busy; the reason names which."""
+    t = Transcript(system="", turns=tuple(turns))
+    reason = why_not_quiet(t, busy=busy)
+    assert (waiting in reason) if waiting else reason == ""
+    assert is_quiet(t, busy=busy) is (not waiting)
+
+
+PLAN_CASES = [
+    # (name, job, decision, epoch, waiting)
+    ("a small first publish extends epoch 0", job(chat(2)), Decision.EXTEND, 0, ""),
+    ("big tool outputs are clipped into a new epoch", job(chat(4, big=True)), Decision.NEW_EPOCH, 1, ""),
+    ("a busy client is no quiet point", job(chat(2), activity="busy"), Decision.EXTEND, 0, "busy"),
+    (
+        "a tool call in flight is no quiet point",
+        job(chat(2, in_flight=True)),
+        Decision.EXTEND,
+        0,
+        "tool call",
+    ),
+    (
+        "a new system prompt starts a new epoch",
+        job(chat(2)[2:], snapshot_state=Transcript(system="old", turns=tuple(chat(2)[:2])), epoch=3),
+        None,
+        4,
+        "",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "given", "decision", "epoch", "waiting"), PLAN_CASES, ids=[c[0] for c in PLAN_CASES]
+)
+def test_plan(name: str, given: JobInput, decision: Decision | None, epoch: int, waiting: str) -> None:
+    """The plan's decision, epoch and quiet point follow from what was loaded alone."""
+    plan = plan_job(given)
+    if decision is not None:
+        assert plan.step.verdict.decision is decision
+    assert plan.epoch == epoch
+    assert (waiting in plan.waiting) if waiting else plan.waiting == ""
+    assert plan.through_seq == given.loaded.tail[-1].seq
+    assert plan.tokens <= plan.tokens_before or plan.step.verdict.decision is not Decision.NEW_EPOCH
+    assert plan.drop_pending and plan.keep_pending is None  # no summarizer: nothing prepared
+    assert plan.report["decision"] == str(plan.step.verdict.decision)
+
+
+def test_a_new_system_prompt_refreshes_the_pinned_memory() -> None:
+    """When the system prompt changed, the published block is the memory as rendered now, with no note."""
+    state = Transcript(system="old", turns=tuple(chat(1)), memory="## memory v1")
+    plan = plan_job(
+        job(
+            chat(2)[3:],
+            snapshot_state=state,
+            memory="## memory v2",
+            memory_version=2,
+            pinned_version=1,
+            changes="goal: ship it",
+        )
+    )
+    assert plan.system_changed and plan.new_epoch
+    assert plan.publish.memory == "## memory v2" and plan.pinned_version == 2 and plan.memory_note == ""
+
+
+def test_memory_changes_since_the_pinned_block_go_to_the_note() -> None:
+    """Without a new epoch the pinned block stays and the changes since it become the status note."""
+    state = Transcript(system="you are helpful", turns=tuple(chat(1)), memory="## memory v1")
+    plan = plan_job(
+        job(
+            chat(2)[3:],
+            snapshot_state=state,
+            memory="## memory v2",
+            memory_version=2,
+            pinned_version=1,
+            changes="goal: ship it",
+        )
+    )
+    assert not plan.new_epoch
+    assert plan.publish.memory == "## memory v1" and plan.pinned_version == 1
+    assert "ship it" in plan.memory_note
+
+
+def test_a_compact_request_waits_for_a_quiet_point() -> None:
+    """A user's /compact is not forced mid tool call: the plan says what it waits for."""
+    request = SimpleNamespace(focus="")
+    plan = plan_job(job(chat(2, in_flight=True), request=request))
+    assert "tool call" in plan.waiting
+    assert plan.step.switch.value != "forced"

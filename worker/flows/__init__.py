@@ -1,0 +1,1 @@
+"""Use cases over Resources: append, compact, serve, observe, sweep, prune, expire, simulate."""

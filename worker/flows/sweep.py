@@ -1,0 +1,43 @@
+"""The beat sweep: sessions the database shows need a compaction get one, whatever Redis lost."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+
+import structlog
+
+from worker.resources import Resources
+from worker.store import snapshots
+from worker.store.tables import utcnow
+
+log = structlog.get_logger("compactd.jobs")
+# the sweep's claim on a busy session it sends a job for, like an append's (api.app.JOB_CLAIM_SECONDS)
+SWEEP_CLAIM_SECONDS = 30.0
+
+
+def sweep_sessions(res: Resources, enqueue: Callable[[int, int, int], object]) -> int:
+    """Enqueue compaction for sessions the database shows need it, whatever Redis lost: idle
+    sessions whose snapshot misses turns or memory (a lost message); busy ones too, unless a job is
+    pending for them (their appends send jobs, but a lost one waits for its claim to expire); idle
+    sessions whose summary failed transiently and has not been prepared since."""
+    now = utcnow()
+    idle_before = now - timedelta(seconds=res.settings.idle_seconds)
+    idle = snapshots.behind(res.engine, idle_before)
+    seen = {pk for _, pk, _ in idle}
+    busy = [
+        (tenant_id, pk, version)
+        for tenant_id, pk, version in snapshots.behind(res.engine, now)
+        if pk not in seen and res.cache.claim_job(pk, SWEEP_CLAIM_SECONDS)
+    ]
+    retry = [
+        (tenant_id, pk, version)
+        for tenant_id, pk, version in snapshots.summary_retry_due(res.engine, idle_before)
+        if pk not in seen and not res.cache.has_pending(pk)
+    ]
+    for tenant_id, pk, version in [*idle, *busy, *retry]:
+        enqueue(tenant_id, pk, version)
+    sent = len(idle) + len(busy) + len(retry)
+    if sent:
+        log.info("sweep.enqueued", sessions=sent, idle=len(idle), busy=len(busy), summary_retry=len(retry))
+    return sent
