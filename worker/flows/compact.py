@@ -1,37 +1,35 @@
-"""Jobs: load -> compact -> save with a version guard. Plain functions; Celery lives in tasks.py."""
+"""The compaction job: load -> plan (pure) -> commit -> record. Plain functions; Celery is in tasks.py.
+
+load     the session, its snapshot and tail, a /compact request, the prepared summary, the
+         memory changes since the pinned block (observing memory from the new turns first)
+plan     pure: the pinned memory block, the quiet point, epochs.step (structural layers, the
+         summary switch), the snapshot to publish and the summary to keep pending
+commit   virtual files, the snapshot (version-guarded), the pending summary, the cached prompt
+record   counters, summarizer usage, the /compact request's answer, the log line
+"""
 
 from __future__ import annotations
 
-import os
-import socket
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
 import structlog
 
 from worker.compaction import epochs
-from worker.compaction.assemble import (
-    MEMORY_NOTE_TOKENS,
-    FileInfo,
-    assemble,
-    prefix_tokens,
-    served_tokens,
-    turn_policy,
-)
+from worker.compaction.assemble import MEMORY_NOTE_TOKENS, assemble, prefix_tokens, served_tokens, turn_policy
 from worker.compaction.codec import transcript_from_json, transcript_to_json
 from worker.compaction.epochs import Decision, Switch, common_prefix_bytes
-from worker.compaction.model import Transcript
+from worker.compaction.model import Policy, Transcript
 from worker.compaction.ports import SummaryResult
+from worker.compaction.quiet import why_not_quiet
 from worker.compaction.tokens import count_text
-from worker.compaction.validate import pending_tool_use_ids
 from worker.errors import SessionLocked
-from worker.memory import prune
-from worker.memory.model import Item, MemoryOpError, clip_note
-from worker.observing import observe_memory
+from worker.flows.observe import observe_memory
+from worker.flows.serve import entry_from_prompt, refresh_status_files, request_prefix
+from worker.memory.model import clip_note
 from worker.resources import Resources
 from worker.stats import snapshot_kind
 from worker.stats_counters import epoch_cause, record_job, record_publish, record_usage
@@ -39,10 +37,7 @@ from worker.store import memory, snapshots
 from worker.store.cache import Entry
 from worker.store.compact_requests import CompactRequest
 from worker.store.db import read_tx
-from worker.store.files import file_infos, save_files
-from worker.store.prompts import entry_from_prompt, refresh_status_files, request_prefix
-from worker.store.runs import Runs
-from worker.store.tables import utcnow
+from worker.store.files import FileInfo, file_infos, save_files
 from worker.summarizers import Backoff, Watched, cost_usd
 
 log = structlog.get_logger("compactd.jobs")
@@ -52,8 +47,6 @@ log = structlog.get_logger("compactd.jobs")
 # response) waits for the next append.
 SUMMARY_RETRY = Backoff(base_seconds=1.0, max_seconds=120.0)
 SUMMARY_RETRY_ATTEMPTS = 8
-# the sweep's claim on a busy session it sends a job for, like an append's (api.app.JOB_CLAIM_SECONDS)
-SWEEP_CLAIM_SECONDS = 30.0
 NOTHING_TO_SUMMARIZE = (
     "nothing to summarize: no settled turns between the first user message and the newest ones"
     " that a handoff note would shrink"
@@ -84,7 +77,7 @@ def compact(
         # from here on an append sends a new job: this one may load before its turn lands
         res.cache.release_job_claim(session_pk)
         watched = Watched(res.summarizer) if res.summarizer is not None else None
-        outcome = _compact(tenant_id, session_pk, res, watched)
+        outcome = run_job(tenant_id, session_pk, res, watched)
     finally:
         res.cache.release(session_pk, token)
         record_job(res.cache, outcome, time.monotonic() - started)
@@ -109,157 +102,181 @@ def summary_failed(report: str | None) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _compact(tenant_id: int, session_pk: int, res: Resources, summarizer: Watched | None) -> str:
+def run_job(tenant_id: int, session_pk: int, res: Resources, summarizer: Watched | None) -> str:
+    """One job, under the session's lock: load -> plan -> commit -> record; returns the outcome."""
     loaded = snapshots.load(res.engine, session_pk, res.settings.memory_budget_tokens)
     if loaded is None or loaded.session.tenant_id != tenant_id:
         return "gone"
-    row, snap = loaded.session, loaded.snapshot
-    through = snap.through_seq if snap else 0
     request = res.cache.compact_requests.pending(session_pk)  # a user-driven /compact, if any
-    forced = request is not None
-    if (
+    # a prepared summary may be due at this quiet point
+    if is_current(loaded, forced=request is not None) and not res.cache.has_pending(session_pk):
+        return "current"
+    job = load(res, session_pk, loaded, request)
+    plan = plan_job(job, summarizer)
+    published = commit(res, tenant_id, session_pk, job, plan)
+    if published is None:
+        if request is not None and plan.step.switch is not Switch.FORCED:
+            # nothing new to publish (the snapshot was current): the /compact is still answered
+            _answer_request(res, session_pk, request, plan)
+        log.info("snapshot.stale", epoch=plan.epoch, through_seq=plan.through_seq)
+        return "stale"
+    record(res, session_pk, job, plan, published)
+    return "published"
+
+
+# -- load ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class JobInput:
+    """Everything a job's plan is a function of."""
+
+    loaded: snapshots.Loaded  # the session row, its latest snapshot, the tail, memory rendered now
+    state: Transcript  # the published snapshot's state (loaded.state(), decoded once)
+    policy: Policy  # the session's policy (its window and output reserve)
+    request: CompactRequest | None = None  # a user-driven /compact, if any
+    pending: Transcript | None = None  # the summary an earlier job prepared, if any
+    memory_changes: str = ""  # the memory changes since the pinned block's version, unclipped
+
+
+def is_current(loaded: snapshots.Loaded, *, forced: bool) -> bool:
+    """Whether the published snapshot already covers every turn and memory change (and its summary
+    is not to be tried again): nothing to do unless a prepared summary waits in the cache."""
+    row, snap = loaded.session, loaded.snapshot
+    return (
         not forced
         and snap is not None
-        and through >= row.version
+        and snap.through_seq >= row.version
         and snap.memory_version >= row.memory_version
-        and not res.cache.has_pending(session_pk)  # a prepared summary may be due at this quiet point
         and summary_failed(snap.report) != "transient"  # its summary is to be tried again
-    ):
-        return "current"
+    )
+
+
+def load(
+    res: Resources, session_pk: int, loaded: snapshots.Loaded, request: CompactRequest | None
+) -> JobInput:
+    """What the plan needs, with working memory first observed from the new turns (off the request
+    path; this publish shows it)."""
     state = loaded.state()
-    # working memory observed from the new turns, off the request path; this publish shows it
-    if observe_memory(res, session_pk, loaded.current(state).turns, row.memory_observed_through):
+    if observe_memory(res, session_pk, loaded.current(state).turns, loaded.session.memory_observed_through):
         loaded = snapshots.with_fresh_memory(res.engine, loaded, res.settings.memory_budget_tokens)
-        row = loaded.session
-    # the pinned memory block is the prompt's prefix: it stays as rendered at the epoch, and changes
-    # since go to the status note, until this job starts a new epoch anyway (or the system changed)
+    row = loaded.session
+    pinned_version = pinned_memory(loaded, state)[1]
+    changes = ""
+    if pinned_version < row.memory_version:  # else nothing changed since the pinned block
+        with read_tx(res.engine) as conn:
+            changes = memory.changes_since(conn, session_pk, pinned_version, 1 << 30)
+    raw = res.cache.pending_state(session_pk)
+    return JobInput(
+        loaded=loaded,
+        state=state,
+        policy=res.policy_for(row.context_window, row.output_reserve),
+        request=request,
+        pending=transcript_from_json(orjson.loads(raw)) if raw else None,
+        memory_changes=changes,
+    )
+
+
+# -- plan (pure) --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What one job publishes and keeps, decided from a JobInput alone."""
+
+    step: epochs.Step  # the engine's decision (structural layers, the summary switch)
+    publish: Transcript  # the snapshot state to publish (its memory block refreshed or kept)
+    epoch: int
+    new_epoch: bool  # a new epoch, or the system prompt changed (the prefix is rewritten)
+    summarized: bool  # a handoff note was switched in
+    system_changed: bool
+    pinned_version: int  # the memory version the published block renders
+    memory_note: str  # the memory changes since then, clipped for the status note
+    through_seq: int
+    waiting: str  # why this is not a quiet point ("" when it is)
+    tokens_before: int
+    report: dict[str, Any]
+    keep_pending: Transcript | None  # a summary prepared here, to store as the next epoch's prompt
+    drop_pending: bool  # the prepared summary was used, or is stale
+
+    @property
+    def prompt(self) -> dict[str, Any]:
+        return assemble(self.publish)
+
+    @property
+    def tokens(self) -> int:
+        return served_tokens(self.publish)
+
+    @property
+    def kind(self) -> str:
+        return snapshot_kind("new_epoch" if self.new_epoch else "", str(self.step.switch), self.summarized)
+
+
+def pinned_memory(loaded: snapshots.Loaded, state: Transcript) -> tuple[str, int]:
+    """The memory block the published prefix holds and the version it renders: the one pinned at
+    the epoch, until the system prompt changes (the prefix is rewritten from the top anyway)."""
+    if loaded.snapshot is not None and state.system != loaded.session.system:
+        return loaded.memory, loaded.session.memory_version
+    return loaded.pinned(state)
+
+
+def plan_job(job: JobInput, summarizer: Watched | None = None) -> Plan:
+    """The job's decision, a function of what was loaded (and the summarizer's answer)."""
+    loaded, request = job.loaded, job.request
+    row, snap, state = loaded.session, loaded.snapshot, job.state
     system_changed = snap is not None and state.system != row.system
-    pinned, pinned_version = (loaded.memory, row.memory_version) if system_changed else loaded.pinned(state)
+    pinned, pinned_version = pinned_memory(loaded, state)
     current = loaded.current(state, memory=pinned)
-    policy = res.policy_for(row.context_window, row.output_reserve)
     # budget for the larger of the two blocks: a new epoch renders the memory as it is now
     engine_policy = turn_policy(
-        policy, max(current, replace(current, memory=loaded.memory), key=prefix_tokens)
+        job.policy, max(current, replace(current, memory=loaded.memory), key=prefix_tokens)
     )
-    pending_tool = pending_tool_use_ids([t.as_message() for t in current.turns[-1:]])
-    # a quiet point: no tool call in flight and the client has not said it is busy
-    quiet = row.activity != "busy" and not pending_tool
+    waiting = why_not_quiet(current, busy=row.activity == "busy")
     s = epochs.step(
         current,
         engine_policy,
-        pending=_pending(res, session_pk),
-        quiet=quiet,
+        pending=job.pending,
+        quiet=not waiting,
         # a user's /compact runs at the next quiet point (never mid tool call, never per busy append)
-        force=forced and quiet,
+        force=request is not None and not waiting,
         focus=(request.focus if request else None) or None,
         summarizer=summarizer,
     )
-    verdict, publish = s.verdict, s.publish
-    epoch = snap.epoch if snap else 0
-    if s.files:
-        save_files(res.engine, tenant_id, session_pk, s.files)
-    new_epoch = verdict.decision is Decision.NEW_EPOCH
-    if new_epoch or system_changed:
-        epoch += 1
-    note = ""  # unclipped: whether it still fits decides a refresh below
-    if pinned_version < row.memory_version:  # else nothing changed since the pinned block
-        with read_tx(res.engine) as conn:
-            note = memory.changes_since(conn, session_pk, pinned_version, 1 << 30)
+    new_epoch = s.verdict.decision is Decision.NEW_EPOCH
+    epoch = (snap.epoch if snap else 0) + (1 if new_epoch or system_changed else 0)
     # The pinned block is refreshed when the prefix is rewritten from the top anyway (a new system
     # prompt, a summary switched in), or at a new epoch once the changes outgrow the note. A
     # structural epoch rewrites only from its first changed turn: refreshing the block there would
     # make the provider cache the whole prompt again.
+    publish, note = s.publish, job.memory_changes
     summarized = publish.handoff != current.handoff
     if system_changed or (new_epoch and (summarized or count_text(note) > MEMORY_NOTE_TOKENS)):
         publish, pinned_version, note = replace(publish, memory=loaded.memory), row.memory_version, ""
-    memory_note = clip_note(note, MEMORY_NOTE_TOKENS)
-    new_through = loaded.tail[-1].seq if loaded.tail else through
-    prompt = assemble(publish)
-    tokens = served_tokens(publish)
-    reports = [r.as_dict() for r in s.reports]
-    won = snapshots.publish(
-        res.engine,
-        session_pk,
+    return Plan(
+        step=s,
+        publish=publish,
         epoch=epoch,
-        through_seq=new_through,
-        tokens=tokens,
-        memory_version=row.memory_version,
-        pinned_memory_version=pinned_version,
-        state=transcript_to_json(publish),
-        prompt=prompt,
+        new_epoch=new_epoch or system_changed,
+        summarized=summarized,
+        system_changed=system_changed,
+        pinned_version=pinned_version,
+        memory_note=clip_note(note, MEMORY_NOTE_TOKENS),
+        through_seq=loaded.tail[-1].seq if loaded.tail else (snap.through_seq if snap else 0),
+        waiting=waiting,
+        tokens_before=s.verdict.tokens_before + prefix_tokens(current),
         report={
-            "decision": str(verdict.decision),
+            "decision": str(s.verdict.decision),
             "switch": str(s.switch),
-            "stages": reports,
+            "stages": [r.as_dict() for r in s.reports],
             "error": s.error,
             "summary_failed": _failure(s.error, summarizer),
         },
-        kind=snapshot_kind("new_epoch" if new_epoch or system_changed else "", str(s.switch), summarized),
-        last_turn_hash=loaded.last_turn_hash,
+        # a prepared summary is the next epoch's prompt: it carries the memory block as rendered now
+        keep_pending=replace(s.pending, memory=loaded.memory)
+        if s.pending is not None and s.prepared
+        else None,
+        drop_pending=s.pending is None,
     )
-    with read_tx(res.engine) as conn:
-        files = file_infos(conn, session_pk)
-    if not won and _rewritten(res, session_pk, new_through, loaded.last_turn_hash):
-        # an append redacted the turn this job read last (a secret cut across two appends): what
-        # this job prepared holds the old text
-        res.cache.drop_pending(session_pk)
-    else:  # a summary prepared here is kept even if the snapshot itself was already current
-        _keep_pending(res, session_pk, s, epoch, row.memory_version, files, loaded.memory)
-    if not won:
-        if request is not None and s.switch is not Switch.FORCED:
-            # nothing new to publish (the snapshot was current): the /compact is still answered
-            _answer_request(res, session_pk, request, s, epoch, why_not_quiet(row.activity, pending_tool))
-        log.info("snapshot.stale", epoch=epoch, through_seq=new_through)
-        return "stale"
-    entry = entry_from_prompt(
-        prompt,
-        epoch=epoch,
-        through=new_through,
-        memver=row.memory_version,
-        tokens=tokens,
-        files=files,
-        memory_note=memory_note,
-    )
-    _account(res, session_pk, entry, s)
-    if request is not None:
-        _answer_request(res, session_pk, request, s, epoch, why_not_quiet(row.activity, pending_tool))
-    try:
-        res.cache.put(session_pk, entry)
-        # a file read logged while this ran is missing from `files`: bring the list up to date
-        refresh_status_files(res.engine, res.cache, session_pk)
-    except Exception as exc:  # the DB has it; fetches fall back to the DB until the next publish
-        log.warning("cache.publish_failed", error=type(exc).__name__)
-    res.cache.count(f"compactions_{verdict.decision}")
-    if s.switch is not Switch.NONE:
-        res.cache.count(f"switches_{s.switch}")
-        res.cache.count_switch(session_pk, str(s.switch))
-        log.info("epoch.switched", reason=str(s.switch), epoch=epoch, through_seq=new_through)
-    if verdict.decision is Decision.NEW_EPOCH:
-        res.cache.count("tokens_saved", max(0, verdict.saved_tokens))
-    tokens_before = verdict.tokens_before + prefix_tokens(current)
-    record_publish(
-        res,
-        session_pk,
-        first_new_seq=loaded.tail[0].seq if loaded.tail else None,
-        cause=epoch_cause(new_epoch, summarized, system_changed),
-        tokens_before=tokens_before,
-        tokens_after=tokens,
-    )
-    log.info(
-        "session.compacted",
-        decision=str(verdict.decision),
-        switch=str(s.switch),
-        prepared=s.prepared,
-        epoch=epoch,
-        through_seq=new_through,
-        quiet=quiet,
-        tokens_before=tokens_before,
-        tokens_after=tokens,
-        budget_tokens=policy.budget_tokens,
-        stages=reports,
-        summarizer_error=s.error,
-    )
-    return "published"
 
 
 def _failure(error: str | None, summarizer: Watched | None) -> str | None:
@@ -269,10 +286,65 @@ def _failure(error: str | None, summarizer: Watched | None) -> str | None:
     return "transient" if summarizer is not None and summarizer.failed_transiently else "permanent"
 
 
-def _pending(res: Resources, session_pk: int) -> Transcript | None:
-    """The summary an earlier job prepared for this session, if any."""
-    raw = res.cache.pending_state(session_pk)
-    return transcript_from_json(orjson.loads(raw)) if raw else None
+# -- commit -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    """A publish that won: the cached prompt entry and the one it replaced."""
+
+    entry: Entry
+    replaced: Entry | None
+
+
+def commit(res: Resources, tenant_id: int, session_pk: int, job: JobInput, plan: Plan) -> Published | None:
+    """Persist the plan: virtual files, the snapshot (None when a newer one won), the pending
+    summary, then the cached prompt. The database is the truth; the cache is best effort."""
+    loaded, row = job.loaded, job.loaded.session
+    if plan.step.files:
+        save_files(res.engine, tenant_id, session_pk, plan.step.files)
+    prompt, tokens = plan.prompt, plan.tokens
+    won = snapshots.publish(
+        res.engine,
+        session_pk,
+        epoch=plan.epoch,
+        through_seq=plan.through_seq,
+        tokens=tokens,
+        memory_version=row.memory_version,
+        pinned_memory_version=plan.pinned_version,
+        state=transcript_to_json(plan.publish),
+        prompt=prompt,
+        report=plan.report,
+        kind=plan.kind,
+        last_turn_hash=loaded.last_turn_hash,
+    )
+    with read_tx(res.engine) as conn:
+        files = file_infos(conn, session_pk)
+    if not won and _rewritten(res, session_pk, plan.through_seq, loaded.last_turn_hash):
+        # an append redacted the turn this job read last (a secret cut across two appends): what
+        # this job prepared holds the old text
+        res.cache.drop_pending(session_pk)
+    else:  # a summary prepared here is kept even if the snapshot itself was already current
+        _keep_pending(res, session_pk, plan, row.memory_version, files)
+    if not won:
+        return None
+    entry = entry_from_prompt(
+        prompt,
+        epoch=plan.epoch,
+        through=plan.through_seq,
+        memver=row.memory_version,
+        tokens=tokens,
+        files=files,
+        memory_note=plan.memory_note,
+    )
+    published = Published(entry, res.cache.get(session_pk))
+    try:
+        res.cache.put(session_pk, entry)
+        # a file read logged while this ran is missing from `files`: bring the list up to date
+        refresh_status_files(res.engine, res.cache, session_pk)
+    except Exception as exc:  # the DB has it; fetches fall back to the DB until the next publish
+        log.warning("cache.publish_failed", error=type(exc).__name__)
+    return published
 
 
 def _rewritten(res: Resources, session_pk: int, seq: int, loaded_hash: str) -> bool:
@@ -281,27 +353,20 @@ def _rewritten(res: Resources, session_pk: int, seq: int, loaded_hash: str) -> b
 
 
 def _keep_pending(
-    res: Resources,
-    session_pk: int,
-    s: epochs.Step,
-    epoch: int,
-    memver: int,
-    files: Sequence[FileInfo],
-    memory_block: str,
+    res: Resources, session_pk: int, plan: Plan, memver: int, files: Sequence[FileInfo]
 ) -> None:
     """Store a summary prepared by this job (its files are saved), or drop one that was used or is
-    stale. It is the next epoch's prompt: it carries the memory block as rendered now."""
-    if s.pending is None:
+    stale."""
+    if plan.drop_pending:
         res.cache.drop_pending(session_pk)
         return
-    if not s.prepared:
+    pending = plan.keep_pending
+    if pending is None:
         return
-    pending = replace(s.pending, memory=memory_block)
-    through = pending.turns[-1].seq if pending.turns else 0
     entry = entry_from_prompt(
         assemble(pending),
-        epoch=epoch + 1,
-        through=through,
+        epoch=plan.epoch + 1,
+        through=pending.turns[-1].seq if pending.turns else 0,
         memver=memver,
         tokens=served_tokens(pending),
         files=files,
@@ -309,9 +374,49 @@ def _keep_pending(
     res.cache.put_pending(session_pk, orjson.dumps(transcript_to_json(pending)), entry)
 
 
-def _account(res: Resources, session_pk: int, entry: Entry, s: epochs.Step) -> None:
-    """Side records of a publish: the cache-reuse base and summarizer usage."""
-    old = res.cache.get(session_pk)
+# -- record -------------------------------------------------------------------------------------
+
+
+def record(res: Resources, session_pk: int, job: JobInput, plan: Plan, published: Published) -> None:
+    """Side records of a publish: cache reuse, summarizer usage, the /compact answer, counters, log."""
+    s, loaded = plan.step, job.loaded
+    _account(res, session_pk, published, s)
+    if job.request is not None:
+        _answer_request(res, session_pk, job.request, plan)
+    res.cache.count(f"compactions_{s.verdict.decision}")
+    if s.switch is not Switch.NONE:
+        res.cache.count(f"switches_{s.switch}")
+        res.cache.count_switch(session_pk, str(s.switch))
+        log.info("epoch.switched", reason=str(s.switch), epoch=plan.epoch, through_seq=plan.through_seq)
+    if s.verdict.decision is Decision.NEW_EPOCH:
+        res.cache.count("tokens_saved", max(0, s.verdict.saved_tokens))
+    record_publish(
+        res,
+        session_pk,
+        first_new_seq=loaded.tail[0].seq if loaded.tail else None,
+        cause=epoch_cause(s.verdict.decision is Decision.NEW_EPOCH, plan.summarized, plan.system_changed),
+        tokens_before=plan.tokens_before,
+        tokens_after=plan.tokens,
+    )
+    log.info(
+        "session.compacted",
+        decision=str(s.verdict.decision),
+        switch=str(s.switch),
+        prepared=s.prepared,
+        epoch=plan.epoch,
+        through_seq=plan.through_seq,
+        quiet=not plan.waiting,
+        tokens_before=plan.tokens_before,
+        tokens_after=plan.tokens,
+        budget_tokens=job.policy.budget_tokens,
+        stages=plan.report["stages"],
+        summarizer_error=s.error,
+    )
+
+
+def _account(res: Resources, session_pk: int, published: Published, s: epochs.Step) -> None:
+    """The cache-reuse base and summarizer usage."""
+    old, entry = published.replaced, published.entry
     if old is not None and old.epoch != entry.epoch:
         shared = common_prefix_bytes(request_prefix(old), request_prefix(entry))
         res.cache.record_shared_prefix(session_pk, entry.epoch, shared)
@@ -323,201 +428,14 @@ def _account(res: Resources, session_pk: int, entry: Entry, s: epochs.Step) -> N
         record_usage(res.cache, handoff.input_tokens, handoff.output_tokens, cost)
 
 
-def why_not_quiet(activity: str, pending_tool: Sequence[str]) -> str:
-    """Why this is not a quiet point ("" when it is)."""
-    if pending_tool:
-        return "waiting for a quiet point: a tool call is waiting for its result"
-    return "waiting for a quiet point: the client declared itself busy" if activity == "busy" else ""
-
-
-def _answer_request(
-    res: Resources, session_pk: int, request: CompactRequest, s: epochs.Step, epoch: int, waiting: str
-) -> None:
+def _answer_request(res: Resources, session_pk: int, request: CompactRequest, plan: Plan) -> None:
     """Record a /compact request's outcome: still pending (and why), done at `epoch`, or skipped."""
-    requests = res.cache.compact_requests
-    if waiting:
-        requests.wait(session_pk, waiting)
+    requests, s = res.cache.compact_requests, plan.step
+    if plan.waiting:
+        requests.wait(session_pk, plan.waiting)
     elif s.switch is Switch.FORCED:
-        requests.finish(session_pk, request, "done", epoch, "a handoff note was switched in")
+        requests.finish(session_pk, request, "done", plan.epoch, "a handoff note was switched in")
     else:
         reason = f"the summarizer failed: {s.error}" if s.error else NOTHING_TO_SUMMARIZE
-        requests.finish(session_pk, request, "skipped", epoch, reason)
-        log.info("compact_request.skipped", epoch=epoch, reason=reason)
-
-
-def sweep(res: Resources, enqueue: Callable[[int, int, int], object]) -> int:
-    """Enqueue compaction for sessions the database shows need it, whatever Redis lost: idle
-    sessions whose snapshot misses turns or memory (a lost message); busy ones too, unless a job is
-    pending for them (their appends send jobs, but a lost one waits for its claim to expire); idle
-    sessions whose summary failed transiently and has not been prepared since."""
-    now = utcnow()
-    idle_before = now - timedelta(seconds=res.settings.idle_seconds)
-    idle = snapshots.behind(res.engine, idle_before)
-    seen = {pk for _, pk, _ in idle}
-    busy = [
-        (tenant_id, pk, version)
-        for tenant_id, pk, version in snapshots.behind(res.engine, now)
-        if pk not in seen and res.cache.claim_job(pk, SWEEP_CLAIM_SECONDS)
-    ]
-    retry = [
-        (tenant_id, pk, version)
-        for tenant_id, pk, version in snapshots.summary_retry_due(res.engine, idle_before)
-        if pk not in seen and not res.cache.has_pending(pk)
-    ]
-    for tenant_id, pk, version in [*idle, *busy, *retry]:
-        enqueue(tenant_id, pk, version)
-    sent = len(idle) + len(busy) + len(retry)
-    if sent:
-        log.info("sweep.enqueued", sessions=sent, idle=len(idle), busy=len(busy), summary_retry=len(retry))
-    return sent
-
-
-@dataclass(frozen=True, slots=True)
-class SessionPrune:
-    """What pruning does to one session's memory: its steps, each with its reason, and the items
-    they were planned from (each removal applies only while what it depends on is still so)."""
-
-    session_pk: int
-    tenant_id: int
-    client_id: str
-    steps: tuple[prune.Step, ...]
-    items: tuple[Item, ...] = ()
-
-    def depends_on(self, steps: Sequence[prune.Step]) -> list[Item]:
-        """The items `steps` were planned from: each removed item and what a merge keeps."""
-        named = {(s.section, s.key) for s in steps} | {
-            (s.section, s.into) for s in steps if isinstance(s, prune.Merge)
-        }
-        return [i for i in self.items if (i.section, i.key) in named]
-
-
-def prune_plans(res: Resources, now: datetime | None = None) -> list[SessionPrune]:
-    """What pruning would do to every session with working memory; writes nothing (--dry-run)."""
-    now = now or utcnow()
-    s = res.settings
-    out = []
-    for pk, tenant_id, client_id in memory.sessions_with_memory(res.engine):
-        try:
-            items = memory.load(res.engine, pk)
-        except LookupError:
-            continue  # deleted since it was listed
-        steps = prune.plan(
-            items,
-            now=now,
-            budget_tokens=s.memory_budget_tokens,
-            retire_after_days=s.memory_retire_after_days,
-        )
-        if steps:
-            out.append(SessionPrune(pk, tenant_id, client_id, tuple(steps), tuple(items)))
-    return out
-
-
-Enqueue = Callable[[int, int, int], object]
-
-
-def prune_now(res: Resources, now: datetime | None = None, enqueue: Enqueue | None = None) -> dict[str, int]:
-    """Prune every session's memory once, now: each removal recorded in its history with its reason
-    (origin "prune"), then the memory of deleted or expired sessions goes (not recorded: the session
-    is gone). A removal applies only while its items are as planned (checked in its transaction);
-    one changed meanwhile (reopened, edited, referenced) stays until the next run. A pruned session's
-    cached prompt is dropped and, with `enqueue`, a compaction sent to republish it."""
-    now = now or utcnow()
-    removed = merged = sessions = 0
-    for planned in prune_plans(res, now):
-        done = _prune_session(res, planned, now)
-        if not done:
-            continue
-        sessions += 1
-        merged += sum(isinstance(step, prune.Merge) for step in done)
-        removed += sum(isinstance(step, prune.Removal) for step in done)
-        res.cache.invalidate(planned.session_pk)
-        if enqueue is not None:
-            try:
-                version = memory.version_of(res.engine, planned.session_pk)
-            except LookupError:
-                continue  # deleted meanwhile
-            enqueue(planned.tenant_id, planned.session_pk, version)
-    # a deleted or expired session's memory goes with it; what a crash or an older version left is swept here
-    gone = memory.expire_orphans(res.engine)
-    if gone:
-        log.info("memory.expired", sessions=sorted(gone), items=sum(gone.values()))
-    report = {
-        "sessions": sessions,
-        "removed": removed,
-        "merged": merged,
-        "expired_sessions": len(gone),
-        "expired_items": sum(gone.values()),
-    }
-    log.info("memory.pruned", **report)
-    return report
-
-
-def _prune_session(res: Resources, planned: SessionPrune, now: datetime) -> list[prune.Step]:
-    """Apply a session's plan, one transaction per reason; a reason whose items changed since the
-    plan falls back to one step at a time, skipping (and logging) each step whose items changed."""
-    by_reason: dict[str, list[prune.Step]] = {}
-    for step in planned.steps:
-        by_reason.setdefault(step.reason, []).append(step)
-    done: list[prune.Step] = []
-    for steps in by_reason.values():
-        batches = [steps]
-        while batches:
-            batch = batches.pop(0)
-            try:
-                memory.change(
-                    res.engine,
-                    planned.session_pk,
-                    [step.change for step in batch],
-                    origin="prune",
-                    reason=batch[0].reason,
-                    now=now,
-                    expect=planned.depends_on(batch),
-                )
-            except memory.MemoryChanged as exc:
-                if len(batch) > 1:
-                    batches = [[step] for step in batch] + batches
-                    continue
-                log.info("memory.prune_skipped_changed", session_id=planned.session_pk, items=exc.moved)
-                continue
-            except (MemoryOpError, LookupError) as exc:
-                # gone or not applicable any more: the next run sees the new state
-                log.warning("memory.prune_conflict", session_id=planned.session_pk, error=str(exc))
-                continue
-            done.extend(batch)
-    return done
-
-
-def prune_memory(res: Resources, enqueue: Enqueue | None = None) -> dict[str, Any] | None:
-    """The scheduled prune: the first message of a period claims it in Redis and runs; any other
-    (a second beat started by mistake, a redelivery) returns None. Each run is recorded."""
-    started = utcnow()
-    start, length = prune.period(
-        started, every_seconds=res.settings.memory_prune_every_seconds, at=res.settings.memory_prune_at
-    )
-    runs = Runs(res.cache.client, res.settings.redis_prefix, "prune")
-    if not runs.claim(start, length):
-        runs.skipped()
-        log.info("memory.prune_skipped", period=start.isoformat())
-        return None
-    try:
-        report = prune_now(res, started, enqueue)
-    except Exception:
-        runs.release(start)
-        raise
-    run: dict[str, Any] = {
-        "period": start.isoformat(),
-        "started_at": started.isoformat(),
-        "finished_at": utcnow().isoformat(),
-    }
-    run |= {"pid": os.getpid(), "host": socket.gethostname(), **report}
-    runs.record(run)
-    return run
-
-
-def expire(res: Resources) -> int:
-    pks = snapshots.expire(res.engine, utcnow() - timedelta(days=res.settings.retention_days))
-    for pk in pks:
-        res.cache.drop(pk)
-    if pks:
-        log.info("sessions.expired", sessions=len(pks))
-    return len(pks)
+        requests.finish(session_pk, request, "skipped", plan.epoch, reason)
+        log.info("compact_request.skipped", epoch=plan.epoch, reason=reason)
