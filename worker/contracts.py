@@ -3,6 +3,7 @@ request, the session-id rule and the client's activity. Pydantic only: no FastAP
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import StrEnum
 from typing import Annotated, Any
 
@@ -12,6 +13,9 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 SESSION_ID_PATTERN = r"^[A-Za-z0-9._:@-]+$"
 SESSION_ID_MAX_LENGTH = 200
 SessionId = Annotated[str, Field(min_length=1, max_length=SESSION_ID_MAX_LENGTH, pattern=SESSION_ID_PATTERN)]
+
+# enqueue(tenant id, session pk, version): make sure one compaction job is pending (worker/enqueue.py)
+Enqueue = Callable[[int, int, int], object]
 
 
 class Activity(StrEnum):

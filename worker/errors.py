@@ -1,5 +1,5 @@
 """Domain errors of the service (store, flows, shared request rules). Each edge maps them to its
-own protocol: the API to problem+json in api/errors.py, the `compactd.append` task to a rejection."""
+own protocol: the API to problem+json in api/http/errors.py, the `compactd.append` task to a rejection."""
 
 from __future__ import annotations
 

@@ -11,12 +11,13 @@ from pathlib import Path
 import structlog
 from sqlalchemy import Engine
 
+from worker.cache.cache import Cache
+from worker.cache.client import make_redis
 from worker.compaction.model import Policy
 from worker.compaction.ports import Summarizer
 from worker.redaction import Redactor, kingfisher
 from worker.redaction.scanner import ALL, STRICT
 from worker.settings import Settings
-from worker.store.cache import PromptCache, make_redis
 from worker.store.db import make_engine, migrate
 
 log = structlog.get_logger("compactd.resources")
@@ -65,7 +66,7 @@ def broker_url(settings: Settings) -> str:
 class Resources:
     settings: Settings
     engine: Engine
-    cache: PromptCache
+    cache: Cache
     redactor: Redactor
     _base_policy: Policy | None = None
     _summarizer: Summarizer | None = None
@@ -81,7 +82,7 @@ class Resources:
         if run_migrations:
             migrate(engine)
         client = make_redis(redis_url(settings), settings.redis_socket_timeout_seconds)
-        return cls(settings, engine, PromptCache(client, settings.redis_prefix), redactor_for(settings))
+        return cls(settings, engine, Cache(client, settings.redis_prefix), redactor_for(settings))
 
     def policy_for(self, context_window: int | None, output_reserve: int | None) -> Policy:
         return _policy(self.base_policy, context_window, output_reserve)

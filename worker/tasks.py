@@ -10,9 +10,10 @@ from celery import Task
 from celery.exceptions import SoftTimeLimitExceeded
 from structlog.contextvars import bound_contextvars
 
-from worker import appending
 from worker.celery_app import app, resources
+from worker.enqueue import enqueue_compaction, shares_broker
 from worker.errors import SessionLocked, TransientError
+from worker.flows import append as appending
 from worker.flows import compact as compaction
 from worker.flows.expire import expire_sessions
 from worker.flows.prune import prune_memory as prune_scheduled
@@ -29,8 +30,6 @@ APPEND_MAX_RETRIES = 30
 # machine, a cold process), then recorded as rejected: too slow for the limit, not lost.
 SLOW_APPEND_MAX_RETRIES = 3
 SOFT_LIMIT_CUTS = "compactd_soft_limit_cuts"  # a message header: the cuts so far, kept across retries
-# as api/app.py's JOB_CLAIM_SECONDS: one compaction job pending per session, whoever appended
-JOB_CLAIM_SECONDS = 30.0
 
 log = structlog.get_logger("compactd.tasks")
 
@@ -90,7 +89,7 @@ def expire(self: Task) -> int:
 @app.task(name="compactd.append", bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=None)
 def append(self: Task, *args: Any, **message: Any) -> dict[str, Any]:
     """Append turns sent by another service (kwargs: api_key, session_id, body, idempotency_key?,
-    activity?), with the HTTP append's validation, redaction and idempotency (worker/appending.py).
+    activity?), with the HTTP append's validation, redaction and idempotency (worker/flows/append.py).
 
     Acked only when done, and requeued if its worker dies: a message is stored once or recorded
     as rejected. A database outage and a cut by the soft time limit are retried, each kind with
@@ -125,5 +124,10 @@ def append(self: Task, *args: Any, **message: Any) -> dict[str, Any]:
 
 def _enqueue_compaction(tenant_id: int, session_pk: int, version: int) -> None:
     """Make sure one compaction job is pending for the session, as the API does after an append."""
-    if resources().cache.claim_job(session_pk, JOB_CLAIM_SECONDS):
-        compact.apply_async((tenant_id, session_pk, version))
+    res = resources()
+    enqueue_compaction(
+        res.cache,
+        session_pk,
+        lambda: compact.apply_async((tenant_id, session_pk, version)),
+        shared_broker=shares_broker(res.settings),
+    )

@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> None:
         key = create_tenant(engine, "load")[1]
         engine.dispose()
         log = (tmp / "service.log").open("wb")
-        cli = [sys.executable, "-m", "api.cli"]
+        cli = [sys.executable, "-m", "api.cli.command"]
         procs.append(
             subprocess.Popen([*cli, "api", "--port", str(api_port)], env=env, stdout=log, stderr=log)
         )

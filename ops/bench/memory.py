@@ -37,13 +37,13 @@ from typing import Any
 
 import httpx
 
-from api.replay_http import replay_http
+from api.cli.drive import replay_http
 from ops.bench.common import data_dir, table
 from ops.bench.paced import running_up
 from ops.bench.replay import SESSIONS
 from worker.compaction.formats import load_transcript
+from worker.flows.simulate import parse_pace
 from worker.memory.commands import is_probe, normalize
-from worker.replay import parse_pace
 
 KEY = "bench-memory-key-0123456789"
 EDITS = frozenset({"Edit", "MultiEdit", "Write", "NotebookEdit"})

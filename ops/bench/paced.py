@@ -23,13 +23,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from api.replay_http import replay_http
+from api.cli.drive import replay_http
 from ops.bench.common import data_dir, table
 from ops.bench.fidelity import final_fidelity
 from ops.bench.replay import SESSIONS
 from ops.bench.service import _free_port, _wait_port
 from worker.compaction.formats import load_transcript
-from worker.replay import parse_pace
+from worker.flows.simulate import parse_pace
 
 KEY = "bench-paced-key-0123456789"
 
@@ -50,7 +50,7 @@ def running_up(key: str) -> Iterator[int]:
     env.pop("COMPACTD_REDIS_URL", None)
     log = (workdir / "up.log").open("wb")
     up = subprocess.Popen(
-        [sys.executable, "-m", "api.cli", "up"], env=env, stdout=log, stderr=subprocess.STDOUT
+        [sys.executable, "-m", "api.cli.command", "up"], env=env, stdout=log, stderr=subprocess.STDOUT
     )
     try:
         _wait_port(port, up, timeout=120)

@@ -15,7 +15,7 @@ from typing import Any
 from ops.bench.common import data_dir, table
 from worker.compaction.formats import load_transcript
 from worker.compaction.model import Policy
-from worker.replay import Pace, plot, replay
+from worker.flows.simulate import Pace, plot, replay
 
 SESSIONS = ("fa812bfe-b295-4cca-9c2f-fdf01028cb46.jsonl", "258c7280-ae70-4798-800f-63464d01a85d.jsonl")
 WINDOWS = (200_000, 64_000, 32_000)

@@ -262,7 +262,9 @@ def main() -> dict[str, Any]:
         res = Resources.build(settings)
         tid, key = create_tenant(res.engine, "bench")
         env = {**os.environ, **{f"COMPACTD_{k.upper()}": v for k, v in env_settings.items()}}
-        api = subprocess.Popen([sys.executable, "-m", "api.cli", "api"], env=env, stderr=subprocess.DEVNULL)
+        api = subprocess.Popen(
+            [sys.executable, "-m", "api.cli.command", "api"], env=env, stderr=subprocess.DEVNULL
+        )
         _wait_port(api_port, api)
         messages, origin = source_messages(max(SIZES))
         rows = []
@@ -316,7 +318,7 @@ def main() -> dict[str, Any]:
         # a second API process, as `docker compose up --scale api=2` behind a balancer would run
         api2_port = _free_port()
         api2 = subprocess.Popen(
-            [sys.executable, "-m", "api.cli", "api"],
+            [sys.executable, "-m", "api.cli.command", "api"],
             env={**env, "COMPACTD_PORT": str(api2_port)},
             stderr=subprocess.DEVNULL,
         )

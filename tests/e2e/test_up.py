@@ -74,7 +74,7 @@ def test_compactd_up_serves_compacts_and_stops_cleanly(tmp_path: Path) -> None:
     )
     err = (tmp_path / "up.err").open("wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "api.cli", "up"],
+        [sys.executable, "-m", "api.cli.command", "up"],
         cwd=tmp_path,
         env=env,
         stdout=subprocess.PIPE,
@@ -118,7 +118,7 @@ def test_compactd_up_serves_compacts_and_stops_cleanly(tmp_path: Path) -> None:
         ).stat().st_mode & 0o077 == 0
         # the CLI beside a running `compactd up` finds its embedded Redis (no COMPACTD_REDIS_URL)
         pruned = subprocess.run(
-            [sys.executable, "-m", "api.cli", "prune", "--dry-run"],
+            [sys.executable, "-m", "api.cli.command", "prune", "--dry-run"],
             cwd=tmp_path,
             env=env,
             capture_output=True,

@@ -134,7 +134,7 @@ def settings_env(settings: Settings) -> dict[str, str]:
 def run_cli(settings: Settings, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """`compactd ARGS` as a subprocess configured like `settings`, its output captured."""
     return subprocess.run(
-        [sys.executable, "-m", "api.cli", *args],
+        [sys.executable, "-m", "api.cli.command", *args],
         env=settings_env(settings),
         cwd=REPO,
         capture_output=True,
@@ -150,7 +150,7 @@ class Worker:
         self.log = log
         self.out = log.open("wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "api.cli", *args],
+            [sys.executable, "-m", "api.cli.command", *args],
             env=settings_env(settings),
             cwd=REPO,
             stdout=self.out,

@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from api.app import create_app
+from api.http.app import create_app
 from tests.integration.conftest import flush_prefix, make_settings
 from worker.compaction.validate import request_problems
 from worker.resources import Resources

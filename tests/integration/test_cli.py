@@ -16,7 +16,7 @@ def compactd(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("COMPACTD_")}
     env.update({"COMPACTD_DATABASE_URL": f"sqlite:///{tmp_path / 'c.db'}", "PYTHONPATH": str(REPO)})
     return subprocess.run(
-        [sys.executable, "-m", "api.cli", *args], env=env, capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "api.cli.command", *args], env=env, capture_output=True, text=True, timeout=60
     )
 
 

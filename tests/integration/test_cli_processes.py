@@ -27,7 +27,7 @@ def busy_port() -> Iterator[int]:
 
 def compactd(tmp_path: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "api.cli", *args],
+        [sys.executable, "-m", "api.cli.command", *args],
         cwd=tmp_path,
         env=env,
         capture_output=True,

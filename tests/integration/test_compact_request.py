@@ -9,7 +9,7 @@ import pytest
 import structlog
 from fastapi.testclient import TestClient
 
-from api.app import create_app
+from api.http.app import create_app
 from tests.integration.conftest import flush_prefix, make_settings, wait_for
 from worker.flows import compact as jobs
 from worker.resources import Resources
@@ -253,7 +253,7 @@ def test_memory_changes_go_to_the_status_note_until_the_next_epoch(client) -> No
     for source in ("db", "cache"):  # before the worker republishes, and after
         if source == "cache":
             assert jobs.compact(tenant, pk, version, res) == "published"
-            entry = res.cache.get(pk)  # the fetch below splices this entry: it carries the note
+            entry = res.cache.prompts.get(pk)  # the fetch below splices this entry: it carries the note
             assert entry is not None and decision in entry.memory_note.decode()
         during = c.get("/v1/sessions/s/prompt", headers=auth).json()
         assert during["epoch"] == before["epoch"]

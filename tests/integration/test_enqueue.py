@@ -21,7 +21,7 @@ import pytest
 
 from tests.integration.conftest import Worker, flush_prefix, free_port, make_settings, wait_for
 from tests.integration.test_faults_api import PrivatePostgres
-from worker.appending import rejections
+from worker.flows.append import rejections
 from worker.resources import Resources, broker_url
 from worker.settings import Settings
 from worker.store.sessions import get_session

@@ -28,11 +28,12 @@ import pytest
 
 from tests.conftest import require
 from tests.integration.conftest import Worker, answers, flush_prefix, free_port, make_settings, wait_for
+from worker.cache.cache import Cache
+from worker.cache.client import make_redis
 from worker.flows import compact as jobs
 from worker.flows.sweep import sweep_sessions
 from worker.resources import Resources
 from worker.settings import Settings
-from worker.store.cache import PromptCache, make_redis
 from worker.store.db import read_tx
 from worker.store.sessions import get_session, load_turns
 from worker.store.tenants import tenant_for_key
@@ -275,7 +276,7 @@ def test_redis_killed_or_frozen_under_fetch_load(tmp_path: Path, private_redis: 
         assert (tenant, row.id, 7) in found
 
         # the cache refills: the restarted Redis is empty; the sweep's job publishes again
-        assert res.cache.get(row.id) is None
+        assert res.cache.prompts.get(row.id) is None
         assert jobs.compact(tenant, row.id, 7, res) == "published"
         before = _fetch_sources(base)
         prompt = httpx.get(f"{base}/v1/sessions/s0/prompt", headers=auth).json()
@@ -365,23 +366,27 @@ def test_database_down_appends_503_cached_fetches_served_and_recovers(
 def test_an_unreachable_redis_opens_the_breaker_and_calls_skip_it() -> None:
     """A cache whose Redis refuses connections answers "nothing cached" and opens its breaker;
     while it is open every call answers its default without trying Redis."""
-    cache = PromptCache(make_redis(f"redis://127.0.0.1:{free_port()}/0"), "t:", cooldown_seconds=60)
+    cache = Cache(make_redis(f"redis://127.0.0.1:{free_port()}/0"), "t:", cooldown_seconds=60)
     assert cache.available
-    assert cache.get(1) is None
+    assert cache.prompts.get(1) is None
     assert not cache.available
     started = time.perf_counter()
-    assert cache.claim_job(1, 1.0) is None and cache.position(1) is None and cache.stats() == {}
-    assert cache.noted_version(1) is None
+    assert (
+        cache.claims.claim_job(1, 1.0) is None
+        and cache.prompts.position(1) is None
+        and cache.counters.totals() == {}
+    )
+    assert cache.prompts.noted_version(1) is None
     assert time.perf_counter() - started < 0.25  # skipped, not even a refused connection
 
 
 def test_a_redis_error_reply_does_not_open_the_breaker(redis_url: str) -> None:
     """An error the server answers with (here WRONGTYPE) is not an outage: the breaker stays closed."""
     prefix = f"t-{uuid.uuid4().hex[:8]}:"
-    cache = PromptCache(make_redis(redis_url), prefix)
+    cache = Cache(make_redis(redis_url), prefix)
     try:
-        cache.client.set(cache.key(1), "not a hash")
-        assert cache.get(1) is None
+        cache.client.set(cache.prompts.key(1), "not a hash")
+        assert cache.prompts.get(1) is None
         assert cache.available
     finally:
         flush_prefix(redis_url, prefix)

@@ -36,7 +36,7 @@ from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import Engine, func, select
 
-from api.app import CeleryEnqueue, create_app
+from api.http.app import create_app
 from tests.conftest import REPO, require
 from tests.fakes.messages_api import FakeMessagesAPI, RecordedRequest, Reply, drop, error, reply
 from tests.integration.conftest import (
@@ -51,6 +51,7 @@ from tests.integration.conftest import (
 from tests.integration.realdata import claude_code_files, load_messages
 from worker.celery_app import sender
 from worker.compaction.model import Turn
+from worker.enqueue import CeleryEnqueue
 from worker.flows import compact as jobs
 from worker.flows.sweep import sweep_sessions
 from worker.ingest import ingest
@@ -158,7 +159,7 @@ class TinyVisibilityWorker(Worker):
             "                unacked_restore_interval=1, unacked_restore_throttle=1)\n"
             "    return {**conf, 'broker_transport_options': opts}\n"
             "c.celery_config = tiny\n"
-            "from api.cli import main\n"
+            "from api.cli.command import main\n"
             "sys.exit(main(sys.argv[1:]))\n"
         )
         self.log = log
@@ -590,10 +591,10 @@ def _assert_once(res: Resources, pk: int, fake: FakeMessagesAPI) -> None:
     assert len(fake.requests) == 1  # the summarizer was called once for the epoch
     per = snapshots_per_through(res.engine)
     assert per and all(c == 1 for c in per.values())
-    stats = res.cache.session_stats(pk)
+    stats = res.cache.counters.session_stats(pk)
     assert sum(stats["switches"].values()) == 1
     assert stats["summarizer_usage"]["summaries"] == 1 and stats["summarizer_usage"]["input_tokens"] == 100
-    assert res.cache.stats().get("compactions_new_epoch") == 1
+    assert res.cache.counters.totals().get("compactions_new_epoch") == 1
 
 
 def test_the_same_message_delivered_three_times_has_its_effects_once(

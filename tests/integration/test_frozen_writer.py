@@ -21,7 +21,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import text
 
-from api.app import create_app
+from api.http.app import create_app
 from tests.conftest import REPO
 from tests.integration.conftest import flush_prefix, make_settings, settings_env
 

@@ -13,7 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from api.app import create_app
+from api.http.app import create_app
 from tests.conftest import require
 from tests.integration.conftest import flush_prefix, make_settings, run_cli
 from tests.integration.realdata import claude_code_files

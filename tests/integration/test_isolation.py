@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from api.app import create_app
+from api.http.app import create_app
 from tests.integration.conftest import flush_prefix, make_settings
 from worker.settings import Settings
 from worker.store.tenants import create_tenant

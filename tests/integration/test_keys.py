@@ -14,7 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, text
 
-from api.app import create_app
+from api.http.app import create_app
 from tests.conftest import REPO
 from tests.integration.conftest import (
     Worker,
@@ -202,7 +202,7 @@ def test_tenant_commands_fail_in_one_line(tmp_path: Path) -> None:
     assert done.returncode == 1 and "Traceback" not in done.stderr and "secretpw" not in done.stderr
     env = {**settings_env(settings), "COMPACTD_PORT": "x"}
     bad = subprocess.run(
-        [sys.executable, "-m", "api.cli", "tenant", "keys", "acme"],
+        [sys.executable, "-m", "api.cli.command", "tenant", "keys", "acme"],
         env=env,
         cwd=REPO,
         capture_output=True,

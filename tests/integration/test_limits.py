@@ -11,7 +11,8 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from api.app import create_app, media_type_problem
+from api.http.app import create_app
+from api.http.middleware.json_only import media_type_problem
 from tests.integration.conftest import flush_prefix, make_settings
 from worker.store.tenants import create_tenant
 

@@ -12,7 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import inspect, text
 
-from api.app import create_app
+from api.http.app import create_app
 from tests.integration.conftest import flush_prefix, make_settings
 from tests.integration.test_api import MARKER, Api, assert_problem, user
 from worker.store import memory, sessions

@@ -12,7 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, inspect, text
 
-from api.app import create_app
+from api.http.app import create_app
 from tests.integration.conftest import Worker, flush_prefix, make_settings, wait_for
 from tests.unit.test_memory_observe import PYTEST_FAIL, bash, unit
 from worker.compaction.model import Turn

@@ -32,7 +32,7 @@ def transcript(path: Path, runs: int) -> Path:
 def compact(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("COMPACTD_")} | {"PYTHONPATH": str(REPO)}
     done = subprocess.run(
-        [sys.executable, "-m", "api.cli", "compact", *args, "--context-window", "32000"],
+        [sys.executable, "-m", "api.cli.command", "compact", *args, "--context-window", "32000"],
         cwd=cwd,
         env=env,
         capture_output=True,

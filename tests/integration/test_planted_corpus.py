@@ -475,7 +475,7 @@ def test_a_shared_needle_is_charged_to_the_sample_that_stored_it() -> None:
 
 
 def create_app_for(settings: Any) -> Any:
-    from api.app import create_app
+    from api.http.app import create_app
 
     return create_app(settings)
 

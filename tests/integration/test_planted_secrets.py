@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine, select
 from sqlmodel import SQLModel
 
-from api.app import create_app
+from api.http.app import create_app
 from tests.fakes.messages_api import FakeMessagesAPI, reply
 from tests.integration.conftest import flush_prefix, make_settings
 from worker.flows import compact as jobs

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from api.app import create_app
+from api.http.app import create_app
 from tests.conftest import require
 from tests.integration.conftest import answers, free_port, make_settings
 from worker.flows import compact as jobs

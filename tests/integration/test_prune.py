@@ -136,7 +136,11 @@ def test_a_pruned_session_is_republished(res: Resources) -> None:
     turn = Turn(seq=0, role="user", content=({"type": "text", "text": "hi"},), tokens=1)  # type: ignore[arg-type]
     untouched = sessions.append_turns(res.engine, tid, "untouched", [turn]).session_pk
     memory.change(res.engine, untouched, [Change("set", "task", "say hi")], origin="agent")
-    keys = [res.cache.key(pk), f"{res.settings.redis_prefix}pending:{pk}", res.cache.key(untouched)]
+    keys = [
+        res.cache.prompts.key(pk),
+        f"{res.settings.redis_prefix}pending:{pk}",
+        res.cache.prompts.key(untouched),
+    ]
     for key in keys:
         res.cache.client.set(key, b"cached")
     sent: list[tuple[int, int, int]] = []
@@ -179,7 +183,7 @@ def test_cli_dry_run_prints_what_it_would_do_and_writes_nothing(
 
     def cli(*args: str) -> str:
         done = subprocess.run(
-            [sys.executable, "-m", "api.cli", "prune", *args],
+            [sys.executable, "-m", "api.cli.command", "prune", *args],
             env=settings_env(settings),
             cwd=REPO,
             capture_output=True,

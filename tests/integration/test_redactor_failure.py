@@ -10,7 +10,7 @@ import redis
 from fastapi.testclient import TestClient
 from sqlalchemy import text
 
-from api.app import create_app
+from api.http.app import create_app
 from tests.integration.conftest import flush_prefix, make_settings
 from worker.store.tenants import create_tenant
 

@@ -251,7 +251,9 @@ class Host:
     def start(self, role: str, *args: str) -> None:
         log = (self.logs / f"{self.name}-{role}.log").open("wb")
         self.outs.append(log)
-        inner = " ".join([f"hostname host-{self.name} &&", "exec", sys.executable, "-m", "api.cli", *args])
+        inner = " ".join(
+            [f"hostname host-{self.name} &&", "exec", sys.executable, "-m", "api.cli.command", *args]
+        )
         self.procs[role] = subprocess.Popen(
             ["ip", "netns", "exec", self.net.netns[self.name], "unshare", "--uts", "sh", "-c", inner],
             env=settings_env(self.settings),

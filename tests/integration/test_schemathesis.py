@@ -65,7 +65,7 @@ def deployment(
 def operations(invalid: bool) -> list[str]:
     """Every (METHOD path) of the app's own OpenAPI document, read without a server; for invalid data
     only those with something to get wrong (parameters or a body)."""
-    from api.app import create_app
+    from api.http.app import create_app
     from worker.settings import Settings
 
     paths = create_app(Settings()).openapi()["paths"]

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from api.app import create_app
+from api.http.app import create_app
 from tests.conftest import require
 from tests.integration.conftest import flush_prefix, make_settings
 from tests.integration.realdata import claude_code_files, load_messages

@@ -12,11 +12,11 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import text
 
-from api.app import create_app
+from api.http.app import create_app
 from tests.conftest import require
 from tests.integration.conftest import REDIS_URL, answers, flush_prefix, make_settings
 from tests.integration.test_planted_secrets import _database_dump, _redis_dump
-from worker import appending
+from worker.flows import append as appending
 from worker.flows import compact as jobs
 from worker.resources import Resources
 from worker.store import snapshots

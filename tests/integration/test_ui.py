@@ -181,7 +181,7 @@ def test_the_inspector_shows_a_session_behind_its_key(service: Service, browser:
 
 def test_stats_command_prints_the_table_and_sparkline(service: Service) -> None:
     """`compactd stats real` prints the numbers and a sparkline; a wrong key or no key says so."""
-    command = [sys.executable, "-m", "api.cli", "stats", "real", "--url", service.url]
+    command = [sys.executable, "-m", "api.cli.command", "stats", "real", "--url", service.url]
     env = {k: v for k, v in service.env.items() if k not in ("COMPACTD_URL", "COMPACTD_KEY")}
     done = subprocess.run([*command, "--key", service.key], env=env, cwd=REPO, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr

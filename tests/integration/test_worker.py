@@ -12,7 +12,7 @@ import orjson
 import pytest
 from fastapi.testclient import TestClient
 
-from api.app import create_app
+from api.http.app import create_app
 from tests.conftest import require
 from tests.fakes.messages_api import FakeMessagesAPI, hang, reply
 from tests.integration.conftest import Worker, flush_prefix, make_settings, wait_for
@@ -150,17 +150,17 @@ def test_a_status_file_list_never_goes_back(res: Resources) -> None:
     a = sessions.append_turns(res.engine, tid, "s", [text_turn("user", "first")])
     assert jobs.compact(tid, a.session_pk, a.version, res) == "published"
     cache, pk = res.cache, a.session_pk
-    seen = cache.position(pk)
+    seen = cache.prompts.position(pk)
     assert seen is not None
-    assert cache.refresh_files(pk, seen, b"[[5 reads]]", 5)
+    assert cache.prompts.refresh_files(pk, seen, b"[[5 reads]]", 5)
     # an older computation finishing late: refused
-    assert not cache.refresh_files(pk, seen, b"[[3 reads]]", 3)
-    assert not cache.refresh_files(pk, (seen[0], seen[1] - 1, seen[2]), b"[[9 reads]]", 9)
-    assert cache.get(pk).files == b"[[5 reads]]"
+    assert not cache.prompts.refresh_files(pk, seen, b"[[3 reads]]", 3)
+    assert not cache.prompts.refresh_files(pk, (seen[0], seen[1] - 1, seen[2]), b"[[9 reads]]", 9)
+    assert cache.prompts.get(pk).files == b"[[5 reads]]"
     b = sessions.append_turns(res.engine, tid, "s", [text_turn("assistant", "second")])
     assert jobs.compact(tid, b.session_pk, b.version, res) == "published"
-    assert cache.get(pk).files == b"[]"
-    assert cache.refresh_files(pk, cache.position(pk), b"[[1 read]]", 1)
+    assert cache.prompts.get(pk).files == b"[]"
+    assert cache.prompts.refresh_files(pk, cache.prompts.position(pk), b"[[1 read]]", 1)
 
 
 def test_a_late_result_never_overwrites_a_newer_snapshot(settings: Settings, res: Resources) -> None:
@@ -168,14 +168,14 @@ def test_a_late_result_never_overwrites_a_newer_snapshot(settings: Settings, res
     tid = create_tenant(res.engine, "late")[0]
     a = sessions.append_turns(res.engine, tid, "s", [text_turn("user", "first")])
     assert jobs.compact(tid, a.session_pk, a.version, res) == "published"
-    old = res.cache.get(a.session_pk)
+    old = res.cache.prompts.get(a.session_pk)
     b = sessions.append_turns(
         res.engine, tid, "s", [text_turn("assistant", "second"), text_turn("user", "third")]
     )
     assert jobs.compact(tid, b.session_pk, b.version, res) == "published"
-    new = res.cache.get(b.session_pk)
+    new = res.cache.prompts.get(b.session_pk)
     assert (old.through, new.through) == (1, 3)
-    assert not res.cache.put(a.session_pk, old)  # the late cache write is refused
+    assert not res.cache.prompts.put(a.session_pk, old)  # the late cache write is refused
     # a job sent by an older append compacts the latest version: nothing left to do
     assert jobs.compact(tid, a.session_pk, a.version, res) == "current"
     assert jobs.compact(tid, b.session_pk, b.version, res) == "current"  # duplicate delivery: idempotent
@@ -234,13 +234,13 @@ def test_a_summary_is_prepared_while_busy_and_switched_in_at_the_next_quiet_poin
         assert jobs.compact(tid, a.session_pk, a.version, res) == "published"
         busy = _report(res, a.session_pk)
         assert busy["switch"] == "" and "Summarize" in [s["stage"] for s in busy["stages"]]
-        assert res.cache.pending_state(a.session_pk) is not None
+        assert res.cache.pending.state(a.session_pk) is not None
         epoch = sessions.session_info(res.engine, tid, "s")["epoch"]
         sessions.set_activity(res.engine, tid, "s", "idle")
         assert jobs.compact(tid, a.session_pk, a.version, res) == "published"
         assert _report(res, a.session_pk)["switch"] == "quiet"
         assert sessions.session_info(res.engine, tid, "s")["epoch"] == epoch + 1
-        assert res.cache.pending_state(a.session_pk) is None
+        assert res.cache.pending.state(a.session_pk) is None
     finally:
         res.close()
         flush_prefix(redis_url, settings.redis_prefix)
@@ -252,7 +252,7 @@ def test_past_the_deadline_a_busy_session_switches_at_once(settings: Settings, r
     a = _append_real(res, tid, "s", 10_000, "busy")
     assert jobs.compact(tid, a.session_pk, a.version, res) == "published"
     assert _report(res, a.session_pk)["switch"] == "deadline"
-    assert res.cache.session_stats(a.session_pk)["switches"] == {"deadline": 1}
+    assert res.cache.counters.session_stats(a.session_pk)["switches"] == {"deadline": 1}
 
 
 def test_appends_faster_than_the_idle_interval_are_always_served_within_budget(

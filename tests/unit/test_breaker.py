@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from worker.store.breaker import CLOSED, Breaker, Circuit, admit, failed, succeeded
+from worker.cache.breaker import CLOSED, Breaker, Circuit, admit, failed, succeeded
 
 COOL = 1.0
 

@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from api.cli import _settings, build_parser
+from api.cli.command import _settings, build_parser
 
 
 def subparsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
@@ -53,7 +53,7 @@ def test_a_port_out_of_range_is_a_usage_error(port: str, capsys: pytest.CaptureF
 
 def test_prune_without_a_redis_says_what_to_do(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """No COMPACTD_REDIS_URL and no running `compactd up`: one line naming the setting, no traceback."""
-    from api.cli import main
+    from api.cli.command import main
 
     monkeypatch.delenv("COMPACTD_REDIS_URL", raising=False)
     monkeypatch.setenv("COMPACTD_VAR_DIR", str(tmp_path / "var"))

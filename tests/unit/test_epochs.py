@@ -24,7 +24,7 @@ from worker.compaction.model import Policy, Transcript, Turn
 from worker.compaction.pipeline import compact
 from worker.compaction.tokens import count_message
 from worker.compaction.validate import request_problems
-from worker.replay import Pace, replay
+from worker.flows.simulate import Pace, replay
 
 
 def turns_of(*bodies: str) -> tuple[Turn, ...]:

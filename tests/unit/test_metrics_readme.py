@@ -13,9 +13,9 @@ from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
-from api.metrics import families
+from api.http.prometheus import families
 from tests.conftest import REPO
-from worker.stats_counters import (
+from worker.metrics import (
     CATALOG,
     HISTOGRAM,
     SPECS,

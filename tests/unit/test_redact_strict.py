@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from worker.compaction.model import Policy
+from worker.flows.simulate import replay
 from worker.redaction import Redactor
 from worker.redaction.scanner import STRICT
-from worker.replay import replay
 from worker.settings import Settings
 
 STANDARD = Redactor(b"strict-test")

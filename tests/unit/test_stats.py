@@ -1,12 +1,12 @@
-"""Session statistics (worker/stats.py) and their terminal rendering (api/stats_table.py): pure."""
+"""Session statistics (worker/session_stats.py) and their terminal rendering (api/cli/stats.py): pure."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from api.stats_table import BARS, render_stats, sparkline
-from worker.stats import (
+from api.cli.stats import BARS, render_stats, sparkline
+from worker.session_stats import (
     FileRow,
     Publish,
     TurnRow,

@@ -18,6 +18,8 @@ from typing import Any
 import orjson
 import structlog
 
+from worker.cache.compact_requests import CompactRequest
+from worker.cache.prompts import Entry
 from worker.compaction import epochs
 from worker.compaction.assemble import MEMORY_NOTE_TOKENS, assemble, prefix_tokens, served_tokens, turn_policy
 from worker.compaction.codec import transcript_from_json, transcript_to_json
@@ -30,12 +32,10 @@ from worker.errors import SessionLocked
 from worker.flows.observe import observe_memory
 from worker.flows.serve import entry_from_prompt, refresh_status_files, request_prefix
 from worker.memory.model import clip_note
+from worker.metrics import epoch_cause, record_job, record_publish, record_usage
 from worker.resources import Resources
-from worker.stats import snapshot_kind
-from worker.stats_counters import epoch_cause, record_job, record_publish, record_usage
+from worker.session_stats import snapshot_kind
 from worker.store import memory, snapshots
-from worker.store.cache import Entry
-from worker.store.compact_requests import CompactRequest
 from worker.store.db import read_tx
 from worker.store.files import FileInfo, file_infos, save_files
 from worker.summarizers import Backoff, Watched, cost_usd
@@ -69,17 +69,17 @@ def compact(
     When the summarizer failed transiently the structural result is published all the same and
     `on_summary_failed` is called (the task schedules a retry: no append may ever come).
     """
-    token = res.cache.acquire(session_pk, res.settings.lock_seconds)
+    token = res.cache.claims.lock(session_pk, res.settings.lock_seconds)
     if token is None:
         raise SessionLocked(session_pk)
     started, outcome = time.monotonic(), "error"
     try:
         # from here on an append sends a new job: this one may load before its turn lands
-        res.cache.release_job_claim(session_pk)
+        res.cache.claims.release_job_claim(session_pk)
         watched = Watched(res.summarizer) if res.summarizer is not None else None
         outcome = run_job(tenant_id, session_pk, res, watched)
     finally:
-        res.cache.release(session_pk, token)
+        res.cache.claims.unlock(session_pk, token)
         record_job(res.cache, outcome, time.monotonic() - started)
     if watched is not None and watched.failed_transiently and on_summary_failed is not None:
         on_summary_failed()
@@ -109,7 +109,7 @@ def run_job(tenant_id: int, session_pk: int, res: Resources, summarizer: Watched
         return "gone"
     request = res.cache.compact_requests.pending(session_pk)  # a user-driven /compact, if any
     # a prepared summary may be due at this quiet point
-    if is_current(loaded, forced=request is not None) and not res.cache.has_pending(session_pk):
+    if is_current(loaded, forced=request is not None) and not res.cache.pending.exists(session_pk):
         return "current"
     job = load(res, session_pk, loaded, request)
     plan = plan_job(job, summarizer)
@@ -166,7 +166,7 @@ def load(
     if pinned_version < row.memory_version:  # else nothing changed since the pinned block
         with read_tx(res.engine) as conn:
             changes = memory.changes_since(conn, session_pk, pinned_version, 1 << 30)
-    raw = res.cache.pending_state(session_pk)
+    raw = res.cache.pending.state(session_pk)
     return JobInput(
         loaded=loaded,
         state=state,
@@ -323,7 +323,7 @@ def commit(res: Resources, tenant_id: int, session_pk: int, job: JobInput, plan:
     if not won and _rewritten(res, session_pk, plan.through_seq, loaded.last_turn_hash):
         # an append redacted the turn this job read last (a secret cut across two appends): what
         # this job prepared holds the old text
-        res.cache.drop_pending(session_pk)
+        res.cache.pending.drop(session_pk)
     else:  # a summary prepared here is kept even if the snapshot itself was already current
         _keep_pending(res, session_pk, plan, row.memory_version, files)
     if not won:
@@ -337,9 +337,9 @@ def commit(res: Resources, tenant_id: int, session_pk: int, job: JobInput, plan:
         files=files,
         memory_note=plan.memory_note,
     )
-    published = Published(entry, res.cache.get(session_pk))
+    published = Published(entry, res.cache.prompts.get(session_pk))
     try:
-        res.cache.put(session_pk, entry)
+        res.cache.prompts.put(session_pk, entry)
         # a file read logged while this ran is missing from `files`: bring the list up to date
         refresh_status_files(res.engine, res.cache, session_pk)
     except Exception as exc:  # the DB has it; fetches fall back to the DB until the next publish
@@ -358,7 +358,7 @@ def _keep_pending(
     """Store a summary prepared by this job (its files are saved), or drop one that was used or is
     stale."""
     if plan.drop_pending:
-        res.cache.drop_pending(session_pk)
+        res.cache.pending.drop(session_pk)
         return
     pending = plan.keep_pending
     if pending is None:
@@ -371,7 +371,7 @@ def _keep_pending(
         tokens=served_tokens(pending),
         files=files,
     )
-    res.cache.put_pending(session_pk, orjson.dumps(transcript_to_json(pending)), entry)
+    res.cache.pending.put(session_pk, orjson.dumps(transcript_to_json(pending)), entry)
 
 
 # -- record -------------------------------------------------------------------------------------
@@ -383,13 +383,13 @@ def record(res: Resources, session_pk: int, job: JobInput, plan: Plan, published
     _account(res, session_pk, published, s)
     if job.request is not None:
         _answer_request(res, session_pk, job.request, plan)
-    res.cache.count(f"compactions_{s.verdict.decision}")
+    res.cache.counters.count(f"compactions_{s.verdict.decision}")
     if s.switch is not Switch.NONE:
-        res.cache.count(f"switches_{s.switch}")
-        res.cache.count_switch(session_pk, str(s.switch))
+        res.cache.counters.count(f"switches_{s.switch}")
+        res.cache.counters.count_switch(session_pk, str(s.switch))
         log.info("epoch.switched", reason=str(s.switch), epoch=plan.epoch, through_seq=plan.through_seq)
     if s.verdict.decision is Decision.NEW_EPOCH:
-        res.cache.count("tokens_saved", max(0, s.verdict.saved_tokens))
+        res.cache.counters.count("tokens_saved", max(0, s.verdict.saved_tokens))
     record_publish(
         res,
         session_pk,
@@ -419,12 +419,12 @@ def _account(res: Resources, session_pk: int, published: Published, s: epochs.St
     old, entry = published.replaced, published.entry
     if old is not None and old.epoch != entry.epoch:
         shared = common_prefix_bytes(request_prefix(old), request_prefix(entry))
-        res.cache.record_shared_prefix(session_pk, entry.epoch, shared)
+        res.cache.counters.record_shared_prefix(session_pk, entry.epoch, shared)
     handoff = s.pending.handoff if s.pending is not None else s.publish.handoff
     if s.prepared and handoff is not None and handoff.input_tokens:
         usage = SummaryResult(handoff.text, handoff.input_tokens, handoff.output_tokens, handoff.summarizer)
         cost = cost_usd(usage)
-        res.cache.add_usage(session_pk, handoff.input_tokens, handoff.output_tokens, cost)
+        res.cache.counters.add_usage(session_pk, handoff.input_tokens, handoff.output_tokens, cost)
         record_usage(res.cache, handoff.input_tokens, handoff.output_tokens, cost)
 
 

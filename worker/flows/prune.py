@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import structlog
 
+from worker.contracts import Enqueue
 from worker.memory.model import Item, MemoryOpError
 from worker.memory.prune import Merge, Removal, Step, period, plan
 from worker.resources import Resources
@@ -60,9 +61,6 @@ def prune_plans(res: Resources, now: datetime | None = None) -> list[SessionPrun
         if steps:
             out.append(SessionPrune(pk, tenant_id, client_id, tuple(steps), tuple(items)))
     return out
-
-
-Enqueue = Callable[[int, int, int], object]
 
 
 def prune_now(res: Resources, now: datetime | None = None, enqueue: Enqueue | None = None) -> dict[str, int]:

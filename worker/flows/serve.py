@@ -19,6 +19,8 @@ import orjson
 from sqlalchemy import Connection, Engine, and_, bindparam, select
 from sqlalchemy.exc import DBAPIError
 
+from worker.cache.cache import Cache
+from worker.cache.prompts import Entry
 from worker.compaction.assemble import (
     MEMORY_NOTE_TOKENS,
     FileInfo,
@@ -32,7 +34,6 @@ from worker.compaction.assemble import (
 from worker.compaction.codec import transcript_from_json
 from worker.compaction.fit import fit
 from worker.compaction.model import Policy, Transcript
-from worker.store.cache import Entry, PromptCache
 from worker.store.db import read_tx
 from worker.store.files import file_infos, last_read_id, save_files
 from worker.store.memory import changes_since, load_items, render
@@ -87,17 +88,17 @@ def encode_files(files: Sequence[FileInfo]) -> bytes:
     return orjson.dumps([[f.ref, f.kind, f.lines, list(f.read_ranges)] for f in files])
 
 
-def refresh_status_files(engine: Engine, cache: PromptCache, session_pk: int) -> bool:
+def refresh_status_files(engine: Engine, cache: Cache, session_pk: int) -> bool:
     """After a file read: the cached entry's file list from the DB, so the next fetch's status note
     shows the read at once (not only after the next compaction)."""
-    seen = cache.position(session_pk)
+    seen = cache.prompts.position(session_pk)
     if seen is None:
         # nothing cached: fetches assemble from the DB, which has the read
         return False
     with read_tx(engine) as conn:
         files = file_infos(conn, session_pk)
         reads = last_read_id(conn, session_pk)
-    return cache.refresh_files(session_pk, seen, encode_files(files), reads)
+    return cache.prompts.refresh_files(session_pk, seen, encode_files(files), reads)
 
 
 def render_body(
@@ -179,7 +180,7 @@ _PK = select(S.c.id).where(S.c.tenant_id == bindparam("tenant_id"), S.c.client_i
 
 
 def fetch(
-    engine: Engine, cache: PromptCache | None, tenant_id: int, client_id: str, policy_for: Any
+    engine: Engine, cache: Cache | None, tenant_id: int, client_id: str, policy_for: Any
 ) -> Served | None:
     """The session's prompt: every appended turn, from the cache when it is current, else from the
     DB; within the budget always (see the module docstring)."""
@@ -190,7 +191,7 @@ def fetch(
 
 
 def fetch_ready(
-    engine: Engine, cache: PromptCache | None, tenant_id: int, client_id: str, policy_for: Any
+    engine: Engine, cache: Cache | None, tenant_id: int, client_id: str, policy_for: Any
 ) -> Served | None:
     """Snapshot + tail as published, whether or not it fits (the cheap path, a bounded read)."""
     entry, pk = None, None
@@ -198,7 +199,7 @@ def fetch_ready(
         pk = session_pk(engine, tenant_id, client_id, cache)
         if pk is None:
             return None
-        entry = cache.get(pk)
+        entry = cache.prompts.get(pk)
     after = entry.through if entry else 0
     if entry is not None:
         try:
@@ -224,12 +225,10 @@ def fetch_ready(
         return _from_db(conn, client_id, head, policy_for(head.context_window, head.output_reserve))
 
 
-def _from_cache_alone(
-    cache: PromptCache, pk: int, client_id: str, entry: Entry, policy_for: Any
-) -> Served | None:
+def _from_cache_alone(cache: Cache, pk: int, client_id: str, entry: Entry, policy_for: Any) -> Served | None:
     """The cached entry served without the database, when it covers the newest acknowledged append
     (noted in Redis by the append, after its commit); None when that cannot be shown."""
-    noted = cache.noted_version(pk)
+    noted = cache.prompts.noted_version(pk)
     if noted is None or entry.through < noted[0]:
         return None
     version, window, reserve = noted
@@ -237,12 +236,12 @@ def _from_cache_alone(
 
 
 def fallback(
-    engine: Engine, cache: PromptCache | None, tenant_id: int, client_id: str, policy_for: Any
+    engine: Engine, cache: Cache | None, tenant_id: int, client_id: str, policy_for: Any
 ) -> Served | None:
     """Snapshot + tail would pass the budget: the summary prepared ahead plus its tail, if that
     fits; else a fit computed now from the snapshot state and the tail (deterministic, no LLM)."""
     pk = session_pk(engine, tenant_id, client_id, cache) if cache is not None else None
-    pending = cache.pending_entry(pk) if cache is not None and pk is not None else None
+    pending = cache.pending.entry(pk) if cache is not None and pk is not None else None
     if pending is not None:
         rows = _tail_rows(engine, tenant_id, client_id, pending.through)
         if rows and rows[0][0] == pk and pending.memver >= rows[0][3]:
@@ -344,7 +343,7 @@ def _from_db(conn: Connection, client_id: str, session: Any, policy: Policy) -> 
     return _served(client_id, session.version, entry, tail, policy, "db")
 
 
-def session_pk(engine: Engine, tenant_id: int, client_id: str, cache: PromptCache) -> int | None:
+def session_pk(engine: Engine, tenant_id: int, client_id: str, cache: Cache) -> int | None:
     # A session's pk never changes while it exists; a stale one (deleted elsewhere) only costs a
     # cache miss, because fetch() checks it against the row it reads.
     key = (tenant_id, client_id)
@@ -368,5 +367,5 @@ def request_prefix(entry: Entry) -> bytes:
     return entry.system + entry.head + (b"," if entry.head and entry.last else b"") + entry.last
 
 
-def forget(cache: PromptCache, tenant_id: int, client_id: str) -> None:
+def forget(cache: Cache, tenant_id: int, client_id: str) -> None:
     cache.pks.pop((tenant_id, client_id), None)

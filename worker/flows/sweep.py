@@ -7,13 +7,12 @@ from datetime import timedelta
 
 import structlog
 
+from worker.cache.claims import JOB_CLAIM_SECONDS
 from worker.resources import Resources
 from worker.store import snapshots
 from worker.store.tables import utcnow
 
 log = structlog.get_logger("compactd.jobs")
-# the sweep's claim on a busy session it sends a job for, like an append's (api.app.JOB_CLAIM_SECONDS)
-SWEEP_CLAIM_SECONDS = 30.0
 
 
 def sweep_sessions(res: Resources, enqueue: Callable[[int, int, int], object]) -> int:
@@ -28,12 +27,12 @@ def sweep_sessions(res: Resources, enqueue: Callable[[int, int, int], object]) -
     busy = [
         (tenant_id, pk, version)
         for tenant_id, pk, version in snapshots.behind(res.engine, now)
-        if pk not in seen and res.cache.claim_job(pk, SWEEP_CLAIM_SECONDS)
+        if pk not in seen and res.cache.claims.claim_job(pk, JOB_CLAIM_SECONDS)
     ]
     retry = [
         (tenant_id, pk, version)
         for tenant_id, pk, version in snapshots.summary_retry_due(res.engine, idle_before)
-        if pk not in seen and not res.cache.has_pending(pk)
+        if pk not in seen and not res.cache.pending.exists(pk)
     ]
     for tenant_id, pk, version in [*idle, *busy, *retry]:
         enqueue(tenant_id, pk, version)

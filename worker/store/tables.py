@@ -121,7 +121,7 @@ class SnapshotLog(SQLModel, table=True):
     epoch: int
     through_seq: int
     tokens: int
-    kind: str  # structural | summary | extend (worker/stats.py snapshot_kind)
+    kind: str  # structural | summary | extend (worker/session_stats.py snapshot_kind)
     created_at: datetime = Field(default_factory=utcnow, sa_type=DateTime)
 
 

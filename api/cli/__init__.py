@@ -1,0 +1,1 @@
+"""The `compactd` command line: up, tenants, import/export, stats, offline tools."""

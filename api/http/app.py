@@ -1,0 +1,154 @@
+"""create_app(settings): the FastAPI app; the lifespan puts resources, the job sender and metrics on app.state."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import structlog
+from fastapi import FastAPI
+from starlette.concurrency import run_in_threadpool
+
+from api.http import errors
+from api.http.guard import Guard
+from api.http.middleware.bearer import BearerRequired
+from api.http.middleware.body_limit import BodyLimit
+from api.http.middleware.json_only import JsonOnly
+from api.http.middleware.request_log import RequestLog
+from api.http.prometheus import Metrics
+from api.http.routes import files, health, memory, prompt, sessions, turns, ui
+from worker.contracts import Enqueue
+from worker.enqueue import CeleryEnqueue
+from worker.logs import configure_logging
+from worker.resources import Resources
+from worker.settings import Settings
+
+log = structlog.get_logger("compactd.api")
+
+
+def create_app(settings: Settings, *, enqueue: Enqueue | None = None, log_setup: bool = False) -> FastAPI:
+    """The API. `enqueue(tenant, session pk, version)` schedules a compaction (default: Celery)."""
+    if log_setup:
+        configure_logging(settings.log_level)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        res = Resources.build(settings)
+        owned = CeleryEnqueue(settings, res) if enqueue is None else None
+        try:
+            app.state.resources = res
+            app.state.guard = Guard(
+                res.cache.client,
+                settings.redis_prefix,
+                settings.rate_limit_per_second,
+                settings.rate_limit_burst,
+                res.cache.breaker,
+            )
+            app.state.enqueue = owned or enqueue
+            app.state.metrics.attach(res)
+            # start-up garbage is long-lived: move it out of the collector's way (cuts p99)
+            gc.collect()
+            gc.freeze()
+            app.state.fetch_log = []
+            flusher = asyncio.create_task(flush_fetch_log(app, res))
+            log.info("api.started", host=settings.host, port=settings.port, redaction=settings.redaction)
+            try:
+                yield
+            finally:
+                flusher.cancel()
+                await _flush_once(app, res)
+                await run_in_threadpool(app.state.metrics.close)
+        finally:
+            gc.unfreeze()
+            if owned is not None:
+                owned.close()
+            res.close()
+
+    app = FastAPI(
+        title="compactd",
+        version="1",
+        summary="Keeps long-running LLM agents inside their context window without making them wait.",
+        lifespan=lifespan,
+    )
+    app.openapi = lambda: documented_errors(app)  # type: ignore[method-assign]
+    app.state.keys = {}
+    app.state.metrics = Metrics()
+    errors.install(app)
+    for module in (turns, prompt, sessions, memory, files, health, ui):
+        app.include_router(module.router)
+    app.add_middleware(JsonOnly)
+    app.add_middleware(BearerRequired)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
+    app.add_middleware(RequestLog, metrics=app.state.metrics)
+    return app
+
+
+PROBLEM_SCHEMA = {
+    "type": "object",
+    "required": ["type", "title", "status"],
+    "properties": {
+        "type": {"type": "string"},
+        "title": {"type": "string"},
+        "status": {"type": "integer"},
+        "detail": {"type": "string"},
+    },
+}
+# every answer an operation can give besides its own: what api/http/errors.py and the middlewares send
+ERRORS = {
+    "400": "Malformed JSON or a bad request",
+    "401": "No, unknown, revoked or expired API key",
+    "404": "No such session or file for this tenant",
+    "405": "Method not allowed",
+    "413": "Request body or one turn too large",
+    "415": "The body is not declared application/json",
+    "422": "The request does not match the schema or cannot apply",
+    "429": "This API key is over its rate limit (Retry-After)",
+    "500": "Internal error (logged; no details)",
+    "503": "A dependency is down; retry (Retry-After)",
+}
+PUBLIC_PATHS = {"/healthz", "/readyz", "/metrics"}
+
+
+def documented_errors(app: FastAPI) -> dict[str, object]:
+    """The OpenAPI document with every problem+json answer documented, so clients (and schemathesis)
+    know them; built once, like FastAPI's own."""
+    if app.openapi_schema:
+        return app.openapi_schema
+    from fastapi.openapi.utils import get_openapi
+
+    doc = get_openapi(title=app.title, version=app.version, summary=app.summary, routes=app.routes)
+    problem = {"application/problem+json": {"schema": PROBLEM_SCHEMA}}
+    for path, operations in doc["paths"].items():
+        for operation in operations.values():
+            responses = operation.setdefault("responses", {})
+            for code, text in ERRORS.items():
+                if path in PUBLIC_PATHS and code not in ("500", "503"):
+                    continue
+                # FastAPI documents its 422 as application/json: every error here is problem+json
+                responses[code] = {
+                    "description": responses.get(code, {}).get("description", text),
+                    "content": problem,
+                }
+    doc["paths"]["/metrics"]["get"]["responses"]["200"]["content"] = {
+        "text/plain": {"schema": {"type": "string"}}
+    }
+    app.openapi_schema = doc
+    return doc
+
+
+FLUSH_SECONDS = 0.5
+
+
+async def flush_fetch_log(app: FastAPI, res: Resources) -> None:
+    """Write the fetches' cache-reuse records to Redis every FLUSH_SECONDS, off the fetch path."""
+    while True:
+        await asyncio.sleep(FLUSH_SECONDS)
+        await _flush_once(app, res)
+
+
+async def _flush_once(app: FastAPI, res: Resources) -> None:
+    batch, app.state.fetch_log = app.state.fetch_log, []
+    if batch:
+        await run_in_threadpool(res.cache.counters.record_fetches, batch)

@@ -1,0 +1,88 @@
+"""Dependencies: the process's resources, the caller's tenant, the job sender."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Annotated, Any
+
+from fastapi import Depends, Request
+from starlette.concurrency import run_in_threadpool
+from structlog.contextvars import bind_contextvars
+
+from api.http.errors import TooManyRequests, Unauthorized
+from api.http.guard import Guard
+from worker.resources import Resources
+from worker.store.tables import utcnow
+from worker.store.tenants import KeyGrant, grant_for_digest, hash_key
+
+KEY_CACHE_SIZE = 10_000
+# a backstop only: revocations reach every process at once through the Redis stamp; this bounds a
+# change the CLI could not announce (its Redis unreachable while the API processes' was not)
+KEY_CACHE_SECONDS = 30.0
+
+
+async def get_resources(request: Request) -> Resources:
+    return request.app.state.resources
+
+
+async def get_sender(request: Request) -> Any:
+    return request.app.state.enqueue
+
+
+def bearer_key(request: Request) -> str:
+    header = request.headers.get("authorization", "")
+    scheme, _, key = header.partition(" ")
+    if scheme.lower() != "bearer" or not key.strip():
+        raise Unauthorized("send Authorization: Bearer <api key>")
+    return key.strip()
+
+
+KeyCache = dict[str, tuple[KeyGrant, str, float]]
+
+
+def cached_grant(keys: KeyCache, digest: str, stamp: str | None) -> KeyGrant | None:
+    """The cached grant if it may still be served: the keys stamp unchanged since it was looked up
+    (no revocation or rotation since, on any process), not past a rotation's overlap, and younger
+    than KEY_CACHE_SECONDS. Without a stamp (Redis down) nothing is served from the cache."""
+    hit = keys.get(digest)
+    if hit is None or stamp is None or hit[1] != stamp or hit[2] < time.monotonic():
+        return None
+    grant = hit[0]
+    if grant.expires_at is not None and grant.expires_at <= utcnow():
+        return None
+    return grant
+
+
+async def get_tenant(request: Request) -> int:
+    """The tenant of the bearer key: 401 problem when missing, unknown, revoked or expired; 429 past
+    the key's rate limit."""
+    key = bearer_key(request)
+    digest = hash_key(key)
+    guard: Guard = request.app.state.guard
+    # one Redis round trip inline (0.25 s ceiling): cheaper than a thread hop on the fetch path
+    verdict = guard.check(digest)
+    keys: KeyCache = request.app.state.keys
+    grant = cached_grant(keys, digest, verdict.stamp)
+    if grant is None:
+        res: Resources = request.app.state.resources
+        grant = await run_in_threadpool(grant_for_digest, res.engine, digest)
+        if grant is None:
+            keys.pop(digest, None)
+            raise Unauthorized("unknown, revoked or expired API key")
+        if verdict.stamp is not None:
+            if len(keys) > KEY_CACHE_SIZE:
+                keys.clear()
+            keys[digest] = (grant, verdict.stamp, time.monotonic() + KEY_CACHE_SECONDS)
+    bind_contextvars(tenant_id=grant.tenant_id, key_id=grant.key_id, session=request.path_params.get("sid"))
+    if verdict.retry_after_ms > 0:
+        raise TooManyRequests(
+            "this API key is over its rate limit; retry after the Retry-After seconds",
+            retry_after_seconds=max(1, math.ceil(verdict.retry_after_ms / 1000)),
+        )
+    return grant.tenant_id
+
+
+ResourcesDep = Annotated[Resources, Depends(get_resources)]
+TenantDep = Annotated[int, Depends(get_tenant)]
+SenderDep = Annotated[Any, Depends(get_sender)]

@@ -1,0 +1,1 @@
+"""ASGI middleware of the HTTP app, one module each (added in api/http/app.py)."""

@@ -1,0 +1,74 @@
+"""GET /v1/sessions/{sid}/prompt: the ready prompt, from stored bytes; never waits for compaction."""
+
+from __future__ import annotations
+
+import structlog
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+from starlette.concurrency import run_in_threadpool
+
+from api.http.deps import get_tenant
+from api.http.errors import NotFound, Unavailable
+from api.http.routes.paths import SessionId
+from api.http.schemas import PromptResponse
+from worker.flows.serve import Served, fallback, fetch_ready
+from worker.resources import Resources
+from worker.store.db import is_sqlite
+
+router = APIRouter(tags=["prompt"])
+log = structlog.get_logger("compactd.api")
+
+
+@router.get(
+    "/v1/sessions/{sid}/prompt",
+    response_class=Response,
+    responses={200: {"model": PromptResponse, "content": {"application/json": {}}}},
+)
+async def get_prompt(sid: SessionId, request: Request) -> Response:
+    """{system, messages} ready for anthropic.messages.create, with every appended turn in it and
+    never more than budget_tokens; `fallback` says when the worker had not kept up ("pending":
+    the summary prepared ahead, "fit": compacted on the spot without an LLM)."""
+    # the hot path: auth and resources without FastAPI's dependency solver (a third of the request's CPU)
+    tenant = await get_tenant(request)
+    res: Resources = request.app.state.resources
+    if is_sqlite(res.engine):
+        # a local file read plus one Redis round trip with a 0.25 s ceiling: cheaper inline than a thread hop
+        served = fetch_ready(res.engine, res.cache, tenant, sid, res.policy_for)
+    else:
+        served = await run_in_threadpool(fetch_ready, res.engine, res.cache, tenant, sid, res.policy_for)
+    if served is None:
+        raise NotFound("no such session")
+    if not served.fits:
+        # the worker is down or behind: the pending summary or a fit, computed off the event loop
+        try:
+            served = await run_in_threadpool(fallback, res.engine, res.cache, tenant, sid, res.policy_for)
+        except Exception as exc:
+            log.error("prompt.fallback_failed", error=type(exc).__name__)
+            raise Unavailable(
+                "the prompt does not fit yet and no fallback could be computed; retry"
+            ) from None
+        if served is None:
+            raise NotFound("no such session")
+    request.app.state.metrics.record_fetch(served.source, served.tokens, served.budget_tokens)
+    pk = res.cache.pks.get((tenant, sid))
+    if not served.fits:
+        # never expected (fit clips everything but a tiny system prompt); counted where operators look
+        log.error("prompt.over_budget", tokens=served.tokens, budget_tokens=served.budget_tokens)
+        res.cache.counters.count("fetches_over_budget")
+    if served.fallback is not None:
+        # say so, and make sure a job is on its way
+        log.warning(
+            "prompt.fallback_served", fallback=served.fallback, tokens=served.tokens, epoch=served.epoch
+        )
+        await run_in_threadpool(_after_fallback, request, res, tenant, pk, served)
+    elif pk is not None:
+        # cache-reuse accounting: buffered here, written to Redis in batches by the app (api/http/app.py)
+        request.app.state.fetch_log.append((pk, served.epoch, served.request_bytes, served.stable_bytes))
+    return Response(served.body, media_type="application/json")
+
+
+def _after_fallback(request: Request, res: Resources, tenant: int, pk: int | None, served: Served) -> None:
+    """Count the fallback and send a job (Redis calls: off the event loop)."""
+    res.cache.counters.count(f"fallbacks_{served.fallback}")
+    if pk is not None:
+        request.app.state.enqueue(tenant, pk, served.version)

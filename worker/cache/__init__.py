@@ -1,0 +1,1 @@
+"""Redis only: prompt entries, pending summaries, locks and claims, counters, /compact requests."""

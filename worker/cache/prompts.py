@@ -1,0 +1,144 @@
+"""Prompt entries in Redis: a published snapshot as the fetch path splices it, written only forward."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from worker.cache.client import GuardedRedis
+
+# Write only if (epoch, through, memver) is newer than what is cached: a late result never wins.
+_PUBLISH = """
+local cur = redis.call('HMGET', KEYS[1], 'epoch', 'through', 'memver')
+local ce, ct, cm = tonumber(cur[1] or '-1'), tonumber(cur[2] or '-1'), tonumber(cur[3] or '-1')
+local e, t, m = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+if ce > e or (ce == e and (ct > t or (ct == t and cm >= m))) then return 0 end
+redis.call('HSET', KEYS[1], 'epoch', ARGV[1], 'through', ARGV[2], 'memver', ARGV[3], 'system', ARGV[4],
+           'head', ARGV[5], 'last', ARGV[6], 'tokens', ARGV[7], 'files', ARGV[8], 'files_ver', 0,
+           'memory_note', ARGV[9])
+return 1
+"""
+# A file was read: replace the entry's file list (the status note's "what has been read") only if
+# the entry is still the one the list was computed against (a newer publish brings its own list)
+# and the list has seen more reads than the one there (two reads may refresh in either order).
+_REFRESH_FILES = """
+local cur = redis.call('HMGET', KEYS[1], 'epoch', 'through', 'memver', 'files_ver')
+if cur[1] == ARGV[1] and cur[2] == ARGV[2] and cur[3] == ARGV[3]
+   and tonumber(cur[4] or '0') < tonumber(ARGV[5]) then
+  redis.call('HSET', KEYS[1], 'files', ARGV[4], 'files_ver', ARGV[5])
+  return 1
+end
+return 0
+"""
+
+# The newest acknowledged append (and the session's window): what a fetch must cover when it is
+# served from the cache alone (the database down). Only ever moves forward.
+_NOTE_VERSION = """
+local cur = tonumber(redis.call('HGET', KEYS[1], 'version') or '-1')
+if cur >= tonumber(ARGV[1]) then return 0 end
+redis.call('HSET', KEYS[1], 'version', ARGV[1], 'window', ARGV[2], 'reserve', ARGV[3])
+return 1
+"""
+
+FIELDS = ("epoch", "through", "memver", "system", "head", "last", "tokens", "files", "memory_note")
+_MISSING: list[Any] = [None] * len(FIELDS)  # an entry's values when Redis is skipped or down
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """A published snapshot as the fetch path splices it: JSON fragments, ready to concatenate."""
+
+    epoch: int
+    through: int
+    memver: int
+    system: bytes  # JSON array
+    head: bytes  # messages[:-1] as comma-joined JSON objects (no brackets)
+    last: bytes  # the last message as JSON ("" if none): the tail may merge into it
+    tokens: int
+    files: bytes  # JSON: [[ref, kind, lines, [read ranges]], ...]
+    memory_note: bytes = b""  # memory changes since the pinned block, for the status note (UTF-8)
+
+
+def _entry_values(entry: Entry) -> list[bytes | int]:
+    """An entry's values in FIELDS order."""
+    e = entry
+    return [e.epoch, e.through, e.memver, e.system, e.head, e.last, e.tokens, e.files, e.memory_note]
+
+
+def _entry(values: list[Any]) -> Entry | None:
+    if values[0] is None:
+        return None
+    e, t, m, system, head, last, tokens, files, memory_note = values
+    return Entry(int(e), int(t), int(m), system, head, last, int(tokens), files, memory_note or b"")
+
+
+def entry_values(entry: Entry) -> list[bytes | int]:
+    """An entry's values in FIELDS order."""
+    e = entry
+    return [e.epoch, e.through, e.memver, e.system, e.head, e.last, e.tokens, e.files, e.memory_note]
+
+
+def entry_of(values: list[Any]) -> Entry | None:
+    """The entry HMGET returned in FIELDS order; None when there is none (or Redis was skipped)."""
+    if values[0] is None:
+        return None
+    e, t, m, system, head, last, tokens, files, memory_note = values
+    return Entry(int(e), int(t), int(m), system, head, last, int(tokens), files, memory_note or b"")
+
+
+class PromptEntries:
+    """Per-session prompt entries (`{prefix}prompt:<pk>`) and the newest acknowledged append."""
+
+    def __init__(self, r: GuardedRedis) -> None:
+        self.r = r
+        self._publish = r.client.register_script(_PUBLISH)
+        self._refresh_files = r.client.register_script(_REFRESH_FILES)
+        self._note_version = r.client.register_script(_NOTE_VERSION)
+
+    def key(self, session_pk: int) -> str:
+        return f"{self.r.prefix}prompt:{session_pk}"
+
+    def get(self, session_pk: int) -> Entry | None:
+        """The cached entry; None when missing or Redis is unreachable."""
+        return entry_of(self.r.call(lambda: self.r.client.hmget(self.key(session_pk), FIELDS), _MISSING))
+
+    def refill(self, session_pk: int, entry: Entry) -> None:
+        """Guarded write from the fetch path (the entry was missing, e.g. after a Redis restart);
+        best effort."""
+        self.r.call(lambda: self.put(session_pk, entry), False)
+
+    def note_version(
+        self, session_pk: int, version: int, context_window: int | None, output_reserve: int | None
+    ) -> None:
+        """After an acknowledged append: the version a prompt served without the database must
+        cover. Best effort (a fetch that cannot prove it covers the newest append answers 503)."""
+        args = [version, context_window or "", output_reserve if output_reserve is not None else ""]
+        self.r.call(lambda: self._note_version(keys=[f"{self.r.prefix}version:{session_pk}"], args=args), 0)
+
+    def noted_version(self, session_pk: int) -> tuple[int, int | None, int | None] | None:
+        """(version, context window, output reserve) as the last append noted them; None if unknown."""
+        key = f"{self.r.prefix}version:{session_pk}"
+        v, w, r = self.r.call(
+            lambda: self.r.client.hmget(key, ("version", "window", "reserve")), _MISSING[:3]
+        )
+        if v is None:
+            return None
+        return int(v), int(w) if w else None, int(r) if r else None  # type: ignore[arg-type]
+
+    def put(self, session_pk: int, entry: Entry) -> bool:
+        """Guarded write; False when a newer entry is already cached."""
+        return bool(self._publish(keys=[self.key(session_pk)], args=entry_values(entry)))
+
+    def position(self, session_pk: int) -> tuple[int, int, int] | None:
+        """(epoch, through, memver) of the cached entry; None when there is none or Redis is down."""
+        fields = ("epoch", "through", "memver")
+        e, t, m = self.r.call(lambda: self.r.client.hmget(self.key(session_pk), fields), _MISSING[:3])
+        return None if e is None else (int(e), int(t), int(m))  # type: ignore[arg-type]
+
+    def refresh_files(
+        self, session_pk: int, seen: tuple[int, int, int], files: bytes, reads_seen: int
+    ) -> bool:
+        """Replace the entry's file list if it is still at `seen` and its list has seen fewer than
+        `reads_seen` reads; False otherwise or on a Redis error."""
+        args: list[bytes | int] = [*seen, files, reads_seen]
+        return bool(self.r.call(lambda: self._refresh_files(keys=[self.key(session_pk)], args=args), 0))
