@@ -255,7 +255,7 @@ def test_migration_moves_memory_items_into_notes(database_url: str) -> None:
         ("goal", "notes", "ship it", "user", True),
         ("style", "notes", "tabs", "user", False),
     }
-    assert {i.key for i in memory.replay(memory.history(engine, pk), 2)} == {"goal", "style"}
+    assert {i.key for i in memory.fold_events(memory.history(engine, pk), 2)} == {"goal", "style"}
     assert "memory_items" not in inspect(engine).get_table_names()
     with read_tx(engine) as conn:
         assert conn.execute(text("SELECT version FROM schema_version")).scalar_one() == SCHEMA_VERSION

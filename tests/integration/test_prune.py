@@ -15,6 +15,7 @@ from sqlalchemy import insert
 
 from tests.conftest import REPO
 from tests.integration.conftest import Worker, flush_prefix, make_settings, settings_env, wait_for
+from worker.cache.runs import Runs
 from worker.compaction.model import Turn
 from worker.flows import prune as pruning
 from worker.memory.model import Change
@@ -23,7 +24,6 @@ from worker.resources import Resources
 from worker.settings import Settings
 from worker.store import memory, sessions, snapshots
 from worker.store.db import write_tx
-from worker.store.runs import Runs
 from worker.store.tables import MemoryEntry, utcnow
 from worker.store.tenants import create_tenant
 

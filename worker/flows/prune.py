@@ -12,12 +12,12 @@ from typing import Any
 
 import structlog
 
+from worker.cache.runs import Runs
 from worker.contracts import Enqueue
 from worker.memory.model import Item, MemoryOpError
 from worker.memory.prune import Merge, Removal, Step, period, plan
 from worker.resources import Resources
 from worker.store import memory
-from worker.store.runs import Runs
 from worker.store.tables import utcnow
 
 log = structlog.get_logger("compactd.jobs")

@@ -20,6 +20,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, and_, delete, func, insert, select, update
 
+from worker.compaction.model import DEFAULT_POLICY
 from worker.compaction.tokens import count_text
 from worker.memory import model
 from worker.memory.model import Change, Event, Item, MemoryOpError
@@ -33,7 +34,7 @@ E = MemoryEvent.__table__  # type: ignore[attr-defined]
 S = SessionTable.__table__  # type: ignore[attr-defined]
 T = Tenant.__table__  # type: ignore[attr-defined]
 
-BUDGET_TOKENS: int = Settings.model_fields["memory_budget_tokens"].default
+BUDGET_TOKENS: int = DEFAULT_POLICY.memory_budget_tokens
 HARD_CAP_TOKENS: int = Settings.model_fields["memory_hard_cap_tokens"].default
 TENANT = "tenant"
 
@@ -407,7 +408,7 @@ def _recorded(r: Any) -> Recorded:
     return Recorded(r.id, r.version, r.at, event, r.source_seq, bool(r.pinned), r.written_by)
 
 
-def replay(records: Iterable[Recorded], through_version: int) -> list[Item]:
+def fold_events(records: Iterable[Recorded], through_version: int) -> list[Item]:
     """The items the events up to `through_version` leave, in the order they were created."""
     items: dict[tuple[str, str], Item] = {}
     for r in records:
@@ -431,15 +432,15 @@ def changes_since(conn: Connection, session_pk: int, pinned_version: int, budget
     tenant_id, version = _tenant_of(conn, session_pk)
     if version <= pinned_version:
         return ""
-    before = replay(_events(conn, tenant_id, session_pk, ""), pinned_version)
+    before = fold_events(_events(conn, tenant_id, session_pk, ""), pinned_version)
     return model.changes_note(before, _entries(conn, tenant_id, session_pk, ""), budget_tokens)
 
 
 def diff(engine: Engine, session_pk: int, a: int, b: int, *, scope: str = "") -> Diff:
     """What changed from version `a` to version `b` (either order)."""
     records = history(engine, session_pk, scope=scope)
-    old = {(i.section, i.key): i for i in replay(records, a)}
-    new = {(i.section, i.key): i for i in replay(records, b)}
+    old = {(i.section, i.key): i for i in fold_events(records, a)}
+    new = {(i.section, i.key): i for i in fold_events(records, b)}
     return Diff(
         added=tuple(i for k, i in new.items() if k not in old),
         removed=tuple(i for k, i in old.items() if k not in new),
