@@ -7,7 +7,7 @@ from pathlib import Path
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from worker.compaction.model import Policy
+from worker.compaction.model import DEFAULT_POLICY, Policy
 from worker.memory.prune import parse_at
 from worker.redaction import kingfisher
 
@@ -40,26 +40,27 @@ class Settings(BaseSettings):
     # Optional: created on first start as the default tenant's key (stored hashed) if unset.
     default_api_key: str | None = None
 
-    # Engine defaults (DESIGN §7); per-session overrides come with the session's profile.
-    context_window: int = 200_000
-    output_reserve: int = 8_192
-    structural_trigger: float = 0.30
-    summarize_trigger: float = 0.85
-    pretrigger_share: float = 0.8  # prepare the summary ahead from this share of the summarize trigger
-    keep_share: float = 0.10
-    clip_tokens: int = 1_500
-    arg_clip_chars: int = 2_000
-    offload_tokens: int = 10_000
-    preview_tokens: int = 1_000
-    worth_it_tokens: int = 2_000
-    worth_it_share: float = 0.25  # of the tokens a rewrite makes the provider cache again
-    turn_trigger: int = 0
+    # Engine defaults: the engine's Policy (worker/compaction/model.py) is the one knob table;
+    # these name the ones a deployment may set. Per-session overrides come with the profile.
+    context_window: int = DEFAULT_POLICY.context_window
+    output_reserve: int = DEFAULT_POLICY.output_reserve
+    structural_trigger: float = DEFAULT_POLICY.structural_trigger
+    summarize_trigger: float = DEFAULT_POLICY.summarize_trigger
+    pretrigger_share: float = DEFAULT_POLICY.pretrigger_share
+    keep_share: float = DEFAULT_POLICY.keep_share
+    clip_tokens: int = DEFAULT_POLICY.clip_tokens
+    arg_clip_chars: int = DEFAULT_POLICY.arg_clip_chars
+    offload_tokens: int = DEFAULT_POLICY.offload_tokens
+    preview_tokens: int = DEFAULT_POLICY.preview_tokens
+    worth_it_tokens: int = DEFAULT_POLICY.worth_it_tokens
+    worth_it_share: float = DEFAULT_POLICY.worth_it_share
+    turn_trigger: int = DEFAULT_POLICY.turn_trigger
 
     idle_seconds: float = 5.0
     sweep_seconds: float = 60.0
     lock_seconds: float = 120.0
     task_time_limit_seconds: int = 300
-    memory_budget_tokens: int = 800
+    memory_budget_tokens: int = DEFAULT_POLICY.memory_budget_tokens
     memory_hard_cap_tokens: int = 1_500
     # nightly pruning: daily at this UTC time, or every N seconds when that is set (tests, demos)
     memory_prune_at: str = "03:00"

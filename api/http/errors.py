@@ -96,12 +96,6 @@ class TooManyRequests(ApiError):
     status, title = 429, "Too many requests"
 
 
-class UnsupportedMediaType(ApiError):
-    """Raised when a request with a body does not say Content-Type: application/json."""
-
-    status, title = 415, "Unsupported media type"
-
-
 def problem(status: int, title: str, detail: str | None = None, **extensions: Any) -> Response:
     body: dict[str, Any] = {"type": "about:blank", "title": title, "status": status}
     if detail:

@@ -220,10 +220,3 @@ class MemoryDiffOut(BaseModel):
     added: list[MemoryEntryOut]
     removed: list[MemoryEntryOut]
     changed: list[MemoryChangedOut]
-
-
-class Problem(BaseModel):
-    type: str = "about:blank"
-    title: str
-    status: int
-    detail: str | None = None

@@ -7,7 +7,16 @@ import re
 from dataclasses import dataclass
 
 from worker.compaction import pointers
-from worker.compaction.model import Block, FileWrite, Transcript, Turn, block_text, retokened, with_text
+from worker.compaction.model import (
+    DEFAULT_POLICY,
+    Block,
+    FileWrite,
+    Transcript,
+    Turn,
+    block_text,
+    retokened,
+    with_text,
+)
 from worker.compaction.tokens import count_message, encoding
 from worker.compaction.zones import first_kept, keep_start
 
@@ -21,10 +30,10 @@ class Clip:
     """Clip tool outputs over `clip_tokens` (head/tail split) and write-like arguments over
     `arg_clip_chars`, in turns older than the keep window (the first task is never touched)."""
 
-    clip_tokens: int = 1_500
-    head_share: float = 0.6
-    arg_clip_chars: int = 2_000
-    keep_tokens: int = 19_000
+    clip_tokens: int = DEFAULT_POLICY.clip_tokens
+    head_share: float = DEFAULT_POLICY.clip_head_share
+    arg_clip_chars: int = DEFAULT_POLICY.arg_clip_chars
+    keep_tokens: int = DEFAULT_POLICY.keep_tokens
     # last resort of a fetch that must fit: every turn, the task and keep window included, and
     # text blocks too (the full text stays readable through the marker's ref)
     whole: bool = False

@@ -6,7 +6,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from worker.compaction import pointers
-from worker.compaction.model import Block, Transcript, block_text, retokened, with_text
+from worker.compaction.model import DEFAULT_POLICY, Block, Transcript, block_text, retokened, with_text
 from worker.compaction.tokens import count_message, count_text
 from worker.compaction.zones import first_kept, keep_start
 
@@ -16,8 +16,8 @@ class Dedup:
     """Replace older identical tool outputs (same content hash, whatever call made them) with a
     pointer to the newest copy. Only the old zone is rewritten; the keep window stays verbatim."""
 
-    min_tokens: int = 200  # below this a pointer saves nothing
-    keep_tokens: int = 19_000
+    min_tokens: int = DEFAULT_POLICY.dedup_min_tokens  # below this a pointer saves nothing
+    keep_tokens: int = DEFAULT_POLICY.keep_tokens
 
     def __call__(self, t: Transcript) -> Transcript:
         copies: dict[str, list[tuple[int, str]]] = defaultdict(list)

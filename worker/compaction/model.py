@@ -69,9 +69,6 @@ class Turn:
     def tool_use_ids(self) -> list[str]:
         return [b["id"] for b in self.content if b.get("type") == "tool_use"]
 
-    def tool_result_ids(self) -> list[str]:
-        return [b["tool_use_id"] for b in self.content if b.get("type") == "tool_result"]
-
 
 @dataclass(frozen=True, slots=True)
 class FileWrite:
@@ -130,18 +127,6 @@ class Transcript:
         for i, turn in enumerate(self.turns):
             for j, block in enumerate(turn.content):
                 yield i, j, block
-
-    def map_blocks(self, fn: Callable[[int, int, Block], Block]) -> Transcript:
-        """A transcript with fn applied to every block; unchanged turns keep their identity."""
-        out: list[Turn] = []
-        for i, turn in enumerate(self.turns):
-            new = tuple(fn(i, j, b) for j, b in enumerate(turn.content))
-            out.append(
-                turn
-                if all(a is b for a, b in zip(new, turn.content, strict=True))
-                else replace(turn, content=new)
-            )
-        return self.with_turns(out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,6 +205,11 @@ class Policy:
     def with_overrides(self, overrides: Mapping[str, Any]) -> Policy:
         known = {k: v for k, v in overrides.items() if k in self.__dataclass_fields__ and v is not None}
         return replace(self, **known)
+
+
+# The one knob table: every engine default is a Policy field above. Stage defaults, Settings'
+# engine defaults (worker/settings.py) and the memory budget are read from here, never restated.
+DEFAULT_POLICY = Policy()
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from worker.compaction import pointers
-from worker.compaction.model import Block, FileWrite, Transcript, block_text, retokened, with_text
+from worker.compaction.model import (
+    DEFAULT_POLICY,
+    Block,
+    FileWrite,
+    Transcript,
+    block_text,
+    retokened,
+    with_text,
+)
 from worker.compaction.tokens import count_message, count_text, head_text
 
 
@@ -17,8 +25,8 @@ from worker.compaction.tokens import count_message, count_text, head_text
 class Offload:
     """Move blocks over `offload_tokens` to virtual files, keeping the first `preview_tokens`."""
 
-    offload_tokens: int = 10_000
-    preview_tokens: int = 1_000
+    offload_tokens: int = DEFAULT_POLICY.offload_tokens
+    preview_tokens: int = DEFAULT_POLICY.preview_tokens
 
     def __call__(self, t: Transcript) -> Transcript:
         files: list[FileWrite] = []

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 from worker.compaction import facts as F
 from worker.compaction import pointers
-from worker.compaction.model import FileWrite, Handoff, Transcript, Turn, block_text
+from worker.compaction.model import DEFAULT_POLICY, FileWrite, Handoff, Transcript, Turn, block_text
 from worker.compaction.ports import Summarizer, SummaryRequest
 from worker.compaction.render import archive_jsonl, span_text
 from worker.compaction.tokens import count_text, head_text
@@ -50,7 +50,7 @@ class Summarize:
     target_tokens: int
     keep_tokens: int
     max_note_tokens: int
-    turn_trigger: int = 0
+    turn_trigger: int = DEFAULT_POLICY.turn_trigger
     force: bool = False
     focus: str | None = None
     summarizer: Summarizer | None = None

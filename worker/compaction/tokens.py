@@ -9,7 +9,6 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-import orjson
 import tiktoken
 
 from worker.compaction.model import Block, block_text
@@ -47,14 +46,6 @@ def head_text(text: str, tokens: int) -> str:
     return text if len(ids) <= tokens else encoding().decode(ids[:tokens])
 
 
-def tail_text(text: str, tokens: int) -> str:
-    """The longest suffix of text with at most `tokens` tokens."""
-    if tokens <= 0:
-        return ""
-    ids = encoding().encode_ordinary(text)
-    return text if len(ids) <= tokens else encoding().decode(ids[-tokens:])
-
-
 def count_block(block: Block) -> int:
     kind = block.get("type")
     if kind in ("image", "document"):
@@ -83,7 +74,3 @@ def count_request(request: dict[str, Any]) -> int:
     system = request.get("system") or ""
     system_text = system if isinstance(system, str) else "\n".join(str(b.get("text", "")) for b in system)
     return count_text(system_text) + sum(count_message(m["content"]) for m in request.get("messages", []))
-
-
-def json_tokens(value: Any) -> int:
-    return count_text(orjson.dumps(value).decode())

@@ -124,15 +124,6 @@ def high_entropy(secret: str, key: str | None) -> Judged:
     return "high_entropy_string", lo, hi
 
 
-def random_token(kind: str, min_len: int = 16) -> Judge:
-    """Judge for bare tokens with no prefix of their own: they must look random."""
-
-    def judge(secret: str, key: str | None) -> Judged:
-        return (kind, 0, len(secret)) if looks_random(secret, min_len=min_len) else None
-
-    return judge
-
-
 def sized(kind: str, low: int, high: int) -> Judge:
     """Judge for tokens whose length the pattern leaves open (counted repeats slow the DFA)."""
 
