@@ -100,6 +100,10 @@ def step(
     point past the trigger, at once past the deadline, or kept pending for later.
 
     `current` is the served state (snapshot + tail); `pending` a summary an earlier job prepared.
+
+    Long on purpose (~75 lines): the summary switch's whole decision (reuse, prepare, switch at a
+    quiet point, at the deadline or forced, keep pending) in one place, table-tested in
+    tests/unit/test_epochs.py.
     """
     structural = compact(current, policy)
     tokens = structural.tokens

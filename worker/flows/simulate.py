@@ -204,7 +204,11 @@ def replay(
 ) -> ReplayReport:
     """Append at `pace` (default one message a second), fetch before each assistant message, and
     run the worker's jobs on the same clock. `job_seconds` fixes a job's duration (default: measured);
-    `redactor` defaults to the standard profile."""
+    `redactor` defaults to the standard profile.
+
+    Long on purpose (~60 lines): the simulator's one event loop (appends, fetches, a job's start
+    and finish on one clock); split, its loop state would be passed around.
+    """
     pace = pace or Pace()
     redactor = redactor or Redactor(b"replay")
     turns = ingest(messages, first_seq=1, redactor=redactor, policy=policy).turns

@@ -96,6 +96,10 @@ def append_turns(
 
     The session row is created on first append and locked for the whole transaction, so
     concurrent appends get contiguous seqs. `validate(window, new)` may raise to abort it all.
+
+    Long on purpose (~90 lines, 15 of them the signature): the session lock, the idempotency check,
+    validation against the stored window, the seam rewrite and the inserts must share one
+    transaction and read in order; split, they would pass the connection and half-read rows around.
     """
     from worker.store.files import save_files_conn
 

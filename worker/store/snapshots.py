@@ -120,7 +120,11 @@ def publish(
     A publish that wins is also logged (epoch, through, tokens, kind) for the inspector's history:
     only the newest KEEP_SNAPSHOTS snapshots are kept. With `last_turn_hash` (Loaded.last_turn_hash)
     it also loses when turn `through_seq` was rewritten since the load: the state holds its old
-    text (half a secret that an append has since redacted)."""
+    text (half a secret that an append has since redacted).
+
+    Long on purpose (~75 lines, 15 of them the signature): the compare-and-set, the last-turn guard
+    and the publish log are one transaction.
+    """
     newer = or_(
         S.c.epoch < epoch,
         and_(S.c.epoch == epoch, S.c.compacted_through < through_seq),
