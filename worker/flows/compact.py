@@ -198,14 +198,8 @@ class Plan:
     report: dict[str, Any]
     keep_pending: Transcript | None  # a summary prepared here, to store as the next epoch's prompt
     drop_pending: bool  # the prepared summary was used, or is stale
-
-    @property
-    def prompt(self) -> dict[str, Any]:
-        return assemble(self.publish)
-
-    @property
-    def tokens(self) -> int:
-        return served_tokens(self.publish)
+    prompt: dict[str, Any]  # `publish` assembled, as the snapshot stores it
+    tokens: int  # what `publish` serves
 
     @property
     def kind(self) -> str:
@@ -276,6 +270,8 @@ def plan_job(job: JobInput, summarizer: Watched | None = None) -> Plan:
         if s.pending is not None and s.prepared
         else None,
         drop_pending=s.pending is None,
+        prompt=assemble(publish),
+        tokens=served_tokens(publish),
     )
 
 
