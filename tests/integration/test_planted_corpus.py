@@ -59,6 +59,7 @@ from sqlalchemy import text
 
 from ops.bench.secrets_scoring import _in_policy, _secrets_of
 from tests.conftest import data_dir, require
+from tests.factories import exchange, tool_unit
 from tests.fakes.messages_api import FakeMessagesAPI, reply
 from tests.integration.conftest import REDIS_URL, answers, flush_prefix
 from tests.integration.test_planted_secrets import _database_dump, _redis_dump, planting_settings
@@ -240,38 +241,24 @@ def _split_at(sample: Sample, *, third: bool = False) -> int:
     return at + max(1, len(secret) // 3) if third else at + len(secret) // 2
 
 
-def _tool_unit(tid: str, tool_input: dict[str, Any], result: str) -> list[dict[str, Any]]:
-    return [
-        {
-            "role": "assistant",
-            "content": [{"type": "tool_use", "id": tid, "name": "Bash", "input": tool_input}],
-        },
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": tid, "content": result}]},
-    ]
-
-
-def _text_pair(user: str, assistant: str = "Noted.") -> list[dict[str, Any]]:
-    return [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
-
-
 def _messages(encoding: str, n: int, s: Sample) -> list[dict[str, Any]]:
     """The turns that carry one sample in one encoding (whole tool loops or user/assistant pairs)."""
     t = s.text
     if encoding == "plain":
-        return _text_pair(f"Here is the config I found:\n{t}")
+        return exchange(f"Here is the config I found:\n{t}")
     if encoding == "base64":
-        return _text_pair(f"The file, base64: {base64.b64encode(t.encode()).decode()}")
+        return exchange(f"The file, base64: {base64.b64encode(t.encode()).decode()}")
     if encoding == "percent":
-        return _text_pair(f"Open https://example.test/view?file={quote(t, safe='')}")
+        return exchange(f"Open https://example.test/view?file={quote(t, safe='')}")
     if encoding == "json":
-        return _text_pair('{"file": "' + json.dumps(t)[1:-1] + '"}')
+        return exchange('{"file": "' + json.dumps(t)[1:-1] + '"}')
     if encoding == "split":
         cut = _split_at(s)
         return [{"role": "user", "content": t[:cut]}, {"role": "assistant", "content": t[cut:]}]
     if encoding == "offloaded":
-        return _tool_unit(f"toolu_off{n:05d}", {"command": "cat build.log"}, f"{FILLER}\n{t}\n{FILLER}")
+        return tool_unit(f"toolu_off{n:05d}", {"command": "cat build.log"}, f"{FILLER}\n{t}\n{FILLER}")
     if encoding == "tool_input":
-        return _tool_unit(
+        return tool_unit(
             f"toolu_in{n:05d}", {"command": "deploy", "file_text": t, "env": {"CONFIG": t}}, "done"
         )
     raise AssertionError(encoding)
