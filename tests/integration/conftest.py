@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gc
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -18,26 +17,15 @@ import redis
 from sqlalchemy import Engine, create_engine, text
 
 from tests.conftest import REPO, require
+
+# re-exported: the private-server fixtures, and helpers the integration tests import from here
+from tests.services import answers, free_port, private_postgres, private_redis  # noqa: F401
 from worker.settings import Settings
 from worker.store.db import make_engine, migrate, normalize_url
 from worker.store.tenants import create_tenant
 
 REDIS_URL = os.environ.get("COMPACTD_TEST_REDIS_URL", "redis://127.0.0.1:6379/11")
 PG_URL = os.environ.get("COMPACTD_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
-
-
-def answers(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=0.5):
-            return True
-    except OSError:
-        return False
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -157,7 +145,8 @@ class Worker:
             stderr=subprocess.STDOUT,
         )
 
-    def wait_ready(self, marker: str = "ready", timeout: float = 30) -> None:
+    def wait_ready(self, marker: str = "ready", timeout: float = 120) -> None:
+        """Waits for `marker` in the log: generous (a start on a loaded 2-core machine), never a speed check."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if marker in self.log.read_text(errors="replace"):

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from api.http.app import create_app
+from tests.factories import assistant_tool, result, user
 from tests.integration.conftest import flush_prefix, make_settings
 from worker.compaction.validate import request_problems
 from worker.resources import Resources
@@ -53,21 +54,6 @@ def api(tmp_path: Path, database_url: str, redis_url: str) -> Iterator[Api]:
         other = create_tenant(res.engine, "b")[1]
         yield Api(client, key, other, enqueued, res)
     flush_prefix(redis_url, settings.redis_prefix)
-
-
-def user(text: str) -> dict:
-    return {"role": "user", "content": text}
-
-
-def assistant_tool(tid: str) -> dict:
-    return {
-        "role": "assistant",
-        "content": [{"type": "tool_use", "id": tid, "name": "bash", "input": {"command": "ls"}}],
-    }
-
-
-def result(tid: str, text: str = "out") -> dict:
-    return {"role": "user", "content": [{"type": "tool_result", "tool_use_id": tid, "content": text}]}
 
 
 def assert_problem(r: Any, status: int) -> dict:

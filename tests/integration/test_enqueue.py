@@ -19,8 +19,9 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.factories import user
 from tests.integration.conftest import Worker, flush_prefix, free_port, make_settings, wait_for
-from tests.integration.test_faults_api import PrivatePostgres
+from tests.services import PrivatePostgres
 from worker.flows.append import rejections
 from worker.resources import Resources, broker_url
 from worker.settings import Settings
@@ -102,10 +103,6 @@ def res(settings: Settings, api: httpx.Client) -> Iterator[Resources]:
     r = Resources.build(settings, run_migrations=False)
     yield r
     r.close()
-
-
-def user(text: str) -> dict[str, Any]:
-    return {"role": "user", "content": text}
 
 
 def texts(prompt: dict[str, Any]) -> str:

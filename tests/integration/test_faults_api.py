@@ -9,25 +9,18 @@ servers that the tests kill, freeze and restart (never the shared 6379/5432 ones
 
 from __future__ import annotations
 
-import contextlib
-import glob
-import os
-import shutil
 import signal
-import subprocess
-import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.conftest import require
-from tests.integration.conftest import Worker, answers, flush_prefix, free_port, make_settings, wait_for
+from tests.integration.conftest import Worker, flush_prefix, free_port, make_settings, wait_for
+from tests.services import PrivatePostgres, PrivateRedis
 from worker.cache.cache import Cache
 from worker.cache.client import make_redis
 from worker.flows import compact as jobs
@@ -41,79 +34,6 @@ from worker.store.tenants import tenant_for_key
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
 FETCH_SECONDS_MAX = 1.0  # the issue's bound on any fetch while Redis is dead or frozen
-
-
-class PrivateRedis:
-    """A redis-server of this test's own on a free loopback port, without persistence."""
-
-    def __init__(self) -> None:
-        binary = shutil.which("redis-server")
-        require(binary is not None, "redis-server not installed (needed for a private Redis)")
-        self.binary = str(binary)
-        self.port = free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.start()
-
-    def start(self) -> None:
-        args = ["--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
-        self.proc = subprocess.Popen(
-            [self.binary, *args],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        wait_for(lambda: answers("127.0.0.1", self.port), 10)
-
-    def signal(self, sig: int) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(sig)
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        self.proc.kill()
-        self.proc.wait()
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)
-            self.kill()
-
-
-class PrivatePostgres:
-    """A PostgreSQL cluster of this test's own (initdb into a temporary directory, trust auth on
-    loopback), stopped and started with pg_ctl; run as the postgres user when we are root."""
-
-    def __init__(self) -> None:
-        found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
-        require(bool(found), "PostgreSQL server binaries not installed (/usr/lib/postgresql/*/bin)")
-        self.bin = Path(found[-1]).parent
-        self.dir = Path(tempfile.mkdtemp(prefix="compactd-pg-"))
-        self.port = free_port()
-        self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
-        if os.geteuid() == 0:
-            shutil.chown(self.dir, "postgres", "postgres")
-        self._run("initdb", "-D", str(self.dir / "data"), "-A", "trust", "-U", "postgres", "--no-sync")
-        self.start()
-
-    def _run(self, tool: str, *args: str) -> None:
-        command = [str(self.bin / tool), *args]
-        if os.geteuid() == 0:
-            command = ["runuser", "-u", "postgres", "--", *command]
-        subprocess.run(command, check=True, capture_output=True, timeout=120)
-
-    def start(self) -> None:
-        options = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off"
-        self._run(
-            "pg_ctl", "-D", str(self.dir / "data"), "-o", options, "-l", str(self.dir / "log"), "-w", "start"
-        )
-
-    def stop(self) -> None:
-        self._run("pg_ctl", "-D", str(self.dir / "data"), "-m", "fast", "-w", "stop")
-
-    def remove(self) -> None:
-        with contextlib.suppress(subprocess.CalledProcessError):  # already stopped
-            self.stop()
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def _api(settings: Settings, log: Path) -> Worker:
@@ -176,13 +96,6 @@ class FetchLoad:
 
     def since(self, t0: float) -> list[tuple[float, str, int, float, dict[str, Any] | None]]:
         return [r for r in list(self.results) if r[0] >= t0]
-
-
-@pytest.fixture
-def private_redis() -> Iterator[PrivateRedis]:
-    server = PrivateRedis()
-    yield server
-    server.stop()
 
 
 def test_redis_killed_or_frozen_under_fetch_load(tmp_path: Path, private_redis: PrivateRedis) -> None:
@@ -288,13 +201,6 @@ def test_redis_killed_or_frozen_under_fetch_load(tmp_path: Path, private_redis: 
     finally:
         api.stop()
         res.close()
-
-
-@pytest.fixture
-def private_postgres() -> Iterator[PrivatePostgres]:
-    server = PrivatePostgres()
-    yield server
-    server.remove()
 
 
 def test_database_down_appends_503_cached_fetches_served_and_recovers(

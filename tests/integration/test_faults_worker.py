@@ -41,14 +41,13 @@ from tests.conftest import REPO, require
 from tests.fakes.messages_api import FakeMessagesAPI, RecordedRequest, Reply, drop, error, reply
 from tests.integration.conftest import (
     Worker,
-    answers,
     flush_prefix,
-    free_port,
     make_settings,
     settings_env,
     wait_for,
 )
 from tests.integration.realdata import claude_code_files, load_messages
+from tests.services import PrivateRedis
 from worker.celery_app import sender
 from worker.compaction.model import Turn
 from worker.enqueue import CeleryEnqueue
@@ -73,51 +72,6 @@ READY = 120.0  # a worker start on a loaded 2-core machine
 
 
 # -- private servers and processes ------------------------------------------------------------
-
-
-class PrivateRedis:
-    """A redis-server of this test's own on a free port, without persistence: killing and
-    restarting it loses every key, as a broker restarted without AOF would."""
-
-    def __init__(self, log: Path) -> None:
-        self.port = free_port()
-        self.log = log
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.start()
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        cmd = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", ""]
-        cmd += ["--appendonly", "no", "--protected-mode", "no", "--logfile", str(self.log)]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_for(lambda: answers("127.0.0.1", self.port), 10, 0.02)
-
-    def kill(self) -> None:
-        """SIGKILL: no shutdown save, nothing kept."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        wait_for(lambda: not answers("127.0.0.1", self.port), 10, 0.02)
-
-    def client(self) -> redis.Redis:
-        return redis.Redis.from_url(self.url)
-
-
-@pytest.fixture
-def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
-    require(bool(_which("redis-server")), "redis-server is not installed (needed for a private broker)")
-    r = PrivateRedis(tmp_path / "redis.log")
-    yield r
-    r.kill()
-
-
-def _which(name: str) -> str | None:
-    import shutil
-
-    return shutil.which(name)
 
 
 def pool_children(worker: Worker) -> list[int]:
@@ -285,7 +239,7 @@ def in_flight(broker: redis.Redis) -> int:
 def running_jobs(cache: redis.Redis, prefix: str) -> set[bytes]:
     """The tokens of the session locks held now: one per job executing (jobs.compact holds its
     session's lock from start to end; a killed job's stays until it expires)."""
-    return {t for k in cache.scan_iter(f"{prefix}lock:*") if (t := cache.get(k)) is not None}
+    return {t for k in cache.scan_iter(f"{prefix}lock:*") if (t := cache.prompts.get(k)) is not None}
 
 
 @pytest.fixture(scope="module")

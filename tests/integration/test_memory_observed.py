@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine, inspect, text
 
 from api.http.app import create_app
+from tests.factories import result
 from tests.integration.conftest import Worker, flush_prefix, make_settings, wait_for
 from tests.unit.test_memory_observe import PYTEST_FAIL, bash, unit
 from worker.compaction.model import Turn
@@ -52,13 +53,6 @@ def worker(settings: Settings, tmp_path: Path) -> Iterator[Worker]:
 
 def call(tid: str, name: str, **args: Any) -> dict[str, Any]:
     return {"role": "assistant", "content": [{"type": "tool_use", "id": tid, "name": name, "input": args}]}
-
-
-def result(tid: str, body: str, *, is_error: bool = False) -> dict[str, Any]:
-    block: dict[str, Any] = {"type": "tool_result", "tool_use_id": tid, "content": body}
-    if is_error:
-        block["is_error"] = True
-    return {"role": "user", "content": [block]}
 
 
 def test_the_worker_observes_an_edit_and_a_failing_then_passing_test(

@@ -9,11 +9,12 @@ summarizer's requests.
 Each encoding runs against a service of its own (own SQLite file, Redis prefix and Celery queue, its
 own captured logs), so a leak is charged to the encoding that let it through, and all of it twice:
 under the standard redaction profile and the strict one (COMPACTD_REDACTION=strict, which also
-takes references, placeholders and identifiers). Each sample is one test id,
-`<profile>-<encoding>-<sample id>`. Under the strict profile none may appear, with no exception;
-the samples the standard profile lets through are listed in `planted_corpus_leaks.json` beside
-this file and xfail with their reason (strict xfails: a fix shows). The one rule whose samples hold
-no credential (`_NO_CREDENTIAL`) is left out.
+takes references, placeholders and identifiers). Each (profile, encoding) is one test,
+`<profile>-<encoding>`, that plants every sample and reports every sample that breaks the rule in
+one failure message. Under the strict profile none may appear, with no exception; the samples the
+standard profile lets through are listed in `planted_corpus_leaks.json` beside this file with their
+reason, and a listed sample that no longer leaks fails the test too (a fix shows: drop it from the
+list). The one rule whose samples hold no credential (`_NO_CREDENTIAL`) is left out.
 
 What counts as the secret appearing (the "8-character substring" rule): the sample's credential, or
 any 8-character window of it, searched in every place and in that place decoded (base64 runs,
@@ -52,11 +53,13 @@ from urllib.parse import quote, unquote
 
 import pytest
 import structlog
+from ahocorasick_rs import AhoCorasick
 from fastapi.testclient import TestClient
 from sqlalchemy import text
 
 from ops.bench.secrets_scoring import _in_policy, _secrets_of
 from tests.conftest import data_dir, require
+from tests.factories import exchange, tool_unit
 from tests.fakes.messages_api import FakeMessagesAPI, reply
 from tests.integration.conftest import REDIS_URL, answers, flush_prefix
 from tests.integration.test_planted_secrets import _database_dump, _redis_dump, planting_settings
@@ -71,8 +74,8 @@ pytestmark = [
     pytest.mark.services,
     pytest.mark.data,
     pytest.mark.slow,
-    # the first test plants everything (the module fixture): ~7 min on 2 cores, past the default 300 s
-    pytest.mark.timeout(1200),
+    # one planting: ~20-60 s on 2 cores (split_appends is 1,346 appends), more under load
+    pytest.mark.timeout(900),
 ]  # 16 services, 673 samples each
 
 KNOWN_LEAKS = Path(__file__).with_name("planted_corpus_leaks.json")
@@ -238,38 +241,24 @@ def _split_at(sample: Sample, *, third: bool = False) -> int:
     return at + max(1, len(secret) // 3) if third else at + len(secret) // 2
 
 
-def _tool_unit(tid: str, tool_input: dict[str, Any], result: str) -> list[dict[str, Any]]:
-    return [
-        {
-            "role": "assistant",
-            "content": [{"type": "tool_use", "id": tid, "name": "Bash", "input": tool_input}],
-        },
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": tid, "content": result}]},
-    ]
-
-
-def _text_pair(user: str, assistant: str = "Noted.") -> list[dict[str, Any]]:
-    return [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
-
-
 def _messages(encoding: str, n: int, s: Sample) -> list[dict[str, Any]]:
     """The turns that carry one sample in one encoding (whole tool loops or user/assistant pairs)."""
     t = s.text
     if encoding == "plain":
-        return _text_pair(f"Here is the config I found:\n{t}")
+        return exchange(f"Here is the config I found:\n{t}")
     if encoding == "base64":
-        return _text_pair(f"The file, base64: {base64.b64encode(t.encode()).decode()}")
+        return exchange(f"The file, base64: {base64.b64encode(t.encode()).decode()}")
     if encoding == "percent":
-        return _text_pair(f"Open https://example.test/view?file={quote(t, safe='')}")
+        return exchange(f"Open https://example.test/view?file={quote(t, safe='')}")
     if encoding == "json":
-        return _text_pair('{"file": "' + json.dumps(t)[1:-1] + '"}')
+        return exchange('{"file": "' + json.dumps(t)[1:-1] + '"}')
     if encoding == "split":
         cut = _split_at(s)
         return [{"role": "user", "content": t[:cut]}, {"role": "assistant", "content": t[cut:]}]
     if encoding == "offloaded":
-        return _tool_unit(f"toolu_off{n:05d}", {"command": "cat build.log"}, f"{FILLER}\n{t}\n{FILLER}")
+        return tool_unit(f"toolu_off{n:05d}", {"command": "cat build.log"}, f"{FILLER}\n{t}\n{FILLER}")
     if encoding == "tool_input":
-        return _tool_unit(
+        return tool_unit(
             f"toolu_in{n:05d}", {"command": "deploy", "file_text": t, "env": {"CONFIG": t}}, "done"
         )
     raise AssertionError(encoding)
@@ -314,24 +303,17 @@ def _views(place: str) -> list[str]:
 
 
 def _hits(places: dict[str, str], needles: set[str]) -> dict[str, set[str]]:
-    """needle -> the places whose text (or a decoded view of it) contains it. One pass of 8-character
-    windows per view: a longer needle is checked where its first eight characters are found, and the
-    few shorter ones are searched whole."""
-    by_head: dict[str, list[str]] = {}
-    for n in needles:
-        if len(n) >= 8:
-            by_head.setdefault(n[:8], []).append(n)
-    short = [n for n in needles if len(n) < 8]
+    """needle -> the places whose text (or a decoded view of it) contains it: one Aho-Corasick pass
+    over each view finds every occurrence of every needle, overlapping ones included."""
+    order = sorted(needles)
+    if not order:
+        return {}
+    automaton = AhoCorasick(order)
     found: dict[str, set[str]] = {}
     for where, place in places.items():
         for view in _views(place):
-            for i in range(len(view) - 7):
-                for n in by_head.get(view[i : i + 8], ()):
-                    if view.startswith(n, i):
-                        found.setdefault(n, set()).add(where)
-            for n in short:
-                if n in view:
-                    found.setdefault(n, set()).add(where)
+            for i, _start, _end in automaton.find_matches_as_indexes(view, overlapping=True):
+                found.setdefault(order[i], set()).add(where)
     return found
 
 
@@ -455,10 +437,8 @@ def attribute(
     """sample id -> the places its secret was found in. Samples share needles (the corpus repeats
     example keys), so a needle is charged to the samples whose own stored turns hold it; one that
     no sample's turns hold (it leaked later: a summary, a log) to every sample it stands for."""
-    holders: dict[str, set[str]] = {}
-    for sid, ws in needles.items():
-        for w in _hits({"own": stored.get(sid, "")}, ws & found.keys()):
-            holders.setdefault(w, set()).add(sid)
+    own = _hits({sid: stored.get(sid, "") for sid in needles}, set(found))  # one pass for all samples
+    holders = {w: {sid for sid in sids if w in needles[sid]} for w, sids in own.items()}
     charged: dict[str, set[str]] = {sid: set() for sid in needles}
     for w, where in found.items():
         for sid in holders.get(w) or {sid for sid, ws in needles.items() if w in ws}:
@@ -489,44 +469,63 @@ class _Collect(logging.Handler):
         self.lines.append(record.getMessage())
 
 
-@pytest.fixture(scope="module")
-def planted(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[dict[tuple[str, str], dict[str, list[str]]]]:
-    require(bool(SAMPLES), f"no secret samples under {data_dir() / 'secrets'}")
-    require(answers("127.0.0.1", 6379), "Redis not answering on 127.0.0.1:6379 (run `make services`)")
-    yield _plant_all(tmp_path_factory.mktemp)
-
-
 def _plant_all(mkdir: Any) -> dict[tuple[str, str], dict[str, list[str]]]:
-    out = {}
-    for profile in PROFILES:
-        for encoding in ENCODINGS:
-            with FakeMessagesAPI(default=reply("## Task\nAudit.\n\n## Next planned action\nGo on.")) as api:
-                out[profile, encoding] = _plant(profile, encoding, mkdir(f"{profile}-{encoding}"), api)
-    return out
+    return {(p, e): _plant_one(p, e, mkdir(f"{p}-{e}")) for p in PROFILES for e in ENCODINGS}
+
+
+def _plant_one(profile: str, encoding: str, tmp: Path) -> dict[str, list[str]]:
+    with FakeMessagesAPI(default=reply("## Task\nAudit.\n\n## Next planned action\nGo on.")) as api:
+        return _plant(profile, encoding, tmp, api)
 
 
 def _known() -> dict[str, dict[str, dict[str, str]]]:
     return json.loads(KNOWN_LEAKS.read_text()) if KNOWN_LEAKS.exists() else {}
 
 
-def _cases() -> Iterator[Any]:
-    known = _known()
-    for profile in PROFILES:
-        for encoding in ENCODINGS:
-            for s in SAMPLES:
-                why = known.get(profile, {}).get(encoding, {}).get(s.id) if profile != "strict" else None
-                marks = [pytest.mark.xfail(reason=why, strict=True)] if why else []
-                yield pytest.param(profile, encoding, s.id, id=f"{profile}-{encoding}-{s.id}", marks=marks)
+def listed_leaks(profile: str, encoding: str) -> dict[str, str]:
+    """sample id -> why it leaks, for the samples the profile is known to let through in this
+    encoding (never any under the strict profile)."""
+    return {} if profile == "strict" else _known().get(profile, {}).get(encoding, {})
 
 
-@pytest.mark.parametrize(("profile", "encoding", "sample_id"), list(_cases()))
-def test_planted_sample_appears_nowhere(
-    planted: dict[tuple[str, str], dict[str, list[str]]], profile: str, encoding: str, sample_id: str
-) -> None:
-    """The sample's secret, and every 8-character window of it, is in no place the service keeps or sends."""
-    assert planted[profile, encoding][sample_id] == []
+def leak_report(found: dict[str, list[str]], listed: dict[str, str]) -> list[str]:
+    """One line per sample that breaks the rule: a leak not listed, or a listed leak that no longer
+    leaks (the list must shrink when a fix lands). Listed ids that are no sample are not judged."""
+    by_id = {s.id: s for s in SAMPLES}
+    out = [
+        f"leaks: {sid} ({by_id[sid].rule_id if sid in by_id else '?'}) found in {', '.join(where)}"
+        for sid, where in sorted(found.items())
+        if where and sid not in listed
+    ]
+    out += [
+        f"listed but no longer leaks: {sid} (drop it from {KNOWN_LEAKS.name})"
+        for sid in sorted(listed)
+        if sid in found and not found[sid]
+    ]
+    return out
+
+
+def test_a_leak_report_names_new_leaks_and_fixed_listed_ones() -> None:
+    """An unlisted leak and a listed sample that stopped leaking are both reported; a listed leak is not."""
+    found = {"a": ["logs"], "b": [], "c": ["database"], "d": []}
+    assert leak_report(found, {"c": "why", "d": "why", "zz": "why"}) == [
+        "leaks: a (?) found in logs",
+        f"listed but no longer leaks: d (drop it from {KNOWN_LEAKS.name})",
+    ]
+    assert leak_report({"a": [], "c": ["redis"]}, {"c": "why"}) == []
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+@pytest.mark.parametrize("profile", PROFILES)
+def test_planted_samples_appear_nowhere(tmp_path: Path, profile: str, encoding: str) -> None:
+    """Every sample's secret, and every 8-character window of it, is in no place the service keeps
+    or sends, except the standard profile's listed leaks, which must still leak."""
+    require(bool(SAMPLES), f"no secret samples under {data_dir() / 'secrets'}")
+    require(answers("127.0.0.1", 6379), "Redis not answering on 127.0.0.1:6379 (run `make services`)")
+    found = _plant_one(profile, encoding, tmp_path)
+    assert found.keys() == {s.id for s in SAMPLES}
+    report = leak_report(found, listed_leaks(profile, encoding))
+    assert not report, f"{profile}/{encoding}: {len(report)} of {len(SAMPLES)} samples\n" + "\n".join(report)
 
 
 def test_only_samples_that_name_no_secret_are_left_out() -> None:
@@ -547,7 +546,7 @@ def test_only_samples_that_name_no_secret_are_left_out() -> None:
 
 def test_the_strict_profile_lists_no_leak() -> None:
     """Under the strict profile every planted sample must appear nowhere: no known leak is allowed
-    (a sample it lets through fails test_planted_sample_appears_nowhere and cannot be listed)."""
+    (a sample it lets through fails test_planted_samples_appear_nowhere and cannot be listed)."""
     assert not any(_known().get("strict", {}).values())
 
 

@@ -11,9 +11,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from api.http.app import create_app
-from tests.conftest import require
+from tests.factories import long_session, user
 from tests.integration.conftest import flush_prefix, make_settings
-from tests.integration.realdata import claude_code_files, load_messages
 from worker.flows import compact as jobs
 from worker.resources import Resources
 from worker.store import sessions
@@ -55,19 +54,6 @@ def api(tmp_path: Path, database_url: str, redis_url: str) -> Iterator[Api]:
         other = create_tenant(res.engine, "b")[1]
         yield Api(client, res, tenant, key, other)
     flush_prefix(redis_url, settings.redis_prefix)
-
-
-def user(text: str) -> dict:
-    return {"role": "user", "content": text}
-
-
-def long_session(turns: int = 200) -> list[dict]:
-    """The first `turns` messages of the smallest real Claude Code session that has that many."""
-    for path in claude_code_files():
-        if path.stat().st_size < 4_000_000 and len(messages := load_messages(path)) >= turns:
-            return messages[:turns]
-    require(False, f"no Claude Code transcript of {turns}+ messages under 4 MB in the shared data")
-    raise AssertionError("unreachable")
 
 
 def test_the_list_pages_through_the_tenants_sessions_most_recent_first(api: Api) -> None:
