@@ -1,0 +1,210 @@
+"""Which configuration keys hold credentials, and which values in them are only stand-ins.
+
+A key is split into words (`AUTH0_CLIENT_SECRET`, `clientSecret`, `client-key-data`). Its last word
+says what the value is: `password`, `secret`, `token`, `salt`, `key`, `auth` and their compounds
+(`dbpassword`, `authToken`) hold a credential; `KEY_ID`, `TOKEN_URL`, `SECRET_FILE`, `*_PATH`
+and public keys name something about one. Encoding suffixes (`_B64`, `-data`, `_base64`) and
+Rails' `secret_key_base` are read through.
+
+Values (`spared`): only a visible reference or placeholder is left, and an empty value. A weak
+real password (`admin`, `irc_pass`, `changeme`) is a secret. `changeme` is kept a secret on
+purpose: products ship it as a working default (Elasticsearch's `elastic:changeme`), and a
+default left in a config file is a live credential.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+from worker.compaction.shapes import looks_random
+from worker.redaction.keywords import key_words
+from worker.redaction.positions import is_reference
+
+_PASSWORD = frozenset(["password", "passwd", "pass", "pwd", "passphrase", "passw", "pw", "pword"])
+_SECRET = frozenset(["secret", "salt", "secretkey", "clientsecret", "masterkey"])
+_TOKEN = frozenset(["token", "accesstoken", "refreshtoken", "authtoken", "apitoken", "identitytoken"])
+_API_KEY = frozenset(["apikey", "accesskey", "authkey", "licensekey", "appkey", "signingkey"])
+_PRIVATE = frozenset(["privatekey", "encryptionkey", "accountkey", "sharedaccesskey", "clientkey"])
+_CREDENTIAL = frozenset(["credential", "credentials", "cred", "creds"])
+# compounds written as one word: `dbpassword`, `smtppasswd`, `clientsecret`, `jwtsecret`
+_TAILS = (
+    ("password", "password"),
+    ("passwd", "password"),
+    ("passphrase", "password"),
+    ("secret", "secret"),
+    ("token", "token"),
+    ("apikey", "api_key"),
+)
+# words after the credential that say how it is written, not what it is
+_ENCODING = frozenset(["data", "b64", "base64", "enc", "encoded", "value", "plain", "plaintext", "cleartext"])
+# `sort_key`, `primary_key`: keys of maps and tables
+_NOT_CREDENTIAL_KEY = frozenset(
+    [
+        "cache",
+        "sort",
+        "partition",
+        "primary",
+        "foreign",
+        "idempotency",
+        "lookup",
+        "dedup",
+        "object",
+        "row",
+        "map",
+        "hot",
+        "shortcut",
+        "dict",
+        "group",
+        "unique",
+        "composite",
+        "routing",
+        "join",
+        "index",
+        "hash",
+        "range",
+        "storage",
+        "keyboard",
+        "translation",
+        "i18n",
+        "message",
+        "react",
+        "list",
+        "dedupe",
+        "event",
+        "metric",
+        "field",
+        "column",
+        "attribute",
+        "attr",
+        "label",
+        "state",
+        "query",
+        "item",
+        "record",
+        "entity",
+        "local",
+        "redis",
+        "s3",
+        "cursor",
+        "config",
+        "setting",
+        "env",
+        "prop",
+        "property",
+        "header",
+        "param",
+    ]
+)
+# `next_token`, `bos_token`, `page_token`: not credentials (pagination, a model's special tokens)
+_NOT_CREDENTIAL_TOKEN = frozenset(
+    ["next", "page", "continuation", "pagination", "bos", "eos", "pad", "unk", "sep", "cls", "mask", "stop", "max"]
+)
+_PUBLIC = frozenset(["public", "publishable", "pub", "pubkey", "verify", "verification", "known"])
+
+
+@lru_cache(maxsize=8192)
+def credential_kind(key: str) -> tuple[str, bool] | None:
+    """(kind, strong) when a config key names a credential, else None. strong: any value but a
+    reference is one; weak (a bare `key`, `auth`): the value must also look random."""
+    words = key_words(key)
+    if not words or any(w in _PUBLIC for w in words):
+        return None
+    while len(words) > 1 and words[-1] in _ENCODING:
+        words = words[:-1]
+    if len(words) > 2 and words[-1] == "base" and words[-2] == "key":  # Rails' secret_key_base
+        words = words[:-1]
+    last, before = words[-1], words[-2] if len(words) > 1 else ""
+    if last in _PASSWORD:
+        return "password", True
+    if last in _TOKEN:
+        return (None if before in _NOT_CREDENTIAL_TOKEN else ("token", True))  # type: ignore[return-value]
+    if last in _SECRET:
+        return "secret", True
+    if last in _API_KEY:
+        return "api_key", True
+    if last in _PRIVATE:
+        return "private_key", True
+    if last in _CREDENTIAL:
+        return "credential", True
+    if last == "key":
+        if not before:
+            return "key", False
+        if before in _NOT_CREDENTIAL_KEY:
+            return None
+        return ("private_key", True) if before in ("private", "client", "ssh", "deploy", "signing") else ("key", True)
+    if last == "auth":
+        return "credential", False
+    for tail, kind in _TAILS:
+        if last.endswith(tail) and len(last) > len(tail):
+            return kind, True
+    return None
+
+
+# values that are a mode or a switch, not a credential (`auth: none`, `credentials: include`,
+# `id-token: write`, nsswitch's `passwd: files systemd`)
+_ENUM = frozenset(
+    [
+        "true",
+        "false",
+        "yes",
+        "no",
+        "on",
+        "off",
+        "null",
+        "nil",
+        "none",
+        "undefined",
+        "~",
+        "required",
+        "optional",
+        "read",
+        "write",
+        "enabled",
+        "disabled",
+        "include",
+        "omit",
+        "same-origin",
+        "files",
+        "compat",
+        "systemd",
+        "sss",
+        "ldap",
+        "nis",
+        "winbind",
+        "db",
+        "string",
+        "str",
+        "bytes",
+        "object",
+        "boolean",
+        "bool",
+        "int",
+        "number",
+    ]
+)
+# the sample values config templates ship: WordPress' `put your unique phrase here`
+_PHRASE = re.compile(r"(?i)(?:\b(?:your|put|insert|enter|change)\b.*\b(?:here|phrase|value|key|password|secret|token)\b)")
+_PUBLIC_VALUE = re.compile(r"^(?:ssh-(?:rsa|ed25519|dss)|ecdsa-sha2-|sk-ssh-|-----BEGIN (?:PUBLIC KEY|CERTIFICATE|SSH2 PUBLIC))")
+_PATH = re.compile(r"^(?:/|~/|\./|\.\./|[A-Za-z]:\\|file:)")
+
+
+def spared(value: str, kind: str, strong: bool) -> bool:
+    """Whether a value in a credential position is only a stand-in (or empty): a reference
+    (`${VAR}`, `$VAR`, `%(name)s`, `{{ x }}`, `<password>`), a mask (`****`, `xxxx`), a sample
+    phrase, a mode word (`true`, `none`), a file path, a public key. Anything else is a secret."""
+    v = value.strip()
+    if not v or is_reference(v):
+        return True
+    low = v.lower()
+    if low in _ENUM or all(w in _ENUM for w in low.split()):
+        return True
+    if " " in v and _PHRASE.search(v) is not None:
+        return True
+    if _PUBLIC_VALUE.match(v) or _PATH.match(v):
+        return True
+    if v.isdigit() and (len(v) < 4 or (kind != "password" and len(v) < 8)):
+        return True  # a count, a port, a bcrypt cost
+    if not strong:
+        return " " in v or not looks_random(v, min_len=8, min_bits=2.5)
+    return False

@@ -1,0 +1,63 @@
+"""One-line credential formats, URLs with any password, and bare key files.
+
+    ~/.pgpass            db.example.com:5432:app:alice:s3cr#t     (host:port:db:user:password)
+    .htpasswd            alice:$apr1$…   bob:{SHA}…   carol:$2y$10$…
+    .git-credentials     https://alice:ghp_…@github.com           (a URL, below)
+    URLs                 postgres://app:p#ss@w0rd!@db:5432/app    (the password runs to the last `@` before the host)
+    .npmrc               //registry.npmjs.org/:_authToken=npm_…   _auth=…   //host/:_password=…
+    key files            config/master.key, credentials/*.key, secret_key_base: a bare key on the line after its name
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from worker.redaction.configs.names import spared
+
+Span = tuple[str, int, int]
+
+_NUMBERED = r"[ \t]*(?:\d+(?:\u2192|\t)[ \t]*)?"
+# host:port:database:user:password, `\:` escapes a colon; the port a number or `*`, the database
+# not a number (`file.py:12:5:` is a compiler's position)
+_PGPASS = re.compile(
+    r"(?m)^" + _NUMBERED + r"(?:[^\s:\\]|\\.)+:(?:\d{1,5}|\*):(?![0-9]+:)(?:[^\s:\\]|\\.)+:(?:[^\s:\\]|\\.)+:"
+    r"((?:[^\s\\]|\\.)+)[ \t]*$"
+)
+# a user and a password hash (Apache's apr1/SHA/bcrypt/crypt variants)
+_HTPASSWD = re.compile(r"(?m)^" + _NUMBERED + r"[\w.@-]{1,64}:((?:\$apr1\$|\$2[abxy]\$|\{SHA\}|\$[156]\$|\$y\$)[^\s:]{8,})[ \t]*$")
+# scheme://user:password@host: the password may hold `#`, `@`, `!`, `?`, `:` and runs to the
+# last `@` that a host follows, within one run of non-space characters
+_URL = re.compile(
+    r"\b[A-Za-z][A-Za-z0-9+.-]{1,30}://([^\s:/@'\"`<>]*):([^\s'\"`<>]+)@(?=[A-Za-z0-9\[_.%${-])"
+)
+_NPMRC = re.compile(r"(?m)(?:^|:)_(authToken|auth|password)[ \t]*=[ \t]*(\S+)")
+_KEY_FILE = re.compile(
+    r"(?i)(?:master\.key|credentials\.key|secret\.key|secret_key_base|\.secret_key|production\.key|development\.key"
+    r"|test\.key|signing\.key|jwt\.key)[\"'`]?[^\n]{0,80}\n+" + _NUMBERED + r"([A-Za-z0-9+/=_-]{24,})[ \t]*(?:\n|$)"
+)
+
+
+def oneliner_spans(text: str) -> Iterator[Span]:
+    """pgpass passwords, htpasswd hashes, URL passwords, npmrc tokens and bare key files."""
+    if text.count(":") >= 4:
+        for m in _PGPASS.finditer(text):
+            if not spared(m.group(1), "password", True):
+                yield "password", m.start(1), m.end(1)
+    if "$" in text or "{SHA}" in text:
+        for m in _HTPASSWD.finditer(text):
+            yield "password_hash", m.start(1), m.end(1)
+    if "://" in text:
+        for m in _URL.finditer(text):
+            password = m.group(2)
+            if re.match(r"\d+(?:[/?#]|$)", password):
+                continue  # `host:8080/path@…`: a port and a path, no password
+            if not spared(password, "password", True) and len(password) <= 200:
+                yield "url_password", m.start(2), m.end(2)
+    if "_auth" in text or "_password" in text:
+        for m in _NPMRC.finditer(text):
+            if not spared(m.group(2), "token", True):
+                yield ("password" if m.group(1) == "password" else "token"), m.start(2), m.end(2)
+    if ".key" in text or "key_base" in text:
+        for m in _KEY_FILE.finditer(text):
+            yield "secret", m.start(1), m.end(1)
