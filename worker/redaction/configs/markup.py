@@ -19,7 +19,10 @@ from worker.redaction.configs.names import credential_kind, spared
 
 Span = tuple[str, int, int]
 
-_ELEMENT = re.compile(r"<(?:[\w.-]+:)?([A-Za-z_][\w.-]*)(?:\s[^<>]*)?>(?:<!\[CDATA\[(.*?)\]\]>|([^<]*))</(?:[\w.-]+:)?\1\s*>", re.S)
+_ELEMENT = re.compile(
+    r"<(?:[\w.-]+:)?([A-Za-z_][\w.-]*)(?:\s[^<>]*)?>(?:<!\[CDATA\[(.*?)\]\]>|([^<]*))</(?:[\w.-]+:)?\1\s*>",
+    re.S,
+)
 _NAMED = re.compile(
     r"\b(?:name|key|id)\s*=\s*[\"']([^\"'<>]{1,100})[\"']"
     r"(?:[^<>]*?\bvalue\s*=\s*(?:\"([^\"]*)\"|'([^']*)')|[^<>/]*>\s*(?:<value>)?(?:<!\[CDATA\[(.*?)\]\]>|([^<]*))<)",

@@ -30,6 +30,10 @@ _CREDENTIAL = frozenset(["credential", "credentials", "cred", "creds"])
 # compounds written as one word: `dbpassword`, `smtppasswd`, `clientsecret`, `jwtsecret`
 _TAILS = (
     ("password", "password"),
+    ("requirepass", "password"),
+    ("masterauth", "password"),
+    ("rootpw", "password"),
+    ("bindpw", "password"),
     ("passwd", "password"),
     ("passphrase", "password"),
     ("secret", "secret"),
@@ -98,7 +102,21 @@ _NOT_CREDENTIAL_KEY = frozenset(
 )
 # `next_token`, `bos_token`, `page_token`: not credentials (pagination, a model's special tokens)
 _NOT_CREDENTIAL_TOKEN = frozenset(
-    ["next", "page", "continuation", "pagination", "bos", "eos", "pad", "unk", "sep", "cls", "mask", "stop", "max"]
+    [
+        "next",
+        "page",
+        "continuation",
+        "pagination",
+        "bos",
+        "eos",
+        "pad",
+        "unk",
+        "sep",
+        "cls",
+        "mask",
+        "stop",
+        "max",
+    ]
 )
 _PUBLIC = frozenset(["public", "publishable", "pub", "pubkey", "verify", "verification", "known"])
 
@@ -118,7 +136,7 @@ def credential_kind(key: str) -> tuple[str, bool] | None:
     if last in _PASSWORD:
         return "password", True
     if last in _TOKEN:
-        return (None if before in _NOT_CREDENTIAL_TOKEN else ("token", True))  # type: ignore[return-value]
+        return None if before in _NOT_CREDENTIAL_TOKEN else ("token", True)  # type: ignore[return-value]
     if last in _SECRET:
         return "secret", True
     if last in _API_KEY:
@@ -132,11 +150,17 @@ def credential_kind(key: str) -> tuple[str, bool] | None:
             return "key", False
         if before in _NOT_CREDENTIAL_KEY:
             return None
-        return ("private_key", True) if before in ("private", "client", "ssh", "deploy", "signing") else ("key", True)
+        return (
+            ("private_key", True)
+            if before in ("private", "client", "ssh", "deploy", "signing")
+            else ("key", True)
+        )
     if last == "auth":
         return "credential", False
     for tail, kind in _TAILS:
-        if last.endswith(tail) and len(last) > len(tail):
+        if last.endswith(tail) and (
+            len(last) > len(tail) or tail in ("requirepass", "masterauth", "rootpw", "bindpw")
+        ):
             return kind, True
     return None
 
@@ -184,8 +208,15 @@ _ENUM = frozenset(
     ]
 )
 # the sample values config templates ship: WordPress' `put your unique phrase here`
-_PHRASE = re.compile(r"(?i)(?:\b(?:your|put|insert|enter|change)\b.*\b(?:here|phrase|value|key|password|secret|token)\b)")
-_PUBLIC_VALUE = re.compile(r"^(?:ssh-(?:rsa|ed25519|dss)|ecdsa-sha2-|sk-ssh-|-----BEGIN (?:PUBLIC KEY|CERTIFICATE|SSH2 PUBLIC))")
+_PHRASE = re.compile(
+    r"(?i)(?:\b(?:your|put|insert|enter|change)\b.*\b(?:here|phrase|value|key|password|secret|token)\b)"
+)
+_PUBLIC_VALUE = re.compile(
+    r"^(?:ssh-(?:rsa|ed25519|dss)|ecdsa-sha2-|sk-ssh-|-----BEGIN (?:PUBLIC KEY|CERTIFICATE|SSH2 PUBLIC))"
+)
+# resource names (`arn:aws:iam::…:policy/ReadOnlyPassword`, `urn:…`) and regular expressions
+_RESOURCE = re.compile(r"^(?:arn:aws[\w-]*|urn):[\w-]+:")
+_REGEX = re.compile(r"\(\?[:=!<]|\[[^\]\s]*\w-\w[^\]\s]*\](?:[*+?]|\{\d)|\\[dwsSbB][*+?{]|\{\d+,\d*\}")
 _PATH = re.compile(r"^(?:/|~/|\./|\.\./|[A-Za-z]:\\|file:)")
 
 
@@ -201,7 +232,7 @@ def spared(value: str, kind: str, strong: bool) -> bool:
         return True
     if " " in v and _PHRASE.search(v) is not None:
         return True
-    if _PUBLIC_VALUE.match(v) or _PATH.match(v):
+    if _PUBLIC_VALUE.match(v) or _PATH.match(v) or _RESOURCE.match(v) or _REGEX.search(v):
         return True
     if v.isdigit() and (len(v) < 4 or (kind != "password" and len(v) < 8)):
         return True  # a count, a port, a bcrypt cost

@@ -1,11 +1,11 @@
 """One-line credential formats, URLs with any password, and bare key files.
 
-    ~/.pgpass            db.example.com:5432:app:alice:s3cr#t     (host:port:db:user:password)
-    .htpasswd            alice:$apr1$…   bob:{SHA}…   carol:$2y$10$…
-    .git-credentials     https://alice:ghp_…@github.com           (a URL, below)
-    URLs                 postgres://app:p#ss@w0rd!@db:5432/app    (the password runs to the last `@` before the host)
-    .npmrc               //registry.npmjs.org/:_authToken=npm_…   _auth=…   //host/:_password=…
-    key files            config/master.key, credentials/*.key, secret_key_base: a bare key on the line after its name
+~/.pgpass            db.example.com:5432:app:alice:s3cr#t     (host:port:db:user:password)
+.htpasswd            alice:$apr1$…   bob:{SHA}…   carol:$2y$10$…
+.git-credentials     https://alice:ghp_…@github.com           (a URL, below)
+URLs                 postgres://app:p#ss@w0rd!@db:5432/app    (the password runs to the last `@` before the host)
+.npmrc               //registry.npmjs.org/:_authToken=npm_…   _auth=…   //host/:_password=…
+key files            config/master.key, credentials/*.key, secret_key_base: a bare key on the line after its name
 """
 
 from __future__ import annotations
@@ -25,16 +25,22 @@ _PGPASS = re.compile(
     r"((?:[^\s\\]|\\.)+)[ \t]*$"
 )
 # a user and a password hash (Apache's apr1/SHA/bcrypt/crypt variants)
-_HTPASSWD = re.compile(r"(?m)^" + _NUMBERED + r"[\w.@-]{1,64}:((?:\$apr1\$|\$2[abxy]\$|\{SHA\}|\$[156]\$|\$y\$)[^\s:]{8,})[ \t]*$")
+_HTPASSWD = re.compile(
+    r"(?m)^"
+    + _NUMBERED
+    + r"[\w.@-]{1,64}:((?:\$apr1\$|\$2[abxy]\$|\{SHA\}|\$[156]\$|\$y\$)[^\s:]{8,})[ \t]*$"
+)
 # scheme://user:password@host: the password may hold `#`, `@`, `!`, `?`, `:` and runs to the
 # last `@` that a host follows, within one run of non-space characters
 _URL = re.compile(
     r"\b[A-Za-z][A-Za-z0-9+.-]{1,30}://([^\s:/@'\"`<>]*):([^\s'\"`<>]+)@(?=[A-Za-z0-9\[_.%${-])"
 )
-_NPMRC = re.compile(r"(?m)(?:^|:)_(authToken|auth|password)[ \t]*=[ \t]*(\S+)")
+_NPMRC = re.compile(r"(?m)(?:^|:)_(authToken|auth|password)[ \t]*=[ \t]*([^\s\"'`+]\S*)")
 _KEY_FILE = re.compile(
     r"(?i)(?:master\.key|credentials\.key|secret\.key|secret_key_base|\.secret_key|production\.key|development\.key"
-    r"|test\.key|signing\.key|jwt\.key)[\"'`]?[^\n]{0,80}\n+" + _NUMBERED + r"([A-Za-z0-9+/=_-]{24,})[ \t]*(?:\n|$)"
+    r"|test\.key|signing\.key|jwt\.key)[\"'`]?[^\n]{0,80}\n+"
+    + _NUMBERED
+    + r"([A-Za-z0-9+/=_-]{24,})[ \t]*(?:\n|$)"
 )
 
 

@@ -35,7 +35,9 @@ _HEAD = re.compile(
     r"(?:(?:export|set|setenv|local|declare(?:[ \t]+-\w+)?|readonly|typeset|const|let|var|val|final|static"
     r"|private|public|protected|internal|String|string|str|def|my|our|\$env:)[ \t]+)*"
 )
-_CODE_WORDS = re.compile(r"\b(?:const|let|var|val|final|static|private|public|protected|internal|String|def|my|our)\b")
+_CODE_WORDS = re.compile(
+    r"\b(?:const|let|var|val|final|static|private|public|protected|internal|String|def|my|our)\b"
+)
 _PAIR = re.compile(
     r"(?P<key>\"[^\"\n]{1,100}\"|'[^'\n]{1,100}'|:?[$@]?[A-Za-z_][\w.\-]*(?:->\w+)*)"
     r"\]?[ \t]*(?P<sep>=>|:=|\?=|=(?!=)|:(?![:/\\])|,)[ \t]*"
@@ -51,6 +53,9 @@ _COMPUTED = re.compile(
     r"|self|this|app|ctx|context|request|req|rails|credentials)(?:\.|::|->)[\w$.]+"
     r"|!(?!!)\w+|new\s+\w|await\s|[A-Za-z_]\w*\s*\?\?|[{\[|>]|<<)"
 )
+# `parsed.password`, `settings.db.secret`: attributes of code, no digits
+_DOTTED = re.compile(r"^[A-Za-z_$][A-Za-z_$]*(?:\.[A-Za-z_$][A-Za-z_$]*)+$")
+_TYPE_NAME = re.compile(r"^[A-Z][a-z]+(?:[A-Z][a-z]*)+(?:\[[\w, ]*\])?(?:[ \t]*\|[ \t]*\w+)*$")
 _COMMENT = re.compile(r"[ \t]+(?:#|//|;(?=[ \t])).*$")
 _PROSE_END = re.compile(r"[.:?]$")
 
@@ -76,11 +81,34 @@ def _value_at(line: str, at: int, line_start: bool, sep: str) -> tuple[int, int,
         return None
     if line_start:
         rest = _COMMENT.sub("", line[at:]).rstrip()
-        return (at, at + len(rest), False) if rest else None
+        if rest.startswith(("#", "//", ";")):
+            return None  # `password:  # set me`: a comment, no value
+        if rest[:1] in "\"'`":  # a quote the line does not close (cut off): the value after it
+            at, rest = at + 1, rest[1:]
+        rest = _CONN_NEXT.split(rest, maxsplit=1)[0]  # `Password=x;User ID=app`: to the `;`
+        value = _first_words(rest)
+        value = value.rstrip(",;") if " " in rest and value != rest else value
+        return (at, at + len(value), False) if value else None
     if sep != "=":
         return None
     m = _INLINE.match(line, at)
     return (at, m.end(), False) if m is not None else None
+
+
+_CONN_NEXT = re.compile(r";[ \t]*[A-Za-z][\w ]*=")
+
+
+def _first_words(rest: str) -> str:
+    """How much of an unquoted value with spaces is the value: all of it when every word after the
+    first has a digit or symbol (`p@ss w0rd`) or none has (`correct horse battery staple`, judged
+    later); else the first word (`ghp_… is the rest`: a token, then prose that followed it)."""
+    words = rest.split()
+    if len(words) < 2:
+        return rest
+    tail = words[1:]
+    if all(not w.isalpha() for w in tail) or all(w.isalpha() for w in words):
+        return rest
+    return words[0]
 
 
 def _bare(key: str) -> str:
@@ -108,22 +136,40 @@ def line_pairs(line: str) -> Iterator[Span]:
         value = line[start:end]
         if not quoted and not _unquoted_literal(line, head, m, value):
             continue
-        if quoted and sep == "," and line[m.end() + len(value) + 2 :].lstrip()[:1] not in (")", "}", "]", ""):
-            # `f("password", "x", y)`: a call's first two arguments, not a pair
-            if not line[: m.start()].rstrip().endswith(("define(", "define (", "{", "[")):
-                continue
+        if sep == "," and _call_arguments(line, m.start(), end):
+            continue
+        if quoted and line[start - 1] == "`" and (" " in value or "${" in value):
+            continue  # shell command substitution, a template literal: computed at run time
         if spared(value, kind, strong) or (not quoted and _echoes(key, value)):
             continue
         yield kind, start, end
 
 
+def _call_arguments(line: str, key_at: int, value_end: int) -> bool:
+    """`f("password", "x", y)`: a call's first two arguments, not a pair (as `define('K', 'v')`,
+    `{password, "v"}` and `("password", "v")` are)."""
+    closes = line[value_end + 1 :].lstrip()[:1] in (")", "}", "]", "")
+    opens = line[:key_at].rstrip().endswith(("define(", "define (", "{", "["))
+    return not closes and not opens
+
+
 def _unquoted_literal(line: str, head: re.Match[str] | None, m: re.Match[str], value: str) -> bool:
     """Whether an unquoted value is a literal (a config file's) rather than code or prose."""
-    if _COMPUTED.match(value):
+    if _COMPUTED.match(value) or _DOTTED.match(value):
         return False
+    if m.group("sep") == ":" and _TYPE_NAME.match(value):
+        return False  # `password: SecretStr`: a type annotation
+    if (
+        " " in value
+        and all(w.isalpha() for w in value.split())
+        and credential_kind(_bare(m.group("key")))[0] != "password"
+    ):  # type: ignore[index]
+        return False  # `api_token: alpha beta gamma`: words, not a token (a passphrase is a password)
     key, sep = m.group("key"), m.group("sep")
     prefix = line[: m.start()]
-    if _is_code_line(prefix, key, line[m.end() :], sep) and (is_code(value.rstrip(",;)")) or value.endswith(",")):
+    if _is_code_line(prefix, key, line[m.end() :], sep) and (
+        is_code(value.rstrip(",;)")) or value.endswith(",")
+    ):
         return False
     words = value.split()
     if len(words) >= 3 and (_PROSE_END.search(value) or (sep == ":" and key[:1].isupper())):
@@ -140,7 +186,8 @@ def _echoes(key: str, value: str) -> bool:
 # rc files where a space separates key and value (msmtp, .netrc on lines, gradle `password "x"`,
 # fetchmail, ncftp): a lower-case key, then the value to the line's end
 _SPACED = re.compile(
-    r"[ \t]*(?:\d+(?:\u2192|\t)[ \t]*)?(?P<key>password|passwd|pass|passphrase|secret|token|auth_token|api_key|apikey)"
+    r"[ \t]*(?:\d+(?:\u2192|\t)[ \t]*)?(?P<key>password|passwd|pass|passphrase|secret|token|auth_token|api_key|apikey|requirepass|masterauth"
+    r"|bindpw|rootpw|default_pass)"
     r"[ \t]+(?P<value>\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'=:]\S*)[ \t]*$"
 )
 # words that follow `password` in prose, not as its value
@@ -149,7 +196,9 @@ _PROSE_WORD = re.compile(
     r"|with|required|reset|expired|changed|manager|field|protected|only|prompt|incorrect|invalid|set)"
 )
 # `machine h login u password p` (netrc, one line) and fetchmail's `user 'u' … password 'p'`
-_NETRC = re.compile(r"\b(?:login|user|username)[ \t]+\S+.*?\b(?:password|passwd)[ \t]+(\"[^\"\n]*\"|'[^'\n]*'|\S+)")
+_NETRC = re.compile(
+    r"\b(?:login|user|username)[ \t]+\S+.*?\b(?:password|passwd)[ \t]+(\"[^\"\n]*\"|'[^'\n]*'|\S+)"
+)
 
 
 def spaced_pairs(line: str) -> Iterator[Span]:
@@ -159,7 +208,9 @@ def spaced_pairs(line: str) -> Iterator[Span]:
         value = m.group("value")
         quoted = value[0] in "\"'"
         inner = value[1:-1] if quoted else value
-        if not (_PROSE_WORD.fullmatch(inner) or spared(inner, "password", True) or inner.endswith((".", ":"))):
+        if not (
+            _PROSE_WORD.fullmatch(inner) or spared(inner, "password", True) or inner.endswith((".", ":"))
+        ):
             start = m.start("value") + (1 if quoted else 0)
             yield "password", start, start + len(inner)
         return
