@@ -11,7 +11,10 @@ per family of syntax:
     pairs.py      key/value pairs: dotenv, shell, INI, TOML, YAML, properties, JSON, PHP, Python,
                   Ruby, Elixir, Erlang, JS, Java, XML attributes, libpq; rc files' `password x`
     markup.py     XML elements and name/value entries, base64 or CDATA values
-    oneliners.py  pgpass, htpasswd, URLs whose password holds `#@!`, .npmrc auth, bare key files
+    oneliners.py  pgpass, htpasswd, sasl_passwd, URLs whose password holds `#@!`, .npmrc auth,
+                  bare key files
+    sections.py   sections whose every entry is one (composer's `github-oauth`, NuGet `<apikeys>`,
+                  a Kubernetes Secret's `stringData:`)
 
 `config_spans(data)` is one pass of the scanner (scanner.find_spans, rule CONFIG_POSITIONS); its
 spans win over a shorter one a pattern found inside them (`postgres://u:p#ss@h`: the whole
@@ -26,6 +29,7 @@ import re
 from worker.redaction.configs.markup import element_spans
 from worker.redaction.configs.oneliners import oneliner_spans
 from worker.redaction.configs.pairs import line_pairs, spaced_pairs
+from worker.redaction.configs.sections import section_spans
 
 Span = tuple[str, int, int]
 
@@ -58,6 +62,7 @@ def config_text_spans(text: str) -> list[Span]:
     if "<" in text and ("</" in text or "value" in text):
         found += element_spans(text)
     found += oneliner_spans(text)
+    found += section_spans(text)
     return _disjoint(found)
 
 

@@ -133,6 +133,10 @@ def credential_kind(key: str) -> tuple[str, bool] | None:
     if len(words) > 2 and words[-1] == "base" and words[-2] == "key":  # Rails' secret_key_base
         words = words[:-1]
     last, before = words[-1], words[-2] if len(words) > 1 else ""
+    if words[0] == "existing" or (
+        last == "key" and before in ("password", "passwd", "token", "username", "user")
+    ):
+        return None  # `existingSecret`, `adminPasswordKey`: the name of a stored secret, or of its key
     if last in _PASSWORD:
         return "password", True
     if last in _TOKEN:
@@ -157,6 +161,8 @@ def credential_kind(key: str) -> tuple[str, bool] | None:
         )
     if last == "auth":
         return "credential", False
+    if last.endswith("pass") and 4 < len(last) <= 14 and last not in _NOT_PASS:
+        return "password", True  # `controlpass`, `rootpass`, `smtppass`
     for tail, kind in _TAILS:
         if last.endswith(tail) and (
             len(last) > len(tail) or tail in ("requirepass", "masterauth", "rootpw", "bindpw")
@@ -165,6 +171,9 @@ def credential_kind(key: str) -> tuple[str, bool] | None:
     return None
 
 
+_NOT_PASS = frozenset(
+    ["bypass", "compass", "surpass", "trespass", "overpass", "underpass", "impass", "firstpass"]
+)
 # values that are a mode or a switch, not a credential (`auth: none`, `credentials: include`,
 # `id-token: write`, nsswitch's `passwd: files systemd`)
 _ENUM = frozenset(
@@ -207,6 +216,10 @@ _ENUM = frozenset(
         "number",
     ]
 )
+# single words `is_reference` reads as made up that config files use as real passwords
+_WEAK = frozenset(["example", "sample", "dummy", "fake", "test", "secret", "password"])
+# a command whose output is the value (`\`pass show mail\``, `$(vault read …)`)
+_COMMAND = re.compile(r"^`[^`]*`$|^\$\(.*\)$")
 # the sample values config templates ship: WordPress' `put your unique phrase here`
 _PHRASE = re.compile(
     r"(?i)(?:\b(?:your|put|insert|enter|change)\b.*\b(?:here|phrase|value|key|password|secret|token)\b)"
@@ -225,7 +238,8 @@ def spared(value: str, kind: str, strong: bool) -> bool:
     (`${VAR}`, `$VAR`, `%(name)s`, `{{ x }}`, `<password>`), a mask (`****`, `xxxx`), a sample
     phrase, a mode word (`true`, `none`), a file path, a public key. Anything else is a secret."""
     v = value.strip()
-    if not v or is_reference(v):
+    weak = v.lower() in _WEAK  # `POSTGRES_PASSWORD: example` (the postgres image's docs): a working password
+    if not v or (is_reference(v) and not weak) or _COMMAND.match(v):
         return True
     low = v.lower()
     if low in _ENUM or all(w in _ENUM for w in low.split()):

@@ -35,6 +35,10 @@ _HTPASSWD = re.compile(
 _URL = re.compile(
     r"\b[A-Za-z][A-Za-z0-9+.-]{1,30}://([^\s:/@'\"`<>]*):([^\s'\"`<>]+)@(?=[A-Za-z0-9\[_.%${-])"
 )
+# Postfix sasl_passwd: `[smtp.host]:587 user:password` (the host bracketed or with a port)
+_SASL = re.compile(
+    r"(?m)^" + _NUMBERED + r"(?:\[[\w.-]+\](?::\d+)?|[\w.-]+:\d+)[ \t]+[^\s:]+:([^\n]+?)[ \t]*$"
+)
 _NPMRC = re.compile(r"(?m)(?:^|:)_(authToken|auth|password)[ \t]*=[ \t]*([^\s\"'`+]\S*)")
 _KEY_FILE = re.compile(
     r"(?i)(?:master\.key|credentials\.key|secret\.key|secret_key_base|\.secret_key|production\.key|development\.key"
@@ -60,6 +64,10 @@ def oneliner_spans(text: str) -> Iterator[Span]:
                 continue  # `host:8080/path@…`: a port and a path, no password
             if not spared(password, "password", True) and len(password) <= 200:
                 yield "url_password", m.start(2), m.end(2)
+    if "]" in text or ":" in text:
+        for m in _SASL.finditer(text):
+            if not spared(m.group(1), "password", True):
+                yield "password", m.start(1), m.end(1)
     if "_auth" in text or "_password" in text:
         for m in _NPMRC.finditer(text):
             if not spared(m.group(2), "token", True):

@@ -42,7 +42,9 @@ _PAIR = re.compile(
     r"(?P<key>\"[^\"\n]{1,100}\"|'[^'\n]{1,100}'|:?[$@]?[A-Za-z_][\w.\-]*(?:->\w+)*)"
     r"\]?[ \t]*(?P<sep>=>|:=|\?=|=(?!=)|:(?![:/\\])|,)[ \t]*"
 )
-_QUOTED = re.compile(r"[fFrRbBuU]?(\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\\\n]|\\.)*'|`[^`\n]*`)")
+_QUOTED = re.compile(
+    r"(?:<<)?[fFrRbBuU]?(\"\"\"(?:[^\"\n]|\"(?!\"\"))*\"\"\"|\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\\\n]|\\.)*'|`[^`\n]*`)"
+)
 _INLINE = re.compile(r"[^\s;&,)}\]\"'<>]+")
 # an unquoted value computed at run time: a call or index (`os.environ["X"]`, `ENV.fetch(…)`),
 # an environment or settings lookup (`process.env.X`, `settings.DB_PASSWORD`), a YAML tag
@@ -74,9 +76,8 @@ def _value_at(line: str, at: int, line_start: bool, sep: str) -> tuple[int, int,
     """(start, end, quoted) of the value after a separator, in line; None when there is none."""
     quoted = _QUOTED.match(line, at)
     if quoted is not None:
-        q = quoted.group(1)
-        start = quoted.start(1) + (0 if q[0] in "\"'`" else 1) + 1
-        return start, quoted.end(1) - 1, True
+        width = 3 if quoted.group(1).startswith('"""') else 1
+        return quoted.start(1) + width, quoted.end(1) - width, True
     if sep == ",":
         return None
     if line_start:
@@ -206,6 +207,8 @@ def spaced_pairs(line: str) -> Iterator[Span]:
     m = _SPACED.match(line)
     if m is not None:
         value = m.group("value")
+        if _COMPUTED.match(value) and value[0] not in "{[":
+            return  # `password System.getenv("REPO_PASSWORD")` (`{SSHA}…` is a value)
         quoted = value[0] in "\"'"
         inner = value[1:-1] if quoted else value
         if not (
