@@ -118,6 +118,64 @@ _NOT_CREDENTIAL_TOKEN = frozenset(
         "max",
     ]
 )
+# words before `key` that make it a credential in any spelling
+_KEY_QUALIFIERS = frozenset(
+    [
+        "secret",
+        "api",
+        "access",
+        "master",
+        "encryption",
+        "license",
+        "auth",
+        "app",
+        "account",
+        "shared",
+        "session",
+        "hmac",
+        "jwt",
+        "webhook",
+        "admin",
+        "service",
+        "server",
+        "consumer",
+        "crypt",
+        "cipher",
+        "aes",
+        "fernet",
+        "storage",
+        "subscription",
+        "write",
+        "read",
+        "ingest",
+        "sdk",
+        "dev",
+        "prod",
+        "live",
+        "test",
+        "mail",
+        "smtp",
+        "sendgrid",
+        "stripe",
+        "openai",
+        "anthropic",
+        "google",
+        "maps",
+        "firebase",
+        "x",
+        "decryption",
+        "validation",
+        "machine",
+        "preshared",
+        "wireguard",
+        "host",
+        "user",
+        "root",
+        "repo",
+        "registry",
+        "cloud",
+    ]
+)
 _PUBLIC = frozenset(["public", "publishable", "pub", "pubkey", "verify", "verification", "known"])
 
 
@@ -154,11 +212,11 @@ def credential_kind(key: str) -> tuple[str, bool] | None:
             return "key", False
         if before in _NOT_CREDENTIAL_KEY:
             return None
-        return (
-            ("private_key", True)
-            if before in ("private", "client", "ssh", "deploy", "signing")
-            else ("key", True)
-        )
+        if before in ("private", "client", "ssh", "deploy", "signing"):
+            return "private_key", True
+        # `STRIPE_KEY=`, `secret_key`, `api-key`: a key; `cursor_key`, `has_more_key`: code's map keys,
+        # a key only when the value looks like one
+        return "key", key.isupper() or before in _KEY_QUALIFIERS
     if last == "auth":
         return "credential", False
     if last.endswith("pass") and 4 < len(last) <= 14 and last not in _NOT_PASS:
@@ -238,6 +296,8 @@ def spared(value: str, kind: str, strong: bool) -> bool:
     (`${VAR}`, `$VAR`, `%(name)s`, `{{ x }}`, `<password>`), a mask (`****`, `xxxx`), a sample
     phrase, a mode word (`true`, `none`), a file path, a public key. Anything else is a secret."""
     v = value.strip()
+    if "${" in v or "#{" in v or "{{" in v:
+        return True  # a template: `"#{visibility}_cursor"`, `"prefix-${ENV}"`
     weak = v.lower() in _WEAK  # `POSTGRES_PASSWORD: example` (the postgres image's docs): a working password
     if not v or (is_reference(v) and not weak) or _COMMAND.match(v):
         return True

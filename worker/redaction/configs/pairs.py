@@ -39,13 +39,13 @@ _CODE_WORDS = re.compile(
     r"\b(?:const|let|var|val|final|static|private|public|protected|internal|String|def|my|our)\b"
 )
 _PAIR = re.compile(
-    r"(?P<key>\"[^\"\n]{1,100}\"|'[^'\n]{1,100}'|:?[$@]?[A-Za-z_][\w.\-]*(?:->\w+)*)"
+    r"(?P<key>\\?\"[^\"\n\\]{1,100}\\?\"|'[^'\n]{1,100}'|:?[$@]?[A-Za-z_][\w.\-]*(?:->\w+)*)"
     r"\]?[ \t]*(?P<sep>=>|:=|\?=|=(?!=)|:(?![:/\\])|,)[ \t]*"
 )
 _QUOTED = re.compile(
-    r"(?:<<)?[fFrRbBuU]?(\"\"\"(?:[^\"\n]|\"(?!\"\"))*\"\"\"|\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\\\n]|\\.)*'|`[^`\n]*`)"
+    r"(?:<<)?[fFrRbBuU]?(\\\"(?:[^\"\\\n]|\\[^\"\n])*\\\"|\"\"\"(?:[^\"\n]|\"(?!\"\"))*\"\"\"|\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\\\n]|\\.)*'|`[^`\n]*`)"
 )
-_INLINE = re.compile(r"[^\s;&,)}\]\"'<>]+")
+_INLINE = re.compile(r"[^\s;&,)}\]\"'<>\\][^\s;&,)}\]\"'<>]*")
 # an unquoted value computed at run time: a call or index (`os.environ["X"]`, `ENV.fetch(…)`),
 # an environment or settings lookup (`process.env.X`, `settings.DB_PASSWORD`), a YAML tag
 # (`!Ref DbPassword`, `!secret db_password`, `!vault |`)
@@ -76,7 +76,7 @@ def _value_at(line: str, at: int, line_start: bool, sep: str) -> tuple[int, int,
     """(start, end, quoted) of the value after a separator, in line; None when there is none."""
     quoted = _QUOTED.match(line, at)
     if quoted is not None:
-        width = 3 if quoted.group(1).startswith('"""') else 1
+        width = 3 if quoted.group(1).startswith('"""') else 2 if quoted.group(1)[0] == "\\" else 1
         return quoted.start(1) + width, quoted.end(1) - width, True
     if sep == ",":
         return None
@@ -113,7 +113,7 @@ def _first_words(rest: str) -> str:
 
 
 def _bare(key: str) -> str:
-    return key.strip("\"'").lstrip(":$@")
+    return key.strip("\\\"'").lstrip(":$@")
 
 
 def line_pairs(line: str) -> Iterator[Span]:
@@ -122,7 +122,7 @@ def line_pairs(line: str) -> Iterator[Span]:
     first = head.end() if head is not None else 0
     for m in _PAIR.finditer(line):
         key, sep = m.group("key"), m.group("sep")
-        quoted_key = key[0] in "\"'"
+        quoted_key = key[0] in "\\\"'"
         if sep == "," and not (quoted_key or line[max(0, m.start() - 1) : m.start()] == "{"):
             continue
         named = credential_kind(_bare(key))
