@@ -204,7 +204,9 @@ def credential_kind(key: str) -> tuple[str, bool] | None:
     if last in _API_KEY:
         return "api_key", True
     if last in _PRIVATE:
-        return "private_key", True
+        # kind `key`, not `private_key`: seams.py reads a `private_key` placeholder's rest as PEM or
+        # WireGuard key material, and a config's private key is any string
+        return "key", True
     if last in _CREDENTIAL:
         return "credential", True
     if last == "key":
@@ -213,7 +215,7 @@ def credential_kind(key: str) -> tuple[str, bool] | None:
         if before in _NOT_CREDENTIAL_KEY:
             return None
         if before in ("private", "client", "ssh", "deploy", "signing"):
-            return "private_key", True
+            return "key", True
         # `STRIPE_KEY=`, `secret_key`, `api-key`: a key; `cursor_key`, `has_more_key`: code's map keys,
         # a key only when the value looks like one
         return "key", key.isupper() or before in _KEY_QUALIFIERS

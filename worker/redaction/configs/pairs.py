@@ -87,6 +87,7 @@ def _value_at(line: str, at: int, line_start: bool, sep: str) -> tuple[int, int,
         if rest[:1] in "\"'`":  # a quote the line does not close (cut off): the value after it
             at, rest = at + 1, rest[1:]
         rest = _CONN_NEXT.split(rest, maxsplit=1)[0]  # `Password=x;User ID=app`: to the `;`
+        rest = _NEXT_PAIR.split(rest, maxsplit=1)[0]  # `A_KEY=x B_KEY=y`: to the next pair
         value = _first_words(rest)
         value = value.rstrip(",;") if " " in rest and value != rest else value
         return (at, at + len(value), False) if value else None
@@ -96,6 +97,7 @@ def _value_at(line: str, at: int, line_start: bool, sep: str) -> tuple[int, int,
     return (at, m.end(), False) if m is not None else None
 
 
+_NEXT_PAIR = re.compile(r"[ \t]+[A-Za-z_][\w.-]*=(?!=)")
 _CONN_NEXT = re.compile(r";[ \t]*[A-Za-z][\w ]*=")
 
 
