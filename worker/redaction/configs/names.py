@@ -278,6 +278,8 @@ _ENUM = frozenset(
 )
 # single words `is_reference` reads as made up that config files use as real passwords
 _WEAK = frozenset(["example", "sample", "dummy", "fake", "test", "secret", "password"])
+# a vendor token's shape filled with a mask (`npm_xxxxxxxxxxx`, `xoxb-000…-xxxxxxxx`): a placeholder
+_MASK = re.compile(r"[xX]{6,}|\*{4,}|#{4,}|\u2022{3,}")
 # a command whose output is the value (`\`pass show mail\``, `$(vault read …)`)
 _COMMAND = re.compile(r"^`[^`]*`$|^\$\(.*\)$")
 # the sample values config templates ship: WordPress' `put your unique phrase here`
@@ -301,7 +303,7 @@ def spared(value: str, kind: str, strong: bool) -> bool:
     if "${" in v or "#{" in v or "{{" in v:
         return True  # a template: `"#{visibility}_cursor"`, `"prefix-${ENV}"`
     weak = v.lower() in _WEAK  # `POSTGRES_PASSWORD: example` (the postgres image's docs): a working password
-    if not v or (is_reference(v) and not weak) or _COMMAND.match(v):
+    if not v or (is_reference(v) and not weak) or _COMMAND.match(v) or _MASK.search(v):
         return True
     low = v.lower()
     if low in _ENUM or all(w in _ENUM for w in low.split()):
