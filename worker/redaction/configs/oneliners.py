@@ -11,7 +11,7 @@ key files            config/master.key, credentials/*.key, secret_key_base: a ba
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from worker.redaction.configs.names import spared
 
@@ -48,30 +48,60 @@ _KEY_FILE = re.compile(
 )
 
 
-def oneliner_spans(text: str) -> Iterator[Span]:
-    """pgpass passwords, htpasswd hashes, URL passwords, npmrc tokens and bare key files."""
-    if text.count(":") >= 4:
-        for m in _PGPASS.finditer(text):
-            if not spared(m.group(1), "password", True):
-                yield "password", m.start(1), m.end(1)
-    if "$" in text or "{SHA}" in text:
-        for m in _HTPASSWD.finditer(text):
-            yield "password_hash", m.start(1), m.end(1)
-    if "://" in text:
-        for m in _URL.finditer(text):
-            password = m.group(2)
-            if re.match(r"\d+(?:[/?#]|$)", password):
-                continue  # `host:8080/path@…`: a port and a path, no password
-            if not spared(password, "password", True) and len(password) <= 200:
-                yield "url_password", m.start(2), m.end(2)
-    if "]" in text or ":" in text:
-        for m in _SASL.finditer(text):
-            if not spared(m.group(1), "password", True):
-                yield "password", m.start(1), m.end(1)
-    if "_auth" in text or "_password" in text:
-        for m in _NPMRC.finditer(text):
-            if not spared(m.group(2), "token", True):
-                yield ("password" if m.group(1) == "password" else "token"), m.start(2), m.end(2)
-    if ".key" in text or "key_base" in text:
-        for m in _KEY_FILE.finditer(text):
-            yield "secret", m.start(1), m.end(1)
+def line_spans(text: str) -> Iterator[Span]:
+    """pgpass passwords, htpasswd hashes, sasl_passwd passwords and URL passwords of some lines."""
+    for m in _PGPASS.finditer(text):
+        if not spared(m.group(1), "password", True):
+            yield "password", m.start(1), m.end(1)
+    for m in _HTPASSWD.finditer(text):
+        yield "password_hash", m.start(1), m.end(1)
+    for m in _SASL.finditer(text):
+        if not spared(m.group(1), "password", True):
+            yield "password", m.start(1), m.end(1)
+    for m in _URL.finditer(text):
+        password = m.group(2)
+        if re.match(r"\d+(?:[/?#]|$)", password):
+            continue  # `host:8080/path@…`: a port and a path, no password
+        if not spared(password, "password", True) and len(password) <= 200:
+            yield "url_password", m.start(2), m.end(2)
+
+
+def npmrc_spans(text: str) -> Iterator[Span]:
+    """.npmrc's `_authToken=`, `_auth=`, `_password=` values."""
+    for m in _NPMRC.finditer(text):
+        if not spared(m.group(2), "token", True):
+            yield ("password" if m.group(1) == "password" else "token"), m.start(2), m.end(2)
+
+
+# names of bare key files (`config/master.key`) whose key follows on the next line
+KEY_FILE_NAMES = (
+    b"master.key",
+    b"credentials.key",
+    b"secret.key",
+    b"secret_key_base",
+    b".secret_key",
+    b"production.key",
+    b"development.key",
+    b"test.key",
+    b"signing.key",
+    b"jwt.key",
+)
+
+
+def key_file_spans(data: bytes, decode: Callable[[bytes], str]) -> Iterator[Span]:
+    """The bare key on the line after a key file's name (`$ cat config/master.key`), byte offsets."""
+    for name in KEY_FILE_NAMES:
+        at = data.find(name)
+        while at >= 0:
+            start = data.rfind(b"\n", 0, at) + 1
+            end = at
+            for _ in range(3):
+                nl = data.find(b"\n", end + 1)
+                end = len(data) if nl < 0 else nl
+            raw = data[start:end]
+            text = decode(raw)
+            m = _KEY_FILE.search(text)
+            if m is not None:
+                lo = len(text[: m.start(1)].encode("utf-8", "surrogatepass"))
+                yield "secret", start + lo, start + lo + len(m.group(1).encode())
+            at = data.find(name, at + 1)

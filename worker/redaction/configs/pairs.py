@@ -118,11 +118,37 @@ def _bare(key: str) -> str:
     return key.strip("\\\"'").lstrip(":$@")
 
 
-def line_pairs(line: str) -> Iterator[Span]:
-    """The credential values of one line's key/value pairs, as (kind, start, end) in the line."""
-    head = _HEAD.match(line)
-    first = head.end() if head is not None else 0
-    for m in _PAIR.finditer(line):
+# the words a credential's key holds (keywords of the scanner's prefilter), in lower case
+_KEYWORD = re.compile(r"pass|pwd|pw\b|secret|token|key|salt|cred|auth")
+_KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-$@>")
+
+
+def _pairs_named(line: str) -> Iterator[re.Match[str]]:
+    """The pairs whose key holds a credential keyword, left to right: the pair pattern is tried
+    only where a key around a keyword starts (a long line holds thousands of other pairs)."""
+    tried: set[int] = set()
+    for hit in _KEYWORD.finditer(line.lower()):
+        at = hit.start()
+        while at > 0 and line[at - 1] in _KEY_CHARS:
+            at -= 1
+        if at > 0 and line[at - 1] in "\"'":
+            at -= 2 if at > 1 and line[at - 2] == "\\" else 1
+        elif at > 0 and line[at - 1] == ":" and (at < 2 or not line[at - 2].isalnum()):
+            at -= 1  # a Ruby symbol `:password =>`
+        if at in tried:
+            continue
+        tried.add(at)
+        m = _PAIR.match(line, at)
+        if m is not None and m.end("key") >= hit.end():
+            yield m
+
+
+def line_pairs(line: str, line_start: bool = True) -> Iterator[Span]:
+    """The credential values of one line's key/value pairs, as (kind, start, end) in the line.
+    line_start: the text starts a line (not a piece of a long one)."""
+    head = _HEAD.match(line) if line_start else None
+    first = head.end() if head is not None else (0 if line_start else -1)
+    for m in _pairs_named(line):
         key, sep = m.group("key"), m.group("sep")
         quoted_key = key[0] in "\\\"'"
         if sep == "," and not (quoted_key or line[max(0, m.start() - 1) : m.start()] == "{"):
@@ -131,8 +157,7 @@ def line_pairs(line: str) -> Iterator[Span]:
         if named is None:
             continue
         kind, strong = named
-        line_start = m.start() == first
-        found = _value_at(line, m.end(), line_start and sep != ",", sep)
+        found = _value_at(line, m.end(), m.start() == first and sep != ",", sep)
         if found is None:
             continue
         start, end, quoted = found
