@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import secrets
 import sys
 import time
 from collections.abc import Sequence
@@ -22,6 +21,7 @@ from worker.compaction.validate import request_problems
 from worker.ingest import ingest
 from worker.redaction import Redactor
 from worker.redaction.scanner import ALL, STRICT, Ruleset
+from worker.redaction.user_key import KeyFileError, default_key_file, load_or_create
 
 # the names pointers.file_ref and pointers.archive_ref give: what `compact` writes and may remove
 _REF_NAME = re.compile(r"[fh]_[0-9a-f]{16}")
@@ -40,6 +40,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "each run replaces the files an earlier run wrote there",
     )
     p.add_argument("--json", action="store_true", help="print {request, stats} as JSON instead of a summary")
+    p.add_argument(
+        "--redaction-key-file",
+        type=Path,
+        metavar="FILE",
+        help="the key placeholders are made with, created (mode 0600) if missing "
+        "(default: $XDG_CONFIG_HOME/compactd/redaction.key): the same key, the same output",
+    )
     p.set_defaults(func=run_compact)
 
     r = sub.add_parser(
@@ -144,8 +151,13 @@ def run_compact(args: argparse.Namespace) -> int:
     policy = policy_from(args)
     imported = _load(args)
     started = time.perf_counter()
-    # a key of its own per run: with a known key a placeholder of a guessable password is checkable
-    redactor = Redactor(secrets.token_bytes(32), rules_from(args))
+    # the user's own key, made once (a fixed public key would let a placeholder confirm a guessed
+    # password; a key per run would make two runs differ)
+    try:
+        key = load_or_create(args.redaction_key_file or default_key_file())
+    except KeyFileError as exc:
+        raise SystemExit(f"compactd: {exc}") from None
+    redactor = Redactor(key, rules_from(args))
     ingested = ingest(imported.messages, first_seq=1, redactor=redactor, policy=policy)
     system = redactor.redact_text(imported.system)
     t = Transcript(system=system, turns=ingested.turns, files=ingested.files)

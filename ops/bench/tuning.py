@@ -20,7 +20,7 @@ from functools import cache
 
 from ops.bench.families import canonical
 from worker.redaction.detectors import DETECTORS
-from worker.redaction.scanner import KEYED_FIELD, KUBERNETES_MANIFEST
+from worker.redaction.scanner import CONFIG_POSITIONS, KEYED_FIELD, KUBERNETES_MANIFEST
 
 EVERY = "*"
 GENERIC_BEFORE_LOG: dict[str, frozenset[str]] = {
@@ -50,7 +50,7 @@ SINCE_LOG: dict[str, frozenset[str]] = {
     KUBERNETES_MANIFEST: frozenset({"kubernetes"}),
 }
 # rules that did not exist before the log: tuned on what SINCE_LOG says and nothing else
-NEW_SINCE_LOG = frozenset({"okta_token", "thingsboard_token"})
+NEW_SINCE_LOG = frozenset({"okta_token", "thingsboard_token", CONFIG_POSITIONS})
 
 
 def rule_family(name: str, known: frozenset[str]) -> str:
@@ -76,7 +76,7 @@ def detector_families(name: str, known: frozenset[str], strict: bool) -> frozens
 @cache
 def left_out(held_out: frozenset[str], known: frozenset[str], strict: bool) -> frozenset[str]:
     """Our rule names tuned on any of the held-out families."""
-    names = {d.name for d in DETECTORS} | {KEYED_FIELD, KUBERNETES_MANIFEST}
+    names = {d.name for d in DETECTORS} | {KEYED_FIELD, KUBERNETES_MANIFEST, CONFIG_POSITIONS}
     return frozenset(
         n for n in names if (tuned := detector_families(n, known, strict)) & held_out or EVERY in tuned
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,8 +17,9 @@ pytestmark = [pytest.mark.data]
 
 
 def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "XDG_CONFIG_HOME": str(cwd / ".config")}  # the offline key, not the user's
     return subprocess.run(
-        [COMPACTD, *args], cwd=cwd, capture_output=True, text=True, timeout=300, check=False
+        [COMPACTD, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300, check=False
     )
 
 

@@ -31,6 +31,7 @@ def transcript(path: Path, runs: int) -> Path:
 
 def compact(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("COMPACTD_")} | {"PYTHONPATH": str(REPO)}
+    env["XDG_CONFIG_HOME"] = str(cwd / ".config")  # the offline redaction key, not the user's
     done = subprocess.run(
         [sys.executable, "-m", "api.cli.command", "compact", *args, "--context-window", "32000"],
         cwd=cwd,

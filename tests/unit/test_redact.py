@@ -260,7 +260,8 @@ DETECTOR_CASES = [
         "password",
         "user = alice\npassword = open_wide_gate\n",
         "open_wide_gate",
-        "user = alice\npassword = password\n",
+        # (was `password = password`: a weak real password in a password position is a secret, issue 25)
+        "user = alice\npassword = %(db_password)s\n",
     ),
     (
         "secret",

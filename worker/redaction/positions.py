@@ -125,6 +125,8 @@ def user_password(secret: str, key: str | None) -> Judged:
     """Judge for the password of `curl -u user:password`; `-u 1000:1000` is a uid and gid."""
     if (key or "").strip("\"'").isdigit() and secret.strip("\"'").isdigit():
         return None
+    if (key or "").startswith(("+", "%")):
+        return None  # `date -u +%Y-%m-%dT%H:%M:%S`: a format after date's -u, no user
     return credential("basic_auth")(secret, key)
 
 

@@ -24,6 +24,7 @@ from urllib.parse import unquote_to_bytes
 import re2
 
 from worker.redaction import kingfisher
+from worker.redaction.configs import config_spans, merged
 from worker.redaction.detectors import DETECTORS
 from worker.redaction.manifests import kubernetes_secret_spans
 from worker.redaction.rules import Detector
@@ -72,6 +73,7 @@ def _lanes(detectors: tuple[Detector, ...]) -> tuple[_Lane, ...]:
 # names of rules that are not in the detector table, for Ruleset.without
 KUBERNETES_MANIFEST = "kubernetes_manifest"
 KEYED_FIELD = "keyed_field"
+CONFIG_POSITIONS = "config_positions"
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,6 +275,8 @@ def uncovered(start: int, end: int, covered: list[tuple[int, int]]) -> list[tupl
 def find_spans(data: bytes, rules: Ruleset = ALL, depth: int = 1) -> list[Span]:
     """Byte spans of all secrets: patterns, percent-decoded and base64-decoded views, Kingfisher."""
     spans = scan_bytes(data, rules)
+    if rules.has(CONFIG_POSITIONS):  # credentials where config files put them (configs/)
+        spans = merged(spans, _outside_placeholders(data, config_spans(data)))
     extra: list[Span] = []
     manifests = kubernetes_secret_spans(data) if rules.has(KUBERNETES_MANIFEST) else []
     for kind, start, end in manifests:

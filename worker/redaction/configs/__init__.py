@@ -1,0 +1,164 @@
+"""Credential positions in configuration files, by each format's own structure (issue 25).
+
+A coding agent meets most credentials by reading a config file (`cat .env`, `Read wp-config.php`).
+There a value is a credential because of where it sits, whatever it looks like: `admin` under
+`DB_PASSWORD=` is as secret as a random token. Only a visible reference or placeholder is left
+(`${VAR}`, `$VAR`, `%(name)s`, `{{ x }}`, `<password>`, `****`, `xxxx`, empty). One small module
+per family of syntax:
+
+    names.py      which keys hold credentials (`*_PASSWORD`, `secret_key_base`, not `*_KEY_ID`,
+                  `*_PATH`, public keys) and which values are only stand-ins (`spared`)
+    pairs.py      key/value pairs: dotenv, shell, INI, TOML, YAML, properties, JSON, PHP, Python,
+                  Ruby, Elixir, Erlang, JS, Java, XML attributes, libpq; rc files' `password x`
+    markup.py     XML elements and name/value entries, base64 or CDATA values
+    oneliners.py  pgpass, htpasswd, sasl_passwd, URLs whose password holds `#@!`, .npmrc auth,
+                  bare key files
+    sections.py   sections whose every entry is one (composer's `github-oauth`, NuGet `<apikeys>`,
+                  a Kubernetes Secret's `stringData:`)
+
+`config_spans(data)` is one pass of the scanner (scanner.find_spans, rule CONFIG_POSITIONS); its
+spans win over a shorter one a pattern found inside them (`postgres://u:p#ss@h`: the whole
+password, not `p`). The text is scanned line by line, not parsed: a tool result is a numbered
+piece of a file, a diff, a grep hit or several files at once, which no parser takes whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import re2
+
+from worker.redaction.configs.markup import element_spans
+from worker.redaction.configs.oneliners import KEY_FILE_NAMES, key_file_spans, line_spans, npmrc_spans
+from worker.redaction.configs.pairs import line_pairs, spaced_pairs
+from worker.redaction.configs.sections import section_spans
+
+Span = tuple[str, int, int]
+
+# a line worth reading: it names a credential (the rest is skipped without a look); one RE2 pass
+_KEYWORD = re2.compile(rb"(?i)pass|pwd|pw\b|secret|token|key|salt|cred|auth")
+# lines of the one-line formats, which name no credential: pgpass, htpasswd, sasl_passwd, and
+# URLs with a password
+_NUMBERED = rb"[ \t]*(?:[0-9]+(?:\xe2\x86\x92|\t)[ \t]*)?"
+_ONE_LINE = re2.compile(
+    rb"(?m)^"
+    + _NUMBERED
+    + rb"(?:[^\s:]+:(?:[0-9]{1,5}|\*):|[\w.@-]{1,64}:(?:\$apr1\$|\$2[abxy]\$|\{SHA\}|\$[156]\$|\$y\$)"
+    rb"|(?:\[[\w.-]+\](?::[0-9]+)?|[\w.-]+:[0-9]+)[ \t]+[^\s:]+:)|://[^\s:/@'\"<>]*:[^\s'\"<>]+@"
+)
+_SECTIONS = (
+    b'"github-oauth"',
+    b'"gitlab-oauth"',
+    b'"gitlab-token"',
+    b'"bitbucket-oauth"',
+    b"<apikeys>",
+    b"stringData:",
+)
+_MARKERS = re2.compile(b"|".join(re2.escape(m) for m in (*KEY_FILE_NAMES, *_SECTIONS)))
+# a line longer than this (a JSONL record, minified code) is read around each keyword only
+_LONG_LINE = 4_096
+_BEFORE, _AFTER = 512, 1_024
+
+
+def _decode(raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError:
+        return raw.decode("latin-1")  # one character per byte: the offsets are the bytes'
+
+
+def _to_bytes(text: str, raw: bytes, base: int, spans: Iterable[Span]) -> list[Span]:
+    """str spans of text (the decoding of raw, at byte base) as byte spans of the whole data."""
+    if len(text) == len(raw):
+        return [(k, base + s, base + e) for k, s, e in spans]
+    size = lambda t: len(t.encode("utf-8", "surrogatepass"))  # noqa: E731
+    return [(k, base + size(text[:s]), base + size(text[:e])) for k, s, e in spans]
+
+
+def _windows(data: bytes, starts: Iterable[int]) -> list[tuple[int, int, bool]]:
+    """(start, end, whole line) of the line around each position; a long line's part around it."""
+    out: list[tuple[int, int, bool]] = []
+    for at in starts:
+        if out and at < out[-1][1]:
+            continue
+        start = data.rfind(b"\n", 0, at) + 1
+        end = data.find(b"\n", at)
+        end = len(data) if end < 0 else end
+        whole = end - start <= _LONG_LINE
+        if not whole:
+            start, end = max(start, at - _BEFORE), min(end, at + _AFTER)
+            while start < at and data[start] & 0xC0 == 0x80:
+                start += 1  # not inside a character
+            while end < len(data) and data[end] & 0xC0 == 0x80:
+                end += 1
+        if out and start < out[-1][1]:
+            out[-1] = (out[-1][0], max(end, out[-1][1]), out[-1][2] and whole)
+        else:
+            out.append((start, end, whole))
+    return out
+
+
+def _scan(
+    data: bytes, windows: list[tuple[int, int, bool]], read: Callable[[str, bool], Iterable[Span]]
+) -> list[Span]:
+    found: list[Span] = []
+    for start, end, whole in windows:
+        raw = data[start:end]
+        text = _decode(raw)
+        spans = list(read(text, whole))
+        if spans:
+            found += _to_bytes(text, raw, start, spans)
+    return found
+
+
+def _keyword_line(text: str, whole: bool) -> Iterable[Span]:
+    yield from line_pairs(text, line_start=whole)
+    if whole:
+        yield from spaced_pairs(text)
+    if "<" in text:
+        yield from element_spans(text)
+    if "_auth" in text or "_password" in text:
+        yield from npmrc_spans(text)
+
+
+def config_spans(data: bytes) -> list[Span]:
+    """(kind, start, end) byte spans of every credential in a config position, sorted, disjoint."""
+    found: list[Span] = []
+    hits = [m.start() for m in _KEYWORD.finditer(data)]
+    if hits:
+        found += _scan(data, _windows(data, hits), _keyword_line)
+    ones = [m.start() for m in _ONE_LINE.finditer(data)] if b":" in data else []
+    if ones:
+        found += _scan(data, _windows(data, ones), lambda text, whole: line_spans(text))
+    marked = _MARKERS.search(data) is not None if hits else False
+    if marked and any(name in data for name in KEY_FILE_NAMES):
+        found += key_file_spans(data, _decode)
+    if marked and any(marker in data for marker in _SECTIONS):
+        text = _decode(data)
+        found += _to_bytes(text, data, 0, section_spans(text))
+    return _disjoint(found)
+
+
+def config_text_spans(text: str) -> list[Span]:
+    """config_spans of a str, in str offsets (for tests and tools)."""
+    data = text.encode("utf-8", "surrogatepass")
+    spans = config_spans(data)
+    return [(k, len(_decode(data[:s])), len(_decode(data[:e]))) for k, s, e in spans]
+
+
+def _disjoint(spans: list[Span]) -> list[Span]:
+    """spans sorted, overlapping ones merged (the first one's kind)."""
+    out: list[Span] = []
+    for kind, start, end in sorted((s for s in spans if s[2] > s[1]), key=lambda s: (s[1], -s[2])):
+        if out and start < out[-1][2]:
+            if end > out[-1][2]:
+                out[-1] = (out[-1][0], out[-1][1], end)
+            continue
+        out.append((kind, start, end))
+    return out
+
+
+def merged(spans: list[Span], configs: list[Span]) -> list[Span]:
+    """The scanner's spans with the config spans added: one that overlaps others takes them in
+    (the whole value where a pattern stopped short), sorted and disjoint."""
+    return _disjoint(spans + configs) if configs else spans

@@ -1,0 +1,319 @@
+"""Which configuration keys hold credentials, and which values in them are only stand-ins.
+
+A key is split into words (`AUTH0_CLIENT_SECRET`, `clientSecret`, `client-key-data`). Its last word
+says what the value is: `password`, `secret`, `token`, `salt`, `key`, `auth` and their compounds
+(`dbpassword`, `authToken`) hold a credential; `KEY_ID`, `TOKEN_URL`, `SECRET_FILE`, `*_PATH`
+and public keys name something about one. Encoding suffixes (`_B64`, `-data`, `_base64`) and
+Rails' `secret_key_base` are read through.
+
+Values (`spared`): only a visible reference or placeholder is left, and an empty value. A weak
+real password (`admin`, `irc_pass`, `changeme`) is a secret. `changeme` is kept a secret on
+purpose: products ship it as a working default (Elasticsearch's `elastic:changeme`), and a
+default left in a config file is a live credential.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+from worker.compaction.shapes import looks_random
+from worker.redaction.keywords import key_words
+from worker.redaction.positions import is_reference
+
+_PASSWORD = frozenset(["password", "passwd", "pass", "pwd", "passphrase", "passw", "pw", "pword"])
+_SECRET = frozenset(["secret", "salt", "secretkey", "clientsecret", "masterkey"])
+_TOKEN = frozenset(["token", "accesstoken", "refreshtoken", "authtoken", "apitoken", "identitytoken"])
+_API_KEY = frozenset(["apikey", "accesskey", "authkey", "licensekey", "appkey", "signingkey"])
+_PRIVATE = frozenset(["privatekey", "encryptionkey", "accountkey", "sharedaccesskey", "clientkey"])
+_CREDENTIAL = frozenset(["credential", "credentials", "cred", "creds"])
+# compounds written as one word: `dbpassword`, `smtppasswd`, `clientsecret`, `jwtsecret`
+_TAILS = (
+    ("password", "password"),
+    ("requirepass", "password"),
+    ("masterauth", "password"),
+    ("rootpw", "password"),
+    ("bindpw", "password"),
+    ("passwd", "password"),
+    ("passphrase", "password"),
+    ("secret", "secret"),
+    ("token", "token"),
+    ("apikey", "api_key"),
+)
+# words after the credential that say how it is written, not what it is
+_ENCODING = frozenset(["data", "b64", "base64", "enc", "encoded", "value", "plain", "plaintext", "cleartext"])
+# `sort_key`, `primary_key`: keys of maps and tables
+_NOT_CREDENTIAL_KEY = frozenset(
+    [
+        "cache",
+        "sort",
+        "partition",
+        "primary",
+        "foreign",
+        "idempotency",
+        "lookup",
+        "dedup",
+        "object",
+        "row",
+        "map",
+        "hot",
+        "shortcut",
+        "dict",
+        "group",
+        "unique",
+        "composite",
+        "routing",
+        "join",
+        "index",
+        "hash",
+        "range",
+        "storage",
+        "keyboard",
+        "translation",
+        "i18n",
+        "message",
+        "react",
+        "list",
+        "dedupe",
+        "event",
+        "metric",
+        "field",
+        "column",
+        "attribute",
+        "attr",
+        "label",
+        "state",
+        "query",
+        "item",
+        "record",
+        "entity",
+        "local",
+        "redis",
+        "s3",
+        "cursor",
+        "config",
+        "setting",
+        "env",
+        "prop",
+        "property",
+        "header",
+        "param",
+    ]
+)
+# `next_token`, `bos_token`, `page_token`: not credentials (pagination, a model's special tokens)
+_NOT_CREDENTIAL_TOKEN = frozenset(
+    [
+        "next",
+        "page",
+        "continuation",
+        "pagination",
+        "bos",
+        "eos",
+        "pad",
+        "unk",
+        "sep",
+        "cls",
+        "mask",
+        "stop",
+        "max",
+    ]
+)
+# words before `key` that make it a credential in any spelling
+_KEY_QUALIFIERS = frozenset(
+    [
+        "secret",
+        "api",
+        "access",
+        "master",
+        "encryption",
+        "license",
+        "auth",
+        "app",
+        "account",
+        "shared",
+        "session",
+        "hmac",
+        "jwt",
+        "webhook",
+        "admin",
+        "service",
+        "server",
+        "consumer",
+        "crypt",
+        "cipher",
+        "aes",
+        "fernet",
+        "storage",
+        "subscription",
+        "write",
+        "read",
+        "ingest",
+        "sdk",
+        "dev",
+        "prod",
+        "live",
+        "test",
+        "mail",
+        "smtp",
+        "sendgrid",
+        "stripe",
+        "openai",
+        "anthropic",
+        "google",
+        "maps",
+        "firebase",
+        "x",
+        "decryption",
+        "validation",
+        "machine",
+        "preshared",
+        "wireguard",
+        "host",
+        "user",
+        "root",
+        "repo",
+        "registry",
+        "cloud",
+    ]
+)
+_PUBLIC = frozenset(["public", "publishable", "pub", "pubkey", "verify", "verification", "known"])
+
+
+@lru_cache(maxsize=8192)
+def credential_kind(key: str) -> tuple[str, bool] | None:
+    """(kind, strong) when a config key names a credential, else None. strong: any value but a
+    reference is one; weak (a bare `key`, `auth`): the value must also look random."""
+    words = key_words(key)
+    if not words or any(w in _PUBLIC for w in words):
+        return None
+    while len(words) > 1 and words[-1] in _ENCODING:
+        words = words[:-1]
+    if len(words) > 2 and words[-1] == "base" and words[-2] == "key":  # Rails' secret_key_base
+        words = words[:-1]
+    last, before = words[-1], words[-2] if len(words) > 1 else ""
+    if words[0] == "existing" or (
+        last == "key" and before in ("password", "passwd", "token", "username", "user")
+    ):
+        return None  # `existingSecret`, `adminPasswordKey`: the name of a stored secret, or of its key
+    if last in _PASSWORD:
+        return "password", True
+    if last in _TOKEN:
+        return None if before in _NOT_CREDENTIAL_TOKEN else ("token", True)  # type: ignore[return-value]
+    if last in _SECRET:
+        return "secret", True
+    if last in _API_KEY:
+        return "api_key", True
+    if last in _PRIVATE:
+        # kind `key`, not `private_key`: seams.py reads a `private_key` placeholder's rest as PEM or
+        # WireGuard key material, and a config's private key is any string
+        return "key", True
+    if last in _CREDENTIAL:
+        return "credential", True
+    if last == "key":
+        if not before:
+            return "key", False
+        if before in _NOT_CREDENTIAL_KEY:
+            return None
+        if before in ("private", "client", "ssh", "deploy", "signing"):
+            return "key", True
+        # `STRIPE_KEY=`, `secret_key`, `api-key`: a key; `cursor_key`, `has_more_key`: code's map keys,
+        # a key only when the value looks like one
+        return "key", key.isupper() or before in _KEY_QUALIFIERS
+    if last == "auth":
+        return "credential", False
+    if last.endswith("pass") and 4 < len(last) <= 14 and last not in _NOT_PASS:
+        return "password", True  # `controlpass`, `rootpass`, `smtppass`
+    for tail, kind in _TAILS:
+        if last.endswith(tail) and (
+            len(last) > len(tail) or tail in ("requirepass", "masterauth", "rootpw", "bindpw")
+        ):
+            return kind, True
+    return None
+
+
+_NOT_PASS = frozenset(
+    ["bypass", "compass", "surpass", "trespass", "overpass", "underpass", "impass", "firstpass"]
+)
+# values that are a mode or a switch, not a credential (`auth: none`, `credentials: include`,
+# `id-token: write`, nsswitch's `passwd: files systemd`)
+_ENUM = frozenset(
+    [
+        "true",
+        "false",
+        "yes",
+        "no",
+        "on",
+        "off",
+        "null",
+        "nil",
+        "none",
+        "undefined",
+        "~",
+        "required",
+        "optional",
+        "read",
+        "write",
+        "enabled",
+        "disabled",
+        "include",
+        "omit",
+        "same-origin",
+        "files",
+        "compat",
+        "systemd",
+        "sss",
+        "ldap",
+        "nis",
+        "winbind",
+        "db",
+        "string",
+        "str",
+        "bytes",
+        "object",
+        "boolean",
+        "bool",
+        "int",
+        "number",
+    ]
+)
+# single words `is_reference` reads as made up that config files use as real passwords
+_WEAK = frozenset(["example", "sample", "dummy", "fake", "test", "secret", "password"])
+# a vendor token's shape filled with a mask (`npm_xxxxxxxxxxx`, `xoxb-000…-xxxxxxxx`): a placeholder
+_MASK = re.compile(r"[xX]{6,}|\*{4,}|#{4,}|\u2022{3,}")
+# a command whose output is the value (`\`pass show mail\``, `$(vault read …)`)
+_COMMAND = re.compile(r"^`[^`]*`$|^\$\(.*\)$")
+# the sample values config templates ship: WordPress' `put your unique phrase here`
+_PHRASE = re.compile(
+    r"(?i)(?:\b(?:your|put|insert|enter|change)\b.*\b(?:here|phrase|value|key|password|secret|token)\b)"
+)
+_PUBLIC_VALUE = re.compile(
+    r"^(?:ssh-(?:rsa|ed25519|dss)|ecdsa-sha2-|sk-ssh-|-----BEGIN (?:PUBLIC KEY|CERTIFICATE|SSH2 PUBLIC))"
+)
+# resource names (`arn:aws:iam::…:policy/ReadOnlyPassword`, `urn:…`) and regular expressions
+_RESOURCE = re.compile(r"^(?:arn:aws[\w-]*|urn):[\w-]+:")
+_REGEX = re.compile(r"\(\?[:=!<]|\[[^\]\s]*\w-\w[^\]\s]*\](?:[*+?]|\{\d)|\\[dwsSbB][*+?{]|\{\d+,\d*\}")
+_PATH = re.compile(r"^(?:/|~/|\./|\.\./|[A-Za-z]:\\|file:)")
+
+
+def spared(value: str, kind: str, strong: bool) -> bool:
+    """Whether a value in a credential position is only a stand-in (or empty): a reference
+    (`${VAR}`, `$VAR`, `%(name)s`, `{{ x }}`, `<password>`), a mask (`****`, `xxxx`), a sample
+    phrase, a mode word (`true`, `none`), a file path, a public key. Anything else is a secret."""
+    v = value.strip()
+    if "${" in v or "#{" in v or "{{" in v:
+        return True  # a template: `"#{visibility}_cursor"`, `"prefix-${ENV}"`
+    weak = v.lower() in _WEAK  # `POSTGRES_PASSWORD: example` (the postgres image's docs): a working password
+    if not v or (is_reference(v) and not weak) or _COMMAND.match(v) or _MASK.search(v):
+        return True
+    low = v.lower()
+    if low in _ENUM or all(w in _ENUM for w in low.split()):
+        return True
+    if " " in v and _PHRASE.search(v) is not None:
+        return True
+    if _PUBLIC_VALUE.match(v) or _PATH.match(v) or _RESOURCE.match(v) or _REGEX.search(v):
+        return True
+    if v.isdigit() and (len(v) < 4 or (kind != "password" and len(v) < 8)):
+        return True  # a count, a port, a bcrypt cost
+    if not strong:
+        return " " in v or not looks_random(v, min_len=8, min_bits=2.5)
+    return False

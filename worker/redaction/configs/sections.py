@@ -1,0 +1,64 @@
+"""Sections whose every entry is a credential, whatever the entries are called.
+
+    composer auth.json   "github-oauth": { "github.com": "<token>" }   "gitlab-token": { … }
+    NuGet.Config         <apikeys> <add key="https://www.nuget.org/api/v2/package" value="<key>" /> </apikeys>
+    Kubernetes Secret    stringData:  (its entries, any names)
+
+The entries' names are hosts or arbitrary; the section's name says what they hold.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from worker.redaction.configs.names import spared
+
+Span = tuple[str, int, int]
+
+_JSON_SECTION = re.compile(
+    r"\"(?:github-oauth|gitlab-oauth|gitlab-token|bitbucket-oauth|bearer|apikeys|tokens|secrets|passwords)\"\s*:\s*\{([^{}]*)\}"
+)
+_STRING_ENTRY = re.compile(r"\"[^\"\n]+\"\s*:\s*\"([^\"\n]*)\"")
+_XML_SECTION = re.compile(r"(?is)<(apikeys|secrets|passwords|tokens)>(.*?)</\1>")
+_VALUE_ATTR = re.compile(r"\bvalue\s*=\s*\"([^\"]*)\"")
+_STRING_DATA = re.compile(r"(?m)^([ \t]*)stringData:[ \t]*$")
+_YAML_ENTRY = re.compile(
+    r"[ \t]+[\"']?[\w.-]+[\"']?:[ \t]+(?:\"([^\"\n]*)\"|'([^'\n]*)'|([^\s#|>][^\n]*?))[ \t]*$"
+)
+
+
+def section_spans(text: str) -> Iterator[Span]:
+    """The values of every entry of a credential section."""
+    if "{" in text:
+        for m in _JSON_SECTION.finditer(text):
+            for e in _STRING_ENTRY.finditer(m.group(1)):
+                if not spared(e.group(1), "token", True):
+                    yield "token", m.start(1) + e.start(1), m.start(1) + e.end(1)
+    if "</" in text:
+        for m in _XML_SECTION.finditer(text):
+            for e in _VALUE_ATTR.finditer(m.group(2)):
+                if not spared(e.group(1), "api_key", True):
+                    yield "api_key", m.start(2) + e.start(1), m.start(2) + e.end(1)
+    if "stringData:" in text and "Secret" in text:
+        yield from _string_data(text)
+
+
+def _string_data(text: str) -> Iterator[Span]:
+    """The entries under a Kubernetes Secret's `stringData:` (plain-text secrets)."""
+    for section in _STRING_DATA.finditer(text):
+        indent = len(section.group(1))
+        pos = section.end() + 1
+        while pos < len(text):
+            end = text.find("\n", pos)
+            end = len(text) if end < 0 else end
+            line = text[pos:end]
+            depth = len(line) - len(line.lstrip())
+            if line.strip() and depth <= indent:
+                break
+            m = _YAML_ENTRY.fullmatch(line)
+            if m is not None:
+                group = next(g for g in (1, 2, 3) if m.group(g) is not None)
+                if not spared(m.group(group), "secret", True):
+                    yield "secret", pos + m.start(group), pos + m.end(group)
+            pos = end + 1
