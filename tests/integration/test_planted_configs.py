@@ -15,7 +15,7 @@ import structlog
 import tests.integration.test_planted_secrets as planted
 from ops.bench.configs import ConfigFile, load
 from tests.fakes.messages_api import FakeMessagesAPI
-from worker import jobs
+from worker.flows import compact as jobs
 
 pytestmark = pytest.mark.services
 

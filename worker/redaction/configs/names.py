@@ -17,9 +17,9 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from worker.compaction.shapes import looks_random
 from worker.redaction.keywords import key_words
 from worker.redaction.positions import is_reference
+from worker.redaction.shapes import looks_random
 
 _PASSWORD = frozenset(["password", "passwd", "pass", "pwd", "passphrase", "passw", "pw", "pword"])
 _SECRET = frozenset(["secret", "salt", "secretkey", "clientsecret", "masterkey"])

@@ -22,8 +22,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from worker.compaction.shapes import is_code
 from worker.redaction.configs.names import credential_kind, spared
+from worker.redaction.shapes import is_code
 
 Span = tuple[str, int, int]  # (kind, start, end) in str offsets of the text
 
