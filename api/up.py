@@ -20,6 +20,8 @@ import urllib.request
 from pathlib import Path
 from types import FrameType
 
+import structlog
+
 from worker.logs import configure_logging
 from worker.resources import engine_for, redaction_key
 from worker.settings import Settings
@@ -27,6 +29,7 @@ from worker.store.db import migrate
 from worker.store.tenants import ensure_tenant
 
 STOP_SECONDS = 15.0
+log = structlog.get_logger("compactd.up")
 
 
 def _die_with_parent() -> None:
@@ -108,6 +111,7 @@ def child_env(settings: Settings, *, terminal: bool) -> dict[str, str]:
 
 
 def up(settings: Settings) -> int:
+    started = time.monotonic()
     # the API child binds the port later: a busy one should stop us before anything starts
     listen(settings.host, settings.port).close()
     configure_logging(settings.log_level, fmt=settings.log_format)
@@ -118,6 +122,7 @@ def up(settings: Settings) -> int:
     migrate(engine)
     key = ensure_tenant(engine, settings.default_tenant, settings.default_api_key)
     engine.dispose()
+    log.info("up.migrated", seconds=round(time.monotonic() - started, 2))
 
     stopping = False
 
@@ -141,15 +146,16 @@ def up(settings: Settings) -> int:
     children = {
         "api": _spawn([*py, "api", "--host", settings.host, "--port", str(settings.port)], env),
         "worker": _spawn([*py, "worker", "--quiet", "--ready-file", str(ready_file)], env),
-        "beat": _spawn([*py, "beat", "--quiet"], env),
     }
     url = f"http://{settings.host}:{settings.port}"
     code = 0
-    started = time.monotonic()
     try:
-        if not _wait_ready(url, ready_file, children, lambda: stopping):
+        if not _wait_ready(url, ready_file, children, lambda: stopping, started):
             code = 1
         else:
+            # beat only sends periodic tasks (the first sweep is a minute away): started once the
+            # API and worker are up, it does not compete with them for the CPU while they start
+            children["beat"] = _spawn([*py, "beat", "--quiet"], env)
             quiet = terminal and "COMPACTD_LOG_LEVEL" not in os.environ
             print(
                 summary(
@@ -179,11 +185,16 @@ def up(settings: Settings) -> int:
 
 
 def _wait_ready(
-    url: str, ready_file: Path, children: dict[str, subprocess.Popen[bytes]], stopping: object
+    url: str,
+    ready_file: Path,
+    children: dict[str, subprocess.Popen[bytes]],
+    stopping: object,
+    started: float,
 ) -> bool:
-    """True once the API answers /healthz and the worker has said it is ready."""
+    """True once the API answers /healthz and the worker has said it is ready (each logged with
+    the seconds since `compactd up` began: where a start-up goes)."""
     deadline = time.monotonic() + 90
-    api_up = False
+    api_up = worker_up = False
     while time.monotonic() < deadline and not stopping():  # type: ignore[operator]
         if any(p.poll() is not None for p in children.values()):
             print("compactd: a process failed to start", file=sys.stderr)
@@ -194,7 +205,12 @@ def _wait_ready(
                     api_up = r.status == 200
             except OSError:
                 pass
-        if api_up and ready_file.exists():
+            if api_up:
+                log.info("up.api_ready", seconds=round(time.monotonic() - started, 2))
+        if not worker_up and ready_file.exists():
+            worker_up = True
+            log.info("up.worker_ready", seconds=round(time.monotonic() - started, 2))
+        if api_up and worker_up:
             return True
         time.sleep(0.05)
     return False
