@@ -56,4 +56,6 @@ def test_every_setting_is_in_the_docs_and_nothing_else() -> None:
 def test_the_docs_state_each_default(name: str) -> None:
     """Each setting's documented default is its default in Settings."""
     cell = documented().get(name.upper(), "")
-    assert matches(cell, Settings.model_fields[name].default), f"{name.upper()}: docs/configuration.md says {cell!r}"
+    assert matches(cell, Settings.model_fields[name].default), (
+        f"{name.upper()}: docs/configuration.md says {cell!r}"
+    )
