@@ -88,7 +88,8 @@ def resources() -> Resources:
 
 @setup_logging.connect
 def _logging(**_: Any) -> None:
-    configure_logging((_settings or Settings()).log_level)
+    settings = _settings or Settings()
+    configure_logging(settings.log_level, fmt=settings.log_format)
 
 
 @worker_process_init.connect

@@ -8,11 +8,16 @@ import sys
 import structlog
 
 
-def configure_logging(level: str = "INFO", *, json: bool | None = None) -> None:
-    """Call once per process. JSON unless stderr is a TTY (then a console renderer)."""
-    use_json = (not sys.stderr.isatty()) if json is None else json
+def use_json(fmt: str = "auto", *, tty: bool) -> bool:
+    """JSON lines unless asked for console, or "auto" on a terminal (then human-readable lines)."""
+    return fmt == "json" or (fmt == "auto" and not tty)
+
+
+def configure_logging(level: str = "INFO", *, fmt: str = "auto") -> None:
+    """Call once per process. `fmt`: "auto" (console on a TTY, else JSON), "console" or "json"."""
+    as_json = use_json(fmt, tty=sys.stderr.isatty())
     renderer: structlog.types.Processor = (
-        structlog.processors.JSONRenderer() if use_json else structlog.dev.ConsoleRenderer(colors=False)
+        structlog.processors.JSONRenderer() if as_json else structlog.dev.ConsoleRenderer(colors=False)
     )
     shared: list[structlog.types.Processor] = [
         structlog.contextvars.merge_contextvars,

@@ -69,10 +69,16 @@ def applicable(publishes: Sequence[Publish], seq: int) -> Publish | None:
     return best
 
 
-def per_turn(turns: Sequence[TurnRow], publishes: Sequence[Publish]) -> list[dict[str, Any]]:
-    """Per turn: its tokens, the uncompacted history so far, and the prompt served after it.
+def per_turn(
+    turns: Sequence[TurnRow], publishes: Sequence[Publish], budget_tokens: int | None = None
+) -> list[dict[str, Any]]:
+    """Per turn: its tokens, the uncompacted history so far, and the prompt a fetch right after it
+    would have served.
 
-    Before any snapshot the prompt is the turns themselves. Linear in turns + publishes.
+    `pressure_tokens` is the newest snapshot plus the turns since (before any snapshot, the turns
+    themselves). A fetch never serves more than the budget: past it (the worker had not caught up,
+    e.g. during an import) it falls back to the prepared summary or a fit, so `prompt_tokens` is
+    capped at `budget_tokens` and `fallback` says the pressure was over it. Linear in turns + publishes.
     """
     ordered = sorted(publishes, key=lambda p: (p.through_seq, p.epoch))
     out: list[dict[str, Any]] = []
@@ -88,14 +94,17 @@ def per_turn(turns: Sequence[TurnRow], publishes: Sequence[Publish]) -> list[dic
             if best is None or (p.epoch, p.through_seq) > (best.epoch, best.through_seq):
                 best = p
             i += 1
-        prompt = raw if best is None else best.tokens + raw - raw_at.get(best.through_seq, 0)
+        pressure = raw if best is None else best.tokens + raw - raw_at.get(best.through_seq, 0)
+        over = budget_tokens is not None and pressure > budget_tokens
         out.append(
             {
                 "seq": t.seq,
                 "role": t.role,
                 "tokens": t.tokens,
                 "raw_tokens": raw,
-                "prompt_tokens": prompt,
+                "prompt_tokens": budget_tokens if over else pressure,
+                "pressure_tokens": pressure,
+                "fallback": over,
                 "epoch": best.epoch if best else 0,
             }
         )
@@ -125,7 +134,7 @@ def session_stats(
     redactions: dict[str, int],
 ) -> dict[str, Any]:
     """Everything GET /v1/sessions/{sid}/stats answers, from plain rows."""
-    curve = per_turn(turns, publishes)
+    curve = per_turn(turns, publishes, budget_tokens)
     raw = curve[-1]["raw_tokens"] if curve else 0
     served = curve[-1]["prompt_tokens"] if curve else 0
     return {
@@ -138,6 +147,7 @@ def session_stats(
         # how many times smaller the served prompt is than the history it stands for
         "compaction_ratio": round(raw / served, 2) if served else 1.0,
         "per_turn": curve,
+        "fallback_turns": sum(1 for p in curve if p["fallback"]),
         "epochs": epoch_marks(publishes),
         "memory_items": memory_items,
         "files": [{"ref": f.ref, "kind": f.kind, "lines": f.lines, "reads": list(f.reads)} for f in files],

@@ -86,12 +86,21 @@ class Settings(BaseSettings):
     rate_limit_per_second: float = 0.0
     rate_limit_burst: int = 100
     log_level: str = "INFO"
+    # "auto": human-readable lines on a terminal, JSON lines otherwise; or "console" / "json"
+    log_format: str = "auto"
 
     @field_validator("redaction")
     @classmethod
     def _redaction(cls, value: str) -> str:
         if value not in ("standard", "strict"):
             raise ValueError(f"REDACTION must be 'standard' or 'strict', not {value!r}")
+        return value
+
+    @field_validator("log_format")
+    @classmethod
+    def _log_format(cls, value: str) -> str:
+        if value not in ("auto", "console", "json"):
+            raise ValueError(f"LOG_FORMAT must be 'auto', 'console' or 'json', not {value!r}")
         return value
 
     @field_validator("memory_prune_at")

@@ -7,6 +7,7 @@ import sys
 import warnings
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from api.cli import offline, stats, transfer
@@ -51,11 +52,15 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument(
         "--pool", default="prefork", help="Celery pool: prefork, solo or threads (default prefork)"
     )
+    w.add_argument("--quiet", action="store_true", help="no start-up banner (compactd up passes it)")
+    w.add_argument("--ready-file", type=Path, default=None, help="touch this file once the worker is ready")
     w.set_defaults(func=run_worker)
     sub.add_parser(
         "prewarm", help="compile Kingfisher's secret rules into COMPACTD_RULE_CACHE_DIR (install/start-up)"
     ).set_defaults(func=run_prewarm)
-    sub.add_parser("beat", help="run Celery beat (exactly one per deployment)").set_defaults(func=run_beat)
+    b = sub.add_parser("beat", help="run Celery beat (exactly one per deployment)")
+    b.add_argument("--quiet", action="store_true", help="no start-up banner (compactd up passes it)")
+    b.set_defaults(func=run_beat)
     p = sub.add_parser(
         "prune", help="prune every session's working memory once, now (what beat does nightly)"
     )
@@ -204,8 +209,11 @@ def run_worker(args: argparse.Namespace) -> int:
     app = _celery(settings)
     _shorten_superuser_warning()
     concurrency = args.concurrency or settings.worker_concurrency
+    if args.ready_file is not None:
+        _touch_when_ready(args.ready_file)
     app.worker_main(
         [
+            *(["--quiet"] if args.quiet else []),
             "worker",
             "-Q",
             settings.queue,
@@ -217,6 +225,16 @@ def run_worker(args: argparse.Namespace) -> int:
         ]
     )
     return 0
+
+
+def _touch_when_ready(path: Path) -> None:
+    """Create `path` when Celery says the worker consumes (how `compactd up` knows it is ready)."""
+    from celery.signals import worker_ready
+
+    def touch(**_: object) -> None:
+        path.touch()
+
+    worker_ready.connect(touch, weak=False)
 
 
 def _shorten_superuser_warning() -> None:
@@ -256,7 +274,12 @@ def run_beat(args: argparse.Namespace) -> int:
     settings.var_dir.mkdir(parents=True, exist_ok=True)
     app = _celery(settings)
     app.start(
-        ["beat", f"--schedule={settings.var_dir / 'celerybeat-schedule'}", f"--loglevel={settings.log_level}"]
+        [
+            *(["--quiet"] if args.quiet else []),
+            "beat",
+            f"--schedule={settings.var_dir / 'celerybeat-schedule'}",
+            f"--loglevel={settings.log_level}",
+        ]
     )
     return 0
 

@@ -224,9 +224,25 @@ def _files_line(written: int, out: Path, replaced: int) -> str:
     return line + (f" (replacing {replaced} from an earlier run)" if replaced else "")
 
 
+PLOT_MISSING = (
+    "compactd: --plot needs matplotlib, an optional extra: `uv sync --extra plot` in a checkout "
+    "(or `pip install 'compactd[plot]'`)"
+)
+
+
+def _require_matplotlib() -> None:
+    """Stop before a long replay, in one line saying how to install it, when matplotlib is missing."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise SystemExit(PLOT_MISSING) from None
+
+
 def run_replay(args: argparse.Namespace) -> int:
     from worker.flows.simulate import parse_pace, plot, replay
 
+    if args.plot:
+        _require_matplotlib()
     try:
         pace = parse_pace(args.pace)
     except ValueError as exc:

@@ -85,6 +85,13 @@ def sparkline(values: Sequence[float], width: int = 60, top: float | None = None
     return "".join(BARS[min(last, max(0, round(v / ceiling * last)))] for v in peaks)
 
 
+def _fallbacks(stats: dict[str, Any]) -> str:
+    n = sum(1 for p in stats["per_turn"] if p.get("fallback"))
+    if not n:
+        return "none (every turn's snapshot + new turns fit)"
+    return f"{n:,} (snapshot + new turns over the budget: a fetch then serves a fallback, never more)"
+
+
 def render_stats(stats: dict[str, Any], width: int = 60) -> str:
     """The numbers of GET /v1/sessions/{sid}/stats as aligned `name  value` lines, then the curve."""
     files = stats["files"]
@@ -97,6 +104,7 @@ def render_stats(stats: dict[str, Any], width: int = 60) -> str:
         ("turns", f"{stats['turns']:,}"),
         ("epoch", str(stats["epoch"])),
         ("served tokens", f"{stats['served_tokens']:,} of {stats['budget_tokens']:,} budget"),
+        ("fallback turns", _fallbacks(stats)),
         ("uncompacted tokens", f"{stats['raw_tokens']:,}"),
         ("compaction ratio", f"{stats['compaction_ratio']}x"),
         ("epochs", epochs),
@@ -108,10 +116,13 @@ def render_stats(stats: dict[str, Any], width: int = 60) -> str:
     lines = [f"{k.ljust(label)}  {v}" for k, v in rows]
     curve = [p["prompt_tokens"] for p in stats["per_turn"]]
     if curve:
-        top = max(max(curve), stats["budget_tokens"])
+        # what a fetch serves never passes the budget: the budget is the top of the scale
+        top = stats["budget_tokens"] or max(curve)
         lines.append("")
         lines.append(f"{'prompt/turn'.ljust(label)}  {sparkline(curve, width, top)}")
-        lines.append(f"{''.ljust(label)}  turns 1-{len(curve)}, 0 to {top:,} tokens (the budget or the peak)")
+        lines.append(
+            f"{''.ljust(label)}  served prompt, turns 1-{len(curve)}, 0 to {top:,} tokens (the budget)"
+        )
     for f in files:
         reads = ", ".join(f["reads"]) or "not read"
         lines.append(f"{'file'.ljust(label)}  {f['ref']} {f['kind']} {f['lines']:,} lines: {reads}")

@@ -47,6 +47,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="the session's window (default: the session's own, else COMPACTD_CONTEXT_WINDOW)",
     )
     i.add_argument(
+        "--model",
+        help="the session's model, which sets its window (default: the model the transcript records, "
+        "if it records one; --context-window wins)",
+    )
+    i.add_argument(
         "--chunk",
         type=int,
         default=CHUNK_MESSAGES,
@@ -65,6 +70,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         default="archive",
         help="archive: every stored turn, verbatim as stored (redacted), as {system, messages}; "
         "prompt: the prompt a fetch serves now, as {system, messages} (default archive)",
+    )
+    e.add_argument(
+        "--format",
+        dest="out_format",
+        choices=("json", "text"),
+        default="json",
+        help="json: {system, messages} (default; `compactd import` reads it back); "
+        "text: one block per turn, roles and tool calls spelled out, for reading",
     )
     e.add_argument("-o", "--output", type=Path, metavar="FILE", help="write to FILE (default: stdout)")
     _progress_option(e)
@@ -109,6 +122,16 @@ class Progress:
 
 def show_progress(args: argparse.Namespace) -> bool:
     return bool(args.progress) or sys.stderr.isatty()
+
+
+def _stage_printer(enabled: bool) -> Any:
+    """A function printing one `compactd import: …` line on stderr per step, when progress shows."""
+
+    def say(text: str) -> None:
+        if enabled:
+            print(f"compactd import: {text}", file=sys.stderr, flush=True)
+
+    return say
 
 
 def chunk_keys(data: bytes, format: str, chunk: int, count: int) -> list[str]:
@@ -165,6 +188,8 @@ def run_import(args: argparse.Namespace) -> int:
     command = "compactd import"
     if args.chunk < 1:
         raise SystemExit(f"{command}: --chunk must be at least 1")
+    say = _stage_printer(show_progress(args))
+    say(f"reading {args.file}")
     try:
         data = args.file.read_bytes()
         imported = load_transcript(data, format=args.format)
@@ -172,6 +197,12 @@ def run_import(args: argparse.Namespace) -> int:
         raise SystemExit(f"{command}: cannot import {args.file}: {exc}") from None
     if not imported.messages:
         raise SystemExit(f"{command}: {args.file} holds no messages")
+    model = args.model or imported.meta.get("model")
+    say(
+        f"{imported.format}, {len(imported.messages)} messages"
+        + (f", model {model}" + ("" if args.model else " (recorded)") if model else "")
+        + "; opening the store"
+    )
     parts = chunks(imported.messages, args.chunk)
     keys = chunk_keys(data, imported.format, args.chunk, len(parts))
     with _store(command) as res:
@@ -179,12 +210,14 @@ def run_import(args: argparse.Namespace) -> int:
         with CeleryEnqueue(res.settings, res) as enqueue:
             recorder = recorder_for(res.cache)  # /metrics counts an imported chunk as an append
             bar = Progress(f"import {args.file.name}", len(imported.messages), enabled=show_progress(args))
+            bar.advance(0)
             new, last = 0, None
             for i, (part, key) in enumerate(zip(parts, keys, strict=True)):
                 body = AppendRequest(
                     messages=part,
                     system=(imported.system or None) if i == 0 else None,
                     context_window=args.context_window if i == 0 else None,
+                    model=model if i == 0 else None,
                 )
                 try:
                     outcome = append_messages(
@@ -208,7 +241,8 @@ def run_import(args: argparse.Namespace) -> int:
     print(
         f"{args.file.name}: {imported.format}, {len(imported.messages)} messages into session "
         f"{args.session!r} of tenant {tenant_name!r}: {new} new turns"
-        f"{'' if new else ' (already imported)'}, version {last.version if last else 0}",
+        f"{'' if new else ' (already imported)'}, version {last.version if last else 0}"
+        + (f", a {last.context_window:,}-token window" if last and last.context_window else ""),
         file=sys.stderr,
     )
     return 0
@@ -234,7 +268,12 @@ def run_export(args: argparse.Namespace) -> int:
             bar = Progress(f"export {args.session}", row.version, enabled=show_progress(args))
             out = {"system": row.system, "messages": list(archive_messages(res.engine, row.id, bar))}
             bar.close()
-    payload = orjson.dumps(out) + b"\n"
+    if args.out_format == "text":
+        from api.readable import render_turns
+
+        payload = ("\n\n".join(render_turns(out["system"], out["messages"])) + "\n").encode()
+    else:
+        payload = orjson.dumps(out) + b"\n"
     if args.output:
         args.output.write_bytes(payload)
     else:

@@ -20,6 +20,8 @@ import urllib.request
 from pathlib import Path
 from types import FrameType
 
+import structlog
+
 from worker.logs import configure_logging
 from worker.resources import engine_for, redaction_key
 from worker.settings import Settings
@@ -27,6 +29,7 @@ from worker.store.db import migrate
 from worker.store.tenants import ensure_tenant
 
 STOP_SECONDS = 15.0
+log = structlog.get_logger("compactd.up")
 
 
 def _die_with_parent() -> None:
@@ -99,10 +102,19 @@ def listen(host: str, port: int) -> socket.socket:
         ) from None
 
 
+def child_env(settings: Settings, *, terminal: bool) -> dict[str, str]:
+    """The children's environment: on a terminal, warnings only unless a log level was asked for."""
+    env = dict(os.environ)
+    if terminal and "COMPACTD_LOG_LEVEL" not in env:
+        env["COMPACTD_LOG_LEVEL"] = "WARNING"
+    return env
+
+
 def up(settings: Settings) -> int:
+    started = time.monotonic()
     # the API child binds the port later: a busy one should stop us before anything starts
     listen(settings.host, settings.port).close()
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, fmt=settings.log_format)
     var_dir = Path(settings.var_dir)
     var_dir.mkdir(parents=True, exist_ok=True)
     redaction_key(settings)  # generated once, before the children read it
@@ -110,6 +122,7 @@ def up(settings: Settings) -> int:
     migrate(engine)
     key = ensure_tenant(engine, settings.default_tenant, settings.default_api_key)
     engine.dispose()
+    log.info("up.migrated", seconds=round(time.monotonic() - started, 2))
 
     stopping = False
 
@@ -120,7 +133,10 @@ def up(settings: Settings) -> int:
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
 
-    env = dict(os.environ)
+    terminal = sys.stdout.isatty()
+    env = child_env(settings, terminal=terminal)
+    ready_file = var_dir / "worker.ready"
+    ready_file.unlink(missing_ok=True)
     redis_proc = None
     redis_url = settings.redis_url
     if not redis_url:
@@ -129,16 +145,30 @@ def up(settings: Settings) -> int:
     py = [sys.executable, "-m", "api.cli.command"]
     children = {
         "api": _spawn([*py, "api", "--host", settings.host, "--port", str(settings.port)], env),
-        "worker": _spawn([*py, "worker"], env),
-        "beat": _spawn([*py, "beat"], env),
+        "worker": _spawn([*py, "worker", "--quiet", "--ready-file", str(ready_file)], env),
     }
     url = f"http://{settings.host}:{settings.port}"
     code = 0
     try:
-        if not _wait_healthy(url, children, lambda: stopping):
+        if not _wait_ready(url, ready_file, children, lambda: stopping, started):
             code = 1
         else:
-            _banner(settings, url, redis_url, redis_proc is not None, key)
+            # beat only sends periodic tasks (the first sweep is a minute away): started once the
+            # API and worker are up, it does not compete with them for the CPU while they start
+            children["beat"] = _spawn([*py, "beat", "--quiet"], env)
+            quiet = terminal and "COMPACTD_LOG_LEVEL" not in os.environ
+            print(
+                summary(
+                    settings,
+                    url,
+                    redis_url,
+                    redis_proc is not None,
+                    key,
+                    quiet=quiet,
+                    seconds=time.monotonic() - started,
+                ),
+                flush=True,
+            )
             while not stopping:
                 dead = [name for name, p in children.items() if p.poll() is not None]
                 if dead:
@@ -154,37 +184,72 @@ def up(settings: Settings) -> int:
     return code
 
 
-def _wait_healthy(url: str, children: dict[str, subprocess.Popen[bytes]], stopping: object) -> bool:
-    deadline = time.monotonic() + 60
+def _wait_ready(
+    url: str,
+    ready_file: Path,
+    children: dict[str, subprocess.Popen[bytes]],
+    stopping: object,
+    started: float,
+) -> bool:
+    """True once the API answers /healthz and the worker has said it is ready (each logged with
+    the seconds since `compactd up` began: where a start-up goes)."""
+    deadline = time.monotonic() + 90
+    api_up = worker_up = False
     while time.monotonic() < deadline and not stopping():  # type: ignore[operator]
         if any(p.poll() is not None for p in children.values()):
             print("compactd: a process failed to start", file=sys.stderr)
             return False
-        try:
-            with urllib.request.urlopen(url + "/healthz", timeout=1) as r:
-                if r.status == 200:
-                    return True
-        except OSError:
-            time.sleep(0.1)
+        if not api_up:
+            try:
+                with urllib.request.urlopen(url + "/healthz", timeout=1) as r:
+                    api_up = r.status == 200
+            except OSError:
+                pass
+            if api_up:
+                log.info("up.api_ready", seconds=round(time.monotonic() - started, 2))
+        if not worker_up and ready_file.exists():
+            worker_up = True
+            log.info("up.worker_ready", seconds=round(time.monotonic() - started, 2))
+        if api_up and worker_up:
+            return True
+        time.sleep(0.05)
     return False
 
 
-def _banner(settings: Settings, url: str, redis_url: str, embedded: bool, key: str | None) -> None:
+def summary(
+    settings: Settings,
+    url: str,
+    redis_url: str,
+    embedded: bool,
+    key: str | None,
+    *,
+    quiet: bool = False,
+    seconds: float | None = None,
+) -> str:
+    """The block `compactd up` prints last: where it listens, the key, the inspector, how to stop."""
+    shown = key or "<key>"
+    took = f" in {seconds:.1f} s" if seconds is not None else ""
     lines = [
-        f"compactd is up: API on {url} (OpenAPI at {url}/docs), worker and beat running",
-        f"  database: {settings.database_url}",
-        f"  redis:    {redis_url}{' (embedded, private to this run)' if embedded else ''}",
+        "",
+        f"compactd is ready{took}: API, worker and beat running",
+        f"  API:       {url}   (OpenAPI: {url}/docs)",
+        f"  inspector: {url}/ui   (paste the API key)",
     ]
     if key:
         lines.append(f"  API key of tenant {settings.default_tenant!r} (shown once, stored hashed): {key}")
     else:
         lines.append(
-            f"  API key of tenant {settings.default_tenant!r}: printed on first start;"
+            f"  API key:   printed on first start only;"
             f" `compactd tenant reset-key {settings.default_tenant}` prints a new one"
         )
-    lines.append(f"  try: curl -H 'Authorization: Bearer <key>' {url}/v1/sessions/demo/prompt")
-    lines.append("  stop: Ctrl-C")
-    print("\n".join(lines), flush=True)
+    lines += [
+        f"  try:       curl -H 'Authorization: Bearer {shown}' {url}/v1/sessions",
+        f"  data:      {settings.database_url}; redis {'embedded (' + redis_url + ')' if embedded else redis_url}",
+    ]
+    if quiet:
+        lines.append("  logs:      warnings only on this terminal (COMPACTD_LOG_LEVEL=INFO for more)")
+    lines.append("  stop:      Ctrl-C")
+    return "\n".join(lines)
 
 
 def _stop(procs: list[subprocess.Popen[bytes]]) -> None:

@@ -31,7 +31,7 @@ log = structlog.get_logger("compactd.api")
 def create_app(settings: Settings, *, enqueue: Enqueue | None = None, log_setup: bool = False) -> FastAPI:
     """The API. `enqueue(tenant, session pk, version)` schedules a compaction (default: Celery)."""
     if log_setup:
-        configure_logging(settings.log_level)
+        configure_logging(settings.log_level, fmt=settings.log_format)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -46,6 +46,9 @@ class PromptResponse(BaseModel):
     token_count: int
     budget_tokens: int
     fallback: str | None = None  # "pending" or "fit" when the published snapshot + tail would not fit
+    # the messages end with an assistant message (an imported history cut after the model's turn):
+    # the model is asked to continue it, which some models refuse; append the next user turn first
+    prefill: bool = False
 
 
 class Profile(BaseModel):

@@ -4,7 +4,10 @@
 "use strict";
 
 const KEY = "compactd-key";
-const COLORS = { served: "#1f6feb", raw: "#9aa4af", budget: "#d1242f", structural: "#8250df", summary: "#e16f24" };
+const COLORS = {
+  served: "#1f6feb", raw: "#d0d7de", pressure: "#6e7781", budget: "#d1242f", structural: "#8250df", summary: "#e16f24",
+};
+const HISTORY_PAGE = 15;
 const MARKER = /\[compactd: (clipped|offloaded|argument clipped|identical to)[^\]]*\]/g;
 const MARKER_CLASS = { "clipped": "clipped", "offloaded": "offloaded", "argument clipped": "argument", "identical to": "identical" };
 const REF = /\b([fh]_[0-9a-f]{16})\b/g;
@@ -67,6 +70,25 @@ function guard(fn) {
 
 const fmt = (n) => Number(n).toLocaleString("en-US");
 
+// "3 min ago" for a timestamp, with the local date and time in the tooltip (no microseconds)
+function ago(iso) {
+  const then = new Date(iso);
+  if (Number.isNaN(then.getTime())) return { text: String(iso), title: String(iso) };
+  const s = Math.max(0, (Date.now() - then.getTime()) / 1000);
+  const text = s < 45 ? "just now" : s < 3600 ? `${Math.round(s / 60)} min ago`
+    : s < 86400 ? `${Math.round(s / 3600)} h ago` : s < 86400 * 30 ? `${Math.round(s / 86400)} days ago`
+    : then.toLocaleDateString();
+  return { text, title: then.toLocaleString([], { dateStyle: "medium", timeStyle: "short" }) };
+}
+
+// Round axis steps: 1, 2, 2.5 or 5 times a power of ten, about `n` of them up to `max`.
+function niceStep(max, n) {
+  const raw = Math.max(max, 1) / n;
+  const p = 10 ** Math.floor(Math.log10(raw));
+  return [1, 2, 2.5, 5, 10].map((m) => m * p).find((st) => st >= raw);
+}
+const short = (v) => (v >= 1e6 ? `${+(v / 1e6).toFixed(2)}M` : v >= 1e3 ? `${+(v / 1e3).toFixed(1)}k` : String(v));
+
 async function loadSessions() {
   const q = new URLSearchParams({ limit: "25" });
   if (nextCursor) q.set("cursor", nextCursor);
@@ -76,7 +98,7 @@ async function loadSessions() {
     const row = el("tr", { class: "session-row", "data-sid": s.id },
       el("td", { text: s.id }), el("td", { class: "num", text: fmt(s.turns) }),
       el("td", { class: "num", text: s.epoch }), el("td", { class: "num", text: fmt(s.served_tokens) }),
-      el("td", { class: "num", text: fmt(s.raw_tokens) }), el("td", { text: s.last_activity }));
+      el("td", { class: "num", text: fmt(s.raw_tokens) }), el("td", ago(s.last_activity)));
     row.addEventListener("click", guard(() => openSession(s.id)));
     body.append(row);
   }
@@ -106,6 +128,7 @@ async function openSession(sid) {
 function renderSummary(s) {
   const items = [
     ["turns", fmt(s.turns)], ["epoch", s.epoch], ["served tokens", fmt(s.served_tokens)],
+    ["fallback turns", fmt(s.fallback_turns ?? 0)],
     ["uncompacted tokens", fmt(s.raw_tokens)], ["budget tokens", fmt(s.budget_tokens)],
     ["compaction ratio", s.compaction_ratio + "×"], ["memory items", s.memory_items],
     ["virtual files", `${s.files.length} (${s.files_read} read)`],
@@ -114,38 +137,64 @@ function renderSummary(s) {
   $("summary").replaceChildren(...items.flatMap(([k, v]) => [el("dt", { text: k }), el("dd", { text: String(v) })]));
 }
 
-// The chart: served prompt and uncompacted history per turn, the budget, epochs as vertical lines.
+// The chart, per turn: what a fetch right after it served (never above the budget), the
+// uncompacted history as a grey area, and, dotted, where snapshot + new turns were over the budget
+// (the worker had not caught up: a fetch then fell back, so that size was never served).
 function drawChart(canvas, s) {
   const ctx = canvas.getContext("2d");
-  const W = canvas.width, H = canvas.height, L = 64, R = 10, T = 10, B = 28;
+  const W = canvas.width, H = canvas.height, L = 56, R = 12, T = 22, B = 40;
   ctx.fillStyle = "#ffffff";
   ctx.fillRect(0, 0, W, H);
   const pts = s.per_turn;
   if (!pts.length) return;
-  const ymax = Math.max(1, s.budget_tokens, ...pts.map((p) => p.raw_tokens)) * 1.05;
+  const peak = Math.max(1, s.budget_tokens, ...pts.map((p) => Math.max(p.raw_tokens, p.pressure_tokens ?? 0)));
+  const ystep = niceStep(peak, 5);
+  const ymax = Math.ceil(peak / ystep) * ystep;
   const x0 = pts[0].seq, x1 = Math.max(pts[pts.length - 1].seq, x0 + 1);
   const x = (seq) => L + ((seq - x0) / (x1 - x0)) * (W - L - R);
   const y = (v) => H - B - (v / ymax) * (H - T - B);
-  ctx.strokeStyle = "#e4e6ea"; ctx.fillStyle = "#57606a"; ctx.font = "11px sans-serif"; ctx.lineWidth = 1;
-  for (let i = 0; i <= 4; i++) {
-    const v = (ymax / 4) * i;
-    ctx.beginPath(); ctx.moveTo(L, y(v)); ctx.lineTo(W - R, y(v)); ctx.stroke();
-    ctx.fillText(fmt(Math.round(v)), 2, y(v) + 4);
+  ctx.font = "11px sans-serif"; ctx.lineWidth = 1;
+  for (let v = 0; v <= ymax; v += ystep) {
+    ctx.strokeStyle = "#eaeef2"; ctx.beginPath(); ctx.moveTo(L, y(v)); ctx.lineTo(W - R, y(v)); ctx.stroke();
+    ctx.fillStyle = "#57606a"; ctx.textAlign = "right"; ctx.fillText(short(v), L - 6, y(v) + 4);
   }
-  ctx.fillText("turn " + x0, L, H - 8);
-  ctx.fillText("turn " + x1, W - R - 60, H - 8);
+  const xstep = Math.max(1, niceStep(x1 - x0, 10));
+  ctx.textAlign = "center";
+  for (let t = Math.ceil(x0 / xstep) * xstep; t <= x1; t += xstep) {
+    ctx.strokeStyle = "#8c959f"; ctx.beginPath(); ctx.moveTo(x(t), H - B); ctx.lineTo(x(t), H - B + 4); ctx.stroke();
+    ctx.fillText(String(t), x(t), H - B + 16);
+  }
+  ctx.fillText("turn", (L + W - R) / 2, H - 6);
+  // uncompacted history: an area, not a line, so it does not read as a prompt size
+  ctx.fillStyle = COLORS.raw; ctx.beginPath(); ctx.moveTo(x(pts[0].seq), y(0));
+  for (const p of pts) ctx.lineTo(x(p.seq), y(p.raw_tokens));
+  ctx.lineTo(x(pts[pts.length - 1].seq), y(0)); ctx.closePath(); ctx.fill();
+  let lastLabel = -Infinity;
   for (const e of s.epochs) {
-    ctx.strokeStyle = COLORS[e.kind] || COLORS.structural; ctx.lineWidth = 2;
+    ctx.strokeStyle = COLORS[e.kind] || COLORS.structural; ctx.lineWidth = 1.5;
     ctx.beginPath(); ctx.moveTo(x(e.at_turn), T); ctx.lineTo(x(e.at_turn), H - B); ctx.stroke();
+    if (x(e.at_turn) - lastLabel > 22) {
+      ctx.fillStyle = ctx.strokeStyle; ctx.fillText("e" + e.epoch, x(e.at_turn), T - 6);
+      lastLabel = x(e.at_turn);
+    }
   }
   ctx.setLineDash([6, 4]); ctx.strokeStyle = COLORS.budget; ctx.lineWidth = 1.5;
   ctx.beginPath(); ctx.moveTo(L, y(s.budget_tokens)); ctx.lineTo(W - R, y(s.budget_tokens)); ctx.stroke();
+  // over the budget before the worker caught up: dotted, thin, grey, never connected to the served line
+  ctx.setLineDash([2, 3]); ctx.strokeStyle = COLORS.pressure; ctx.lineWidth = 1;
+  ctx.beginPath();
+  pts.forEach((p, i) => {
+    const over = p.fallback, prev = i > 0 && pts[i - 1].fallback;
+    if (over && !prev) ctx.moveTo(x(p.seq), y(p.pressure_tokens));
+    else if (over) ctx.lineTo(x(p.seq), y(p.pressure_tokens));
+  });
+  ctx.stroke();
   ctx.setLineDash([]);
-  for (const [field, color, width] of [["raw_tokens", COLORS.raw, 2], ["prompt_tokens", COLORS.served, 3]]) {
-    ctx.strokeStyle = color; ctx.lineWidth = width; ctx.beginPath();
-    pts.forEach((p, i) => (i ? ctx.lineTo(x(p.seq), y(p[field])) : ctx.moveTo(x(p.seq), y(p[field]))));
-    ctx.stroke();
-  }
+  ctx.strokeStyle = COLORS.served; ctx.lineWidth = 2.5; ctx.beginPath();
+  pts.forEach((p, i) => (i ? ctx.lineTo(x(p.seq), y(p.prompt_tokens)) : ctx.moveTo(x(p.seq), y(p.prompt_tokens))));
+  ctx.stroke();
+  ctx.strokeStyle = "#8c959f"; ctx.lineWidth = 1;
+  ctx.beginPath(); ctx.moveTo(L, T); ctx.lineTo(L, H - B); ctx.lineTo(W - R, H - B); ctx.stroke();
 }
 
 // Text with refs turned into links that open the virtual file.
@@ -180,54 +229,124 @@ function marked(text) {
 
 function blockText(b) {
   if (b.type === "text") return b.text;
-  if (b.type === "tool_use") return `tool_use ${b.name} ${b.id}\n${JSON.stringify(b.input, null, 1)}`;
+  if (b.type === "tool_use") {
+    const args = Object.entries(b.input || {}).map(([k, v]) => `  ${k}: ${typeof v === "string" ? v : JSON.stringify(v)}`);
+    return [`→ ${b.name}   (${b.id})`, ...args].join("\n");
+  }
   if (b.type === "tool_result") {
     const c = typeof b.content === "string" ? b.content : (b.content || []).map(blockText).join("\n");
-    return `tool_result ${b.tool_use_id}${b.is_error ? " (error)" : ""}\n${c}`;
+    return `← result of ${b.tool_use_id}${b.is_error ? " (error)" : ""}\n${c}`;
   }
   if (b.type === "thinking") return "thinking\n" + (b.thinking || "");
   return `[${b.type} block]`;
 }
 
+const PARTS = [["clipped", ".marker.clipped, .marker.argument"], ["offloaded", ".marker.offloaded"],
+  ["deduplicated", ".marker.identical"], ["summarized", ".summarized"]];
+const partAt = {};
+
 function renderPrompt(p) {
-  $("prompt-meta").textContent =
-    `epoch ${p.epoch}, version ${p.version}, compacted through ${p.compacted_through}, ` +
-    `${fmt(p.token_count)} of ${fmt(p.budget_tokens)} tokens` + (p.fallback ? `, fallback: ${p.fallback}` : "");
+  const meta = [`epoch ${p.epoch}, version ${p.version}, compacted through turn ${p.compacted_through}, ` +
+    `${fmt(p.token_count)} of ${fmt(p.budget_tokens)} tokens` + (p.fallback ? `, fallback: ${p.fallback}` : "")];
   const nodes = [];
   const system = typeof p.system === "string" ? [{ type: "text", text: p.system }] : p.system || [];
   if (system.length) nodes.push(messageNode("system", system));
   for (const m of p.messages) nodes.push(messageNode(m.role, typeof m.content === "string" ? [{ type: "text", text: m.content }] : m.content));
   $("prompt").replaceChildren(...nodes);
+  $("prompt-meta").replaceChildren(el("span", { text: meta[0] }), ...(p.prefill ? [el("p", { id: "prefill", class: "warning",
+    text: "This prompt ends with an assistant message (a prefill): the model is asked to continue it, and some models " +
+      "refuse one. It happens when an imported history stops after the model's turn; append the next user turn first." })] : []));
+  $("prompt-nav").replaceChildren(...PARTS.map(([name, selector]) => {
+    const found = $("prompt").querySelectorAll(selector);
+    partAt[name] = -1;
+    const b = el("button", { type: "button", "data-part": name, text: `next ${name} (${found.length})` });
+    b.disabled = !found.length;
+    b.addEventListener("click", () => {
+      const all = $("prompt").querySelectorAll(selector);
+      partAt[name] = (partAt[name] + 1) % all.length;
+      for (const n of $("prompt").querySelectorAll(".current")) n.classList.remove("current");
+      all[partAt[name]].classList.add("current");
+      all[partAt[name]].scrollIntoView({ block: "center" });
+    });
+    return b;
+  }));
 }
 
 function messageNode(role, blocks) {
-  return el("div", { class: "msg" }, el("div", { class: "role", text: role }),
+  return el("div", { class: "msg " + role }, el("div", { class: "role", text: role }),
     ...blocks.map((b) => el("div", { class: "block" + (b.type === "text" ? "" : " tool") }, ...marked(blockText(b)))));
+}
+
+// An archive (h_…) is JSON lines, one turn per line: shown one turn per block, like the prompt.
+function archiveNodes(text) {
+  return text.split("\n").filter((line) => line.trim()).map((line) => {
+    try {
+      const t = JSON.parse(line);
+      const node = messageNode(t.role, typeof t.content === "string" ? [{ type: "text", text: t.content }] : t.content);
+      node.firstChild.textContent = `#${t.seq} ${t.role}`;
+      return node;
+    } catch (e) {
+      return el("div", { class: "block", text: line });  // a truncated read's last line
+    }
+  });
 }
 
 async function openFile(ref) {
   const f = await api(`/v1/sessions/${encodeURIComponent(current)}/files/${encodeURIComponent(ref)}`);
   $("file-ref").textContent = ref;
   $("file-desc").textContent = `${f.kind}: ${f.description}${f.truncated ? " (truncated)" : ""}`;
-  $("file-text").textContent = f.text;
+  if (f.kind === "archive") {
+    $("file-text").hidden = true;
+    $("file-turns").replaceChildren(...archiveNodes(f.text));
+    $("file-turns").hidden = false;
+  } else {
+    $("file-turns").hidden = true;
+    $("file-text").textContent = f.text;
+    $("file-text").hidden = false;
+  }
   $("file-view").hidden = false;
   $("file-view").scrollIntoView({ block: "nearest" });
 }
+
+// An item's line: the value alone when its key says nothing more (a path the value starts with,
+// the section's own name, or a slug made from the value); otherwise `key: value` (notes, blockers).
+const slug = (text) => text.toLowerCase().replace(/[^a-z0-9]+/g, "-").replace(/^-|-$/g, "");
+function itemText(section, it) {
+  const value = String(it.value ?? "");
+  const key = it.key || "";
+  const redundant = !key || key === section || value.startsWith(key) || slug(value).startsWith(slug(key));
+  return redundant ? value : `${key}: ${value}`;
+}
+
+let historyEvents = [];
+let historyShown = 0;
 
 function renderMemory(memory, history) {
   const sections = Object.entries(memory.sections || {}).filter(([, items]) => items.length);
   $("memory").replaceChildren(
     el("p", { class: "hint", text: `version ${memory.version}, ${fmt(memory.tokens)} of ${fmt(memory.budget_tokens)} tokens` }),
     ...(sections.length ? sections.map(([name, items]) => el("div", { class: "mem-section" },
-      el("strong", { text: name }),
-      el("ul", {}, ...items.map((it) => el("li", { class: "mem-item " + it.status },
-        `${it.key && it.key !== it.value ? it.key + ": " : ""}${it.value}`,
+      el("strong", { text: name.replace(/_/g, " ") }),
+      el("ul", {}, ...items.map((it) => el("li", { class: "mem-item " + it.status }, itemText(name, it),
         el("span", { class: "hint", text: ` (${it.origin}${it.pinned ? ", pinned" : ""})` }))))))
       : [el("p", { text: "empty" })]));
-  const events = (history.versions || []).slice().reverse().flatMap((v) =>
-    v.events.map((e) => el("li", { class: "mem-event" },
-      `v${v.version} ${e.op} ${e.section}${e.key ? " " + e.key : ""} (${e.origin})${e.reason ? " — " + e.reason : ""}`)));
-  $("memory-history").replaceChildren(...(events.length ? events : [el("li", { text: "no changes yet" })]));
+  // newest first, a page at a time, folded away until asked for
+  historyEvents = (history.versions || []).slice().reverse().flatMap((v) => v.events.slice().reverse().map((e) => ({ v, e })));
+  historyShown = 0;
+  $("memory-history").replaceChildren();
+  $("history-count").textContent = `${historyEvents.length} change${historyEvents.length === 1 ? "" : "s"}, newest first`;
+  moreHistory();
+}
+
+function moreHistory() {
+  const page = historyEvents.slice(historyShown, historyShown + HISTORY_PAGE);
+  historyShown += page.length;
+  $("memory-history").append(...(historyEvents.length ? page.map(({ v, e }) => el("li", { class: "mem-event" },
+    el("span", { class: "hint", text: `v${v.version} ` }),
+    `${e.op} ${e.section.replace(/_/g, " ")}${e.key ? ": " + e.key : ""}`,
+    el("span", { class: "hint", text: ` — ${e.origin}${e.reason ? ", " + e.reason : ""}` })))
+    : [el("li", { text: "no changes yet" })]));
+  $("history-more").hidden = historyShown >= historyEvents.length;
 }
 
 function renderFiles(files) {
@@ -255,4 +374,5 @@ $("key-form").addEventListener("submit", (ev) => {
 $("logout").addEventListener("click", () => showKeyForm(""));
 $("more").addEventListener("click", guard(loadSessions));
 $("file-close").addEventListener("click", () => { $("file-view").hidden = true; });
+$("history-more").addEventListener("click", moreHistory);
 if (sessionStorage.getItem(KEY)) guard(start)(); else showKeyForm("");

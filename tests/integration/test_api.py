@@ -368,3 +368,15 @@ def test_an_assistant_reply_appended_as_the_api_returned_it_is_accepted(api: Api
         "thinking": "look first",
         "signature": "sig==",
     }
+
+
+def test_a_prompt_ending_with_the_models_turn_is_flagged_as_a_prefill(api: Api) -> None:
+    """A served prompt whose last message is the assistant's says `"prefill": true`; the next user turn clears it."""
+    assert (
+        api.append("pf", user("hello"), {"role": "assistant", "content": "Hi, what next?"}).status_code == 200
+    )
+    served = api.get("/v1/sessions/pf/prompt").json()
+    assert served["messages"][-1]["role"] == "assistant" and served["prefill"] is True
+    assert api.append("pf", user("list the files")).status_code == 200
+    served = api.get("/v1/sessions/pf/prompt").json()
+    assert served["messages"][-1]["role"] == "user" and served["prefill"] is False

@@ -39,6 +39,7 @@ def test_the_readme_example_agent_runs_end_to_end(service: Service, tmp_path: Pa
     with FakeMessagesAPI() as fake:
         fake.script(
             tool_call("bash", {"command": "ls *.py | wc -l"}, tool_id="toolu_ex1", text="Let me look."),
+            tool_call("bash", {"command": "echo oops >&2; exit 3"}, tool_id="toolu_ex2"),
             reply("There are 2 Python files."),
         )
         env = {k: v for k, v in os.environ.items() if not k.startswith(("COMPACTD_", "ANTHROPIC_"))}
@@ -55,9 +56,13 @@ def test_the_readme_example_agent_runs_end_to_end(service: Service, tmp_path: Pa
         bodies = fake.bodies
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == "There are 2 Python files."
-    assert len(bodies) == 2
+    assert len(bodies) == 3
     # the model was given compactd's prompt, and the bash tool really ran in the example's directory
     assert "[compactd status]" in str(bodies[0]["messages"])
     (result,) = [b for b in bodies[1]["messages"][-1]["content"] if b["type"] == "tool_result"]
     assert result["tool_use_id"] == "toolu_ex1" and result["content"].strip() == "2"
     assert [t["name"] for t in bodies[1]["tools"]] == ["bash", "read_file", "grep", "update_working_memory"]
+    # a failing command reaches the model as an error result carrying its exit status
+    (failed,) = [b for b in bodies[2]["messages"][-1]["content"] if b["type"] == "tool_result"]
+    assert failed["tool_use_id"] == "toolu_ex2" and failed.get("is_error") is True
+    assert "oops" in str(failed["content"]) and "[exit status 3]" in str(failed["content"])

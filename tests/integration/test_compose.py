@@ -17,6 +17,7 @@ import yaml
 
 from tests.conftest import REPO, require
 from tests.integration.conftest import Worker, flush_prefix, free_port, make_settings
+from worker.settings import Settings
 
 COMPOSE = REPO / "docker-compose.yml"
 SUBCOMMANDS = {"api", "worker", "beat", "flower"}
@@ -109,13 +110,33 @@ def test_compose_gives_every_compactd_process_one_redaction_profile() -> None:
 
 
 def test_compose_publishes_operator_uis_on_loopback_behind_auth() -> None:
-    """Only the API is published on every interface; Flower and Prometheus bind 127.0.0.1, and Flower asks for basic auth."""
+    """Only the load balancer is published on every interface; Flower and Prometheus bind 127.0.0.1, and Flower asks for basic auth."""
     services = compose()["services"]
     for name, service in services.items():
         for port in service.get("ports", []):
-            if name != "api":
+            if name != "lb":
                 assert str(port).startswith("127.0.0.1:"), (name, port)
     assert _environment(services["flower"])["FLOWER_BASIC_AUTH"].startswith("${FLOWER_BASIC_AUTH:?")
+
+
+def test_compose_puts_one_health_checked_balancer_in_front_of_the_api_replicas() -> None:
+    """Clients get one URL: a maintained nginx image publishes one port, waits for a healthy API, checks
+    itself and an API replica through itself, and re-resolves `api` so a scale-out is picked up; the
+    replicas publish nothing."""
+    services = compose()["services"]
+    lb, api = services["lb"], services["api"]
+    assert lb["image"].startswith(("nginx:", "nginxinc/nginx-unprivileged:"))
+    assert lb["ports"] == ["${COMPACTD_PORT:-8700}:8700"]
+    assert lb["depends_on"]["api"]["condition"] == "service_healthy"
+    probe = " ".join(lb["healthcheck"]["test"])
+    assert "/lb-healthz" in probe and "/healthz" in probe.replace("/lb-healthz", "")
+    assert "ports" not in api and api["expose"] == ["8700"]
+    (mount,) = lb["volumes"]
+    conf = (REPO / mount.split(":")[0]).read_text()
+    assert re.search(r"server api:8700 resolve", conf) and "resolver 127.0.0.11" in conf
+    assert "proxy_buffering off" in conf  # /v1/messages streams through it
+    size = re.search(r"client_max_body_size (\d+)m;", conf)
+    assert size and int(size.group(1)) * 2**20 > Settings().max_request_bytes  # the API, not nginx, says 413
 
 
 def test_every_container_runs_as_an_unprivileged_user() -> None:

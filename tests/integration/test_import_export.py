@@ -18,6 +18,7 @@ from tests.conftest import require
 from tests.integration.conftest import flush_prefix, make_settings, run_cli
 from tests.integration.realdata import claude_code_files
 from worker.compaction.formats import load_transcript
+from worker.compaction.profiles import known_profile
 from worker.compaction.validate import request_problems
 from worker.ingest import ingest
 from worker.redaction import Redactor
@@ -91,15 +92,24 @@ def test_an_import_is_counted_on_metrics(settings: Settings, tmp_path: Path) -> 
 
 @pytest.mark.data
 def test_a_real_transcript_imports_once_and_exports_back(settings: Settings, tmp_path: Path) -> None:
-    """A real Claude Code session imports in chunks with a progress bar; a re-run adds nothing; the archive
-    export is exactly the stored (redacted) messages and the prompt export is a valid Messages request."""
+    """A real Claude Code session imports in chunks with a progress bar from the first moment, under the
+    model it recorded; a re-run adds nothing; the archive export is exactly the stored (redacted)
+    messages, its text form one block per turn, and the prompt export is a valid Messages request."""
     files = [p for p in claude_code_files() if 60_000 < p.stat().st_size < 400_000]
     require(bool(files), "no Claude Code transcript of 60-400 KB in the shared data")
     path = files[0]
-    messages = load_transcript(path).messages
+    loaded = load_transcript(path)
+    messages = loaded.messages
+    model = loaded.meta["model"]
+    profile = known_profile(model)
+    require(profile is not None, f"the transcript's model {model!r} has no known window")
+    assert profile is not None
     first = compactd(settings, "import", str(path), "--session", "real", "--tenant", "acme", "--progress")
     assert first.returncode == 0, first.stderr
+    assert first.stderr.startswith(f"compactd import: reading {path}")  # something shows at once
+    assert f"model {model} (recorded)" in first.stderr
     assert f"{len(messages)}/{len(messages)}" in first.stderr and "[" + "#" * 30 + "]" in first.stderr
+    assert f"a {profile.context_window:,}-token window" in first.stderr
     assert version(settings, "real") == len(messages)
 
     again = compactd(settings, "import", str(path), "--session", "real", "--tenant", "acme")
@@ -112,6 +122,11 @@ def test_a_real_transcript_imports_once_and_exports_back(settings: Settings, tmp
     assert archive.returncode == 0, archive.stderr
     exported = orjson.loads(out.read_bytes())
     assert exported["messages"] == stored(settings, messages)
+
+    text = compactd(settings, "export", "real", "--tenant", "acme", "--format", "text")
+    assert text.returncode == 0, text.stderr
+    assert text.stdout.count("\n=== #") == len(messages) - 1 and text.stdout.count("=== #1 user ===") == 1
+    assert "→ " in text.stdout and "← result" in text.stdout  # tool calls and results spelled out
 
     prompt = compactd(settings, "export", "real", "--tenant", "acme", "--what", "prompt")
     assert prompt.returncode == 0, prompt.stderr

@@ -127,3 +127,47 @@ def test_an_unreadable_file_is_a_clear_error(tmp_path: Path) -> None:
     out = run("compact", str(bad), cwd=tmp_path)
     assert out.returncode != 0
     assert "cannot import" in out.stderr and "Traceback" not in out.stderr
+
+
+BLOCK_MATPLOTLIB = """
+import sys
+from importlib.abc import MetaPathFinder
+
+
+class NoMatplotlib(MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "matplotlib":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
+sys.meta_path.insert(0, NoMatplotlib())
+from api.cli.command import main
+
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_replay_plot_without_matplotlib_says_how_to_install_it(tmp_path: Path) -> None:
+    """Without the `plot` extra, `replay --plot` stops at once in one line naming the extra, no traceback."""
+    transcript = tmp_path / "t.json"
+    transcript.write_bytes(orjson.dumps([{"role": "user", "content": "hello"}]))
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            BLOCK_MATPLOTLIB,
+            "replay",
+            str(transcript),
+            "--plot",
+            str(tmp_path / "p.png"),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )
+    assert out.returncode == 1
+    assert "uv sync --extra plot" in out.stderr and "Traceback" not in out.stderr
+    assert not (tmp_path / "p.png").exists()

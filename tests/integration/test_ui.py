@@ -4,6 +4,7 @@ api` and `compactd worker` that compacted a real transcript through several epoc
 from __future__ import annotations
 
 import io
+import os
 import shutil
 import subprocess
 import sys
@@ -28,6 +29,9 @@ pytestmark = [pytest.mark.services, pytest.mark.browser]
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 SECRET = "AKIAIOSFODNN7EXAMPLF"
 SERVED_RGB = (0x1F, 0x6F, 0xEB)  # the served-prompt line in inspector.js
+BUDGET_RGB = (0xD1, 0x24, 0x2F)  # the dashed budget line
+# screenshots of each view go here when set (docs/img/ holds the committed ones)
+SHOTS = os.environ.get("COMPACTD_SCREENSHOTS")
 EPOCH_RGB = {(0x82, 0x50, 0xDF), (0xE1, 0x6F, 0x24)}  # structural / summary epoch marks
 
 
@@ -109,6 +113,36 @@ def browser() -> Iterator[object]:
     driver.quit()
 
 
+def shot(element: object, name: str) -> bytes:
+    """The element's screenshot; also written to $COMPACTD_SCREENSHOTS/<name>.png when that is set."""
+    png: bytes = element.screenshot_as_png  # type: ignore[attr-defined]
+    if SHOTS:
+        Path(SHOTS).mkdir(parents=True, exist_ok=True)
+        (Path(SHOTS) / f"{name}.png").write_bytes(png)
+    return png
+
+
+def viewport_shot(driver: object, name: str, height: int = 1000) -> None:
+    """The top `height` pixels of the window, written like `shot` (only when $COMPACTD_SCREENSHOTS is set)."""
+    if not SHOTS:
+        return
+    import matplotlib.image
+
+    png = driver.get_screenshot_as_png()  # type: ignore[attr-defined]
+    pixels = matplotlib.image.imread(io.BytesIO(png), format="png")[:height, :, :3]
+    Path(SHOTS).mkdir(parents=True, exist_ok=True)
+    matplotlib.image.imsave(Path(SHOTS) / f"{name}.png", pixels)
+
+
+def highest_row(png: bytes, rgb: tuple[int, int, int], tolerance: int = 30) -> int:
+    """The topmost pixel row holding that colour (the image's height when none does)."""
+    import matplotlib.image
+
+    pixels = (matplotlib.image.imread(io.BytesIO(png), format="png")[..., :3] * 255).astype(int)
+    rows = np.nonzero((np.abs(pixels - np.array(rgb)).max(axis=-1) <= tolerance).any(axis=1))[0]
+    return int(rows[0]) if len(rows) else pixels.shape[0]
+
+
 def colour_pixels(png: bytes, rgb: tuple[int, int, int], tolerance: int = 40) -> int:
     """How many pixels of the PNG are within `tolerance` (per channel) of `rgb`."""
     import matplotlib.image
@@ -143,6 +177,11 @@ def test_the_inspector_shows_a_session_behind_its_key(service: Service, browser:
     wait.until(lambda _: len(find_all(By.CSS_SELECTOR, "tr.session-row")) == 2)
     rows = [r.get_attribute("data-sid") for r in find_all(By.CSS_SELECTOR, "tr.session-row")]
     assert rows == ["short", "real"]  # most recently active first; not the other tenant's
+    # times read as people say them ("just now", "3 min ago"), the exact local time in the tooltip
+    when = find(By.CSS_SELECTOR, 'tr.session-row[data-sid="real"] td:last-child')
+    assert when.text.endswith(("ago", "just now")) and ":" in (when.get_attribute("title") or "")
+    assert "system prompt" in find(By.ID, "columns-help").text
+    shot(find(By.ID, "list-pane"), "inspector-sessions")
 
     find(By.CSS_SELECTOR, 'tr.session-row[data-sid="real"]').click()
     wait.until(lambda _: find_all(By.CSS_SELECTOR, "#prompt .msg"))
@@ -150,26 +189,65 @@ def test_the_inspector_shows_a_session_behind_its_key(service: Service, browser:
     assert "compaction ratio" in summary and "summary" in summary
 
     chart = find(By.ID, "chart")
-    png = chart.screenshot_as_png
+    png = shot(chart, "inspector-chart")
     served = colour_pixels(png, SERVED_RGB, tolerance=30)
+    # what a fetch served never rises above the budget line (a few pixels of line width allowed)
+    assert highest_row(png, SERVED_RGB) >= highest_row(png, BUDGET_RGB) - 3
     marks = sum(colour_pixels(png, rgb, tolerance=30) for rgb in EPOCH_RGB)
     assert served > 1_000, f"only {served} pixels of the served-prompt line"
     assert marks > 200, f"only {marks} pixels of epoch marks"
 
     prompt = find(By.ID, "prompt")
     assert prompt.find_elements(By.CSS_SELECTOR, ".summarized")  # the handoff note
+    # the prompt has the page (no inner scroll box) and buttons that walk to each kind of part
+    assert d.execute_script("return getComputedStyle(arguments[0]).overflowY", prompt) == "visible"  # type: ignore[attr-defined]
+    nxt = find(By.CSS_SELECTOR, '#prompt-nav button[data-part="clipped"]')
+    assert nxt.is_enabled()
+    nxt.click()
+    current = find(By.CSS_SELECTOR, "#prompt .current")
+    assert "clipped" in current.get_attribute("class") or "argument" in current.get_attribute("class")
+    d.execute_script("window.scrollTo(0, 0)")  # type: ignore[attr-defined]
+    d.execute_script("arguments[0].scrollIntoView()", find(By.ID, "prompt-bar"))  # type: ignore[attr-defined]
+    viewport_shot(d, "inspector-prompt")
+    served = httpx.get(
+        f"{service.url}/v1/sessions/real/prompt", headers={"Authorization": f"Bearer {service.key}"}
+    )
+    assert bool(find_all(By.ID, "prefill")) == served.json()["prefill"]  # a prefill is said, and only then
     assert prompt.find_elements(By.CSS_SELECTOR, ".marker")  # clipped / offloaded / deduplicated parts
     assert SECRET not in prompt.text and "[REDACTED:aws_access_key:" in prompt.text
     ref = prompt.find_elements(By.CSS_SELECTOR, "a.ref")[0]
     ref_name = ref.get_attribute("data-ref")
-    d.execute_script("arguments[0].scrollIntoView()", ref)  # type: ignore[attr-defined]
+    d.execute_script("arguments[0].scrollIntoView({block: 'center'})", ref)  # type: ignore[attr-defined]
     ref.click()
     wait.until(ec.visibility_of_element_located((By.ID, "file-view")))
-    wait.until(lambda _: find(By.ID, "file-text").text.strip())
+    wait.until(lambda _: find(By.ID, "file-text").text.strip() or find(By.ID, "file-turns").text.strip())
     assert find(By.ID, "file-ref").text == ref_name
 
-    assert "Inspect the epochs in the browser" in find(By.ID, "memory").text
-    assert "decisions" in find(By.ID, "memory-history").text
+    # an archive reads one turn per block, roles and tool calls spelled out, not JSON lines
+    archive = next(
+        a
+        for a in prompt.find_elements(By.CSS_SELECTOR, "a.ref")
+        if a.get_attribute("data-ref").startswith("h_")
+    )
+    d.execute_script("arguments[0].scrollIntoView({block: 'center'})", archive)  # type: ignore[attr-defined]
+    archive.click()
+    wait.until(lambda _: find_all(By.CSS_SELECTOR, "#file-turns .msg"))
+    turns = find_all(By.CSS_SELECTOR, "#file-turns .msg")
+    assert len(turns) > 3 and turns[0].find_element(By.CSS_SELECTOR, ".role").text.startswith("#")
+    assert '{"content"' not in find(By.ID, "file-turns").text and "→ " in find(By.ID, "file-turns").text
+    shot(find(By.ID, "file-view"), "inspector-archive")
+
+    memory = find(By.ID, "memory").text
+    assert "Inspect the epochs in the browser" in memory
+    for line in memory.splitlines():  # no `path: path — edited 4×`
+        head, _, rest = line.partition(": ")
+        assert not (rest and rest.startswith(head) and "/" in head), line
+    history = find(By.ID, "history")
+    assert history.get_attribute("open") is None  # folded away until asked for
+    history.find_element(By.TAG_NAME, "summary").click()
+    events = find_all(By.CSS_SELECTOR, "#memory-history li")
+    assert 0 < len(events) <= 15 and any("decisions" in e.text for e in events[:3])  # newest first, one page
+    shot(find(By.CSS_SELECTOR, ".cols"), "inspector-memory")
     assert find_all(By.CSS_SELECTOR, "#files tr.file-row")
     assert "aws_access_key" in find(By.ID, "redactions").text
 

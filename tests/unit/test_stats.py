@@ -119,15 +119,18 @@ def histories(draw: st.DrawFn) -> tuple[list[TurnRow], list[Publish]]:
     return ts, pubs
 
 
-@given(histories())
-def test_per_turn_matches_its_definition(history: tuple[list[TurnRow], list[Publish]]) -> None:
-    """The linear sweep equals, turn by turn, the applicable snapshot plus the turns after it."""
+@given(histories(), st.integers(1, 20_000))
+def test_per_turn_matches_its_definition(history: tuple[list[TurnRow], list[Publish]], budget: int) -> None:
+    """The linear sweep's pressure equals, turn by turn, the applicable snapshot plus the turns after
+    it; what a fetch serves is that, capped at the budget (a fallback past it), never above."""
     ts, pubs = history
-    curve = per_turn(ts, pubs)
+    curve = per_turn(ts, pubs, budget)
     for point in curve:
         snap = applicable(pubs, point["seq"])
         since = sum(t.tokens for t in ts if (snap.through_seq if snap else 0) < t.seq <= point["seq"])
-        assert point["prompt_tokens"] == (snap.tokens if snap else 0) + since
+        assert point["pressure_tokens"] == (snap.tokens if snap else 0) + since
+        assert point["prompt_tokens"] == min(point["pressure_tokens"], budget) <= budget
+        assert point["fallback"] == (point["pressure_tokens"] > budget)
         assert point["raw_tokens"] == sum(t.tokens for t in ts if t.seq <= point["seq"])
     assert [p["seq"] for p in curve] == [t.seq for t in ts]
 

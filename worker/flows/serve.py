@@ -121,6 +121,8 @@ def render_body(
     note = status_note(tokens, policy.budget_tokens, files, entry.memory_note.decode())
     end = finish(end, note)
     has_note = bool(end) and end[-1]["role"] == "user" and end[-1]["content"][-1].get("text") == note
+    # an imported history can end with the model's own turn: the request then asks it to continue
+    prefill = bool(end) and end[-1]["role"] == "assistant"
     tokens += note_tokens(note) if has_note else 0
     parts = [entry.head] if entry.head else []
     parts += [orjson.dumps(m) for m in end]
@@ -136,6 +138,8 @@ def render_body(
             % (version, entry.epoch, entry.through, tokens, policy.budget_tokens),
             b',"fallback":',
             orjson.dumps(fallback),
+            b',"prefill":',
+            b"true" if prefill else b"false",
             b',"system":',
             entry.system,
             b',"messages":[',

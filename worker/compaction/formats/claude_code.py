@@ -39,6 +39,20 @@ CONVERSATION = ("user", "assistant")
 SIDECHAIN_LINES_NAMED = 5
 
 
+def recorded_model(lines: list[tuple[int, dict[str, Any]]]) -> str | None:
+    """The model that wrote most of the conversation's assistant lines (None when none names one)."""
+    models = Counter(
+        m
+        for _, v in lines
+        if v.get("type") == "assistant"
+        and isinstance(v.get("message"), dict)
+        and isinstance(m := v["message"].get("model"), str)
+        and m
+        and not m.startswith("<")  # "<synthetic>": written by the harness, not a model
+    )
+    return models.most_common(1)[0][0] if models else None
+
+
 def load(data: bytes) -> Imported:
     """Import a Claude Code session; malformed lines are skipped with a warning naming the line."""
     warnings: list[str] = []
@@ -76,6 +90,7 @@ def load(data: bytes) -> Imported:
         "dropped_lines": dict(sorted(dropped.items())),
         "sidechain_lines": len(sidechain),
         "meta_lines": sum(1 for _, v in kept if v.get("isMeta")),
+        "model": recorded_model(kept),
     }
     return Imported("", messages, "claude_code", tuple(warnings), meta)
 

@@ -1,4 +1,4 @@
-"""README's metrics table, the Grafana dashboard and what /metrics exposes agree."""
+"""docs/metrics.md's table, the Grafana dashboard and what /metrics exposes agree."""
 
 from __future__ import annotations
 
@@ -30,8 +30,8 @@ METRIC = re.compile(r"\bcompactd_[a-z0-9_]+")
 
 
 def readme_rows() -> dict[str, tuple[str, tuple[str, ...]]]:
-    """{metric: (type, labels)} from README's metrics table."""
-    section = (REPO / "README.md").read_text().split("\n### Metrics\n", 1)[1].split("\n## ", 1)[0]
+    """{metric: (type, labels)} from docs/metrics.md's table."""
+    section = (REPO / "docs" / "metrics.md").read_text()
     rows = {}
     for line in section.splitlines():
         if line.startswith("| `compactd_"):
@@ -73,7 +73,7 @@ def exposed_samples() -> set[str]:
 
 
 def test_the_readme_table_names_every_metric_with_its_type_and_labels() -> None:
-    """Every metric /metrics exposes is in README's table with its type and labels, and nothing else."""
+    """Every metric /metrics exposes is in docs/metrics.md's table with its type and labels, and nothing else."""
     exposed = {f.name: f.type for f in text_string_to_metric_families(exposition(one_of_each()))}
     assert {n: k for n, (k, _) in readme_rows().items()} == exposed
     assert {n: ls for n, (_, ls) in readme_rows().items()} == {s.name: s.labels for s in CATALOG}

@@ -1,4 +1,4 @@
-"""README's configuration table and `Settings` agree: every setting, its default, and nothing else."""
+"""docs/configuration.md's table and `Settings` agree: every setting, its default, and nothing else."""
 
 from __future__ import annotations
 
@@ -18,9 +18,8 @@ NAME = re.compile(r"`([A-Z][A-Z0-9_]*)`")
 
 
 def table_rows() -> list[tuple[list[str], list[str]]]:
-    """(names, defaults) of each row of README's configuration table, in the table's own spelling."""
-    readme = (REPO / "README.md").read_text()
-    section = readme.split("\n## Configuration\n", 1)[1].split("\n## ", 1)[0]
+    """(names, defaults) of each row of docs/configuration.md's table, in the table's own spelling."""
+    section = (REPO / "docs" / "configuration.md").read_text().split("\n## ", 1)[0]
     rows = [line for line in section.splitlines() if line.startswith("| `")]
     cells = [[c.strip() for c in row.strip("|").split(" | ")] for row in rows]
     return [(NAME.findall(c[0]), [d.strip() for d in c[1].split(" / ")]) for c in cells]
@@ -48,13 +47,15 @@ def matches(text: str, default: Any) -> bool:
     return bool(value == default)
 
 
-def test_every_setting_is_in_the_readme_and_nothing_else() -> None:
+def test_every_setting_is_in_the_docs_and_nothing_else() -> None:
     """The table names exactly Settings' fields (COMPACTD_ prefix left off, as the table says)."""
     assert set(documented()) == {name.upper() for name in Settings.model_fields}
 
 
 @pytest.mark.parametrize("name", sorted(Settings.model_fields))
-def test_the_readme_states_each_default(name: str) -> None:
+def test_the_docs_state_each_default(name: str) -> None:
     """Each setting's documented default is its default in Settings."""
     cell = documented().get(name.upper(), "")
-    assert matches(cell, Settings.model_fields[name].default), f"{name.upper()}: README says {cell!r}"
+    assert matches(cell, Settings.model_fields[name].default), (
+        f"{name.upper()}: docs/configuration.md says {cell!r}"
+    )
