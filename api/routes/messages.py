@@ -308,6 +308,8 @@ async def _pass_through(call: Call, raw: bytes, path: str) -> Response:
         try:
             async for chunk in response.aiter_raw():
                 yield chunk
+        except httpx.HTTPError:
+            yield encode_event("error", error_body("api_error", "the upstream connection failed mid-stream"))
         finally:
             with anyio.CancelScope(shield=True):
                 await response.aclose()
@@ -325,11 +327,20 @@ async def _rounds(call: Call, relay: Relay, response: httpx.Response) -> AsyncIt
         while True:
             relay.start_round()
             splitter = EventSplitter()
-            async for chunk in response.aiter_raw():
-                for event in splitter.feed(chunk):
-                    out = relay.feed(event)
-                    if out:
-                        yield out
+            try:
+                async for chunk in response.aiter_raw():
+                    for event in splitter.feed(chunk):
+                        out = relay.feed(event)
+                        if out:
+                            yield out
+            except httpx.HTTPError as exc:
+                # the status line was 200: the failure can only be told in the stream, as the API does
+                log.warning("proxy.upstream_stream_failed", error=type(exc).__name__)
+                relay.current.error = True
+                yield encode_event(
+                    "error", error_body("api_error", "the upstream connection failed mid-stream")
+                )
+                return
             await response.aclose()
             r = relay.current
             if r.error or not r.assembler.done:
@@ -390,6 +401,16 @@ async def _record(call: Call) -> None:
     if call.answered is None:
         return  # cut short (an error, a disconnect): nothing to record
     relay, results = call.answered
+    plan_ = call.reconciled.plan  # type: ignore[union-attr]
+    log.info(
+        "proxy.answered",
+        tenant_id=call.tenant,
+        session_id=plan_.session_id,
+        reconciled=plan_.kind,
+        appended=call.reconciled.appended,  # type: ignore[union-attr]
+        rounds=len(relay.rounds),
+        stop_reason=relay.final_stop_reason(),
+    )
     try:
         await run_in_threadpool(
             record_reply,
