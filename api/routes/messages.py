@@ -228,7 +228,8 @@ async def _reconcile_and_build(call: Call, named: str | None) -> None:
     call.conversation = identify(key, body, named)
     chains: list[str] = []
     tools = _compactd_tools()
-    client_tools = body.get("tools") if isinstance(body.get("tools"), list) else []
+    given = body.get("tools")
+    client_tools: list[Any] = given if isinstance(given, list) else []
     call.proxied = Proxied(
         res,
         call.tenant,
@@ -368,9 +369,9 @@ async def _rounds(call: Call, relay: Relay, response: httpx.Response) -> AsyncIt
             ]
             log.info(
                 "proxy.tool_round",
-                session_id=call.reconciled.plan.session_id,
+                session_id=call.reconciled.plan.session_id,  # type: ignore[union-attr]
                 calls=[c.get("name") for c in r.hidden_calls()],
-            )  # type: ignore[union-attr]
+            )
             try:
                 response = await _open(call, "/v1/messages", orjson.dumps(body))
             except ProxyError as exc:
@@ -414,8 +415,8 @@ async def _record(call: Call) -> None:
     try:
         await run_in_threadpool(
             record_reply,
-            call.proxied,
-            call.reconciled.plan,  # type: ignore[union-attr]
+            call.proxied,  # type: ignore[arg-type]
+            plan_,
             relay.stored_messages(results),
             relay.client_message(),
         )
