@@ -18,11 +18,13 @@ from api.http.middleware.body_limit import BodyLimit
 from api.http.middleware.json_only import JsonOnly
 from api.http.middleware.request_log import RequestLog
 from api.http.prometheus import Metrics
-from api.http.routes import files, health, memory, prompt, sessions, turns, ui
+from api.http.routes import files, health, memory, messages, prompt, sessions, turns, ui
+from api.http.upstream import upstream_client
 from worker.contracts import Enqueue
 from worker.enqueue import CeleryEnqueue
+from worker.flows.proxy import proxy_key
 from worker.logs import configure_logging
-from worker.resources import Resources
+from worker.resources import Resources, redaction_key
 from worker.settings import Settings
 
 log = structlog.get_logger("compactd.api")
@@ -47,6 +49,8 @@ def create_app(settings: Settings, *, enqueue: Enqueue | None = None, log_setup:
                 res.cache.breaker,
             )
             app.state.enqueue = owned or enqueue
+            app.state.upstream = upstream_client(settings)
+            app.state.proxy_key = proxy_key(redaction_key(settings))
             app.state.metrics.attach(res)
             # start-up garbage is long-lived: move it out of the collector's way (cuts p99)
             gc.collect()
@@ -60,6 +64,7 @@ def create_app(settings: Settings, *, enqueue: Enqueue | None = None, log_setup:
                 flusher.cancel()
                 await _flush_once(app, res)
                 await run_in_threadpool(app.state.metrics.close)
+                await app.state.upstream.aclose()
         finally:
             gc.unfreeze()
             if owned is not None:
@@ -76,7 +81,7 @@ def create_app(settings: Settings, *, enqueue: Enqueue | None = None, log_setup:
     app.state.keys = {}
     app.state.metrics = Metrics()
     errors.install(app)
-    for module in (turns, prompt, sessions, memory, files, health, ui):
+    for module in (turns, prompt, sessions, memory, files, health, ui, messages):
         app.include_router(module.router)
     app.add_middleware(JsonOnly)
     app.add_middleware(BearerRequired)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.http import errors
+from api.http.middleware.paths import compactd_api
 
 
 class BearerRequired:
@@ -16,7 +17,7 @@ class BearerRequired:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"].startswith("/v1/"):
+        if scope["type"] == "http" and compactd_api(scope["path"]):
             header = dict(scope["headers"]).get(b"authorization", b"")
             scheme, _, key = header.partition(b" ")
             if scheme.lower() != b"bearer" or not key.strip():

@@ -7,6 +7,7 @@ import re
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.http import errors
+from api.http.middleware.paths import compactd_api
 
 
 class JsonOnly:
@@ -20,7 +21,7 @@ class JsonOnly:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"].startswith("/v1/"):
+        if scope["type"] == "http" and compactd_api(scope["path"]):
             headers = dict(scope["headers"])
             problem = media_type_problem(headers.get(b"content-type"), _has_body(headers))
             if problem:
