@@ -18,10 +18,12 @@ from structlog.contextvars import clear_contextvars
 from api import errors
 from api.guard import Guard
 from api.metrics import Metrics
-from api.routes import files, health, memory, prompt, sessions, turns, ui
+from api.routes import files, health, memory, messages, prompt, sessions, turns, ui
+from api.upstream import upstream_client
 from worker.celery_app import sender
 from worker.logs import configure_logging
-from worker.resources import Resources, broker_url, redis_url
+from worker.proxying import proxy_key
+from worker.resources import Resources, broker_url, redaction_key, redis_url
 from worker.settings import Settings
 
 log = structlog.get_logger("compactd.api")
@@ -48,6 +50,8 @@ def create_app(settings: Settings, *, enqueue: Enqueue | None = None, log_setup:
                 res.cache.breaker,
             )
             app.state.enqueue = owned or enqueue
+            app.state.upstream = upstream_client(settings)
+            app.state.proxy_key = proxy_key(redaction_key(settings))
             app.state.metrics.attach(res)
             # start-up garbage is long-lived: move it out of the collector's way (cuts p99)
             gc.collect()
@@ -61,6 +65,7 @@ def create_app(settings: Settings, *, enqueue: Enqueue | None = None, log_setup:
                 flusher.cancel()
                 await _flush_once(app, res)
                 await run_in_threadpool(app.state.metrics.close)
+                await app.state.upstream.aclose()
         finally:
             gc.unfreeze()
             if owned is not None:
@@ -77,7 +82,7 @@ def create_app(settings: Settings, *, enqueue: Enqueue | None = None, log_setup:
     app.state.keys = {}
     app.state.metrics = Metrics()
     errors.install(app)
-    for module in (turns, prompt, sessions, memory, files, health, ui):
+    for module in (turns, prompt, sessions, memory, files, health, ui, messages):
         app.include_router(module.router)
     app.add_middleware(JsonOnly)
     app.add_middleware(BearerRequired)
@@ -110,6 +115,8 @@ ERRORS = {
     "503": "A dependency is down; retry (Retry-After)",
 }
 PUBLIC_PATHS = {"/healthz", "/readyz", "/metrics"}
+# the Anthropic-compatible endpoint authenticates and answers errors itself, in the Anthropic shape
+ANTHROPIC_PATHS = ("/v1/messages",)
 
 
 def documented_errors(app: FastAPI) -> dict[str, object]:
@@ -244,7 +251,7 @@ class BearerRequired:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"].startswith("/v1/"):
+        if scope["type"] == "http" and _compactd_api(scope["path"]):
             header = dict(scope["headers"]).get(b"authorization", b"")
             scheme, _, key = header.partition(b" ")
             if scheme.lower() != b"bearer" or not key.strip():
@@ -264,13 +271,18 @@ class JsonOnly:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"].startswith("/v1/"):
+        if scope["type"] == "http" and _compactd_api(scope["path"]):
             headers = dict(scope["headers"])
             problem = media_type_problem(headers.get(b"content-type"), _has_body(headers))
             if problem:
                 response = errors.problem(415, "Unsupported media type", problem)
                 return await response(scope, receive, send)
         await self.app(scope, receive, send)
+
+
+def _compactd_api(path: str) -> bool:
+    """A /v1 path answered with problem+json (every one but the Anthropic-compatible endpoint)."""
+    return path.startswith("/v1/") and not path.startswith(ANTHROPIC_PATHS)
 
 
 def _has_body(headers: dict[bytes, bytes]) -> bool:

@@ -88,8 +88,12 @@ def append_messages(
     idempotency_key: str | None,
     activity: str | None,
     enqueue: Enqueue,
+    locked: Callable[[Any, Any], None] | None = None,
 ) -> Outcome:
     """Ingest, validate and store one append in one transaction, then make sure a job is pending.
+
+    `locked(conn, session row)` runs inside that transaction with the session locked (the proxy's
+    reconcile record moves there); whatever it raises aborts the append.
 
     Raises InvalidTranscript (a message cannot be read), BrokenConversation (tool pairing would
     break) or IdempotencyMismatch (the key was used with another body); nothing is written then.
@@ -120,6 +124,7 @@ def append_messages(
                 # the body as validated, so the same key over HTTP and over the task hashes the same
                 body_hash=request_hash(body.model_dump(mode="json")) if idempotency_key else "",
                 validate=check_window,
+                locked=locked,
                 seam=_seam(
                     stored, ingested.after if rewritable else None, counting, attempt == READ_ATTEMPTS
                 ),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from worker.compaction.model import Policy
@@ -73,6 +73,14 @@ class Settings(BaseSettings):
     anthropic_model: str = "claude-haiku-4-5"
     anthropic_timeout_seconds: float = 60.0
     anthropic_max_retries: int = 3
+
+    # POST /v1/messages (docs/proxy.md): where requests go on, and the provider key compactd holds
+    # (used when the client's own key is its compactd key); no retries (the client retries)
+    upstream_url: str = "https://api.anthropic.com"
+    upstream_api_key: SecretStr | None = None
+    upstream_connect_timeout_seconds: float = 10.0
+    upstream_read_timeout_seconds: float = 600.0  # between two bytes of a response (a long thinking pause)
+    proxy_tool_rounds: int = Field(default=5, ge=1, le=50)  # server-side rounds of compactd's own tools
 
     redis_socket_timeout_seconds: float = 0.25
     # PostgreSQL: a lock wait gives up after this long (an append answers 503, Retry-After) and the

@@ -30,6 +30,13 @@ async def get_prompt(sid: SessionId, request: Request) -> Response:
     the summary prepared ahead, "fit": compacted on the spot without an LLM)."""
     # the hot path: auth and resources without FastAPI's dependency solver (a third of the request's CPU)
     tenant = await get_tenant(request)
+    served = await serve_prompt(request, tenant, sid)
+    return Response(served.body, media_type="application/json")
+
+
+async def serve_prompt(request: Request, tenant: int, sid: str) -> Served:
+    """The ready prompt of a session (the fetch use case, shared with POST /v1/messages): never
+    waits for compaction, never over budget; NotFound when there is no such session."""
     res: Resources = request.app.state.resources
     if is_sqlite(res.engine):
         # a local file read plus one Redis round trip with a 0.25 s ceiling: cheaper inline than a thread hop
@@ -64,7 +71,7 @@ async def get_prompt(sid: SessionId, request: Request) -> Response:
     elif pk is not None:
         # cache-reuse accounting: buffered here, written to Redis in batches by the app (api/app.py)
         request.app.state.fetch_log.append((pk, served.epoch, served.request_bytes, served.stable_bytes))
-    return Response(served.body, media_type="application/json")
+    return served
 
 
 def _after_fallback(request: Request, res: Resources, tenant: int, pk: int | None, served: Served) -> None:

@@ -7,8 +7,13 @@
         api.requests[0].body["max_tokens"]
 
 Each POST /v1/messages takes the next scripted `Reply` (the default reply once the script runs
-out) and is recorded, headers and JSON body, before it is answered. Other test files can use the
-`messages_api` fixture below by importing it or through `pytest_plugins`.
+out) and is recorded, headers and JSON body, before it is answered. A request with `"stream": true`
+gets the reply as server-sent events, as the real API streams them (message_start, ping, each
+block's start / deltas / stop, message_delta, message_stop; tool input as input_json_delta pieces,
+thinking as thinking_delta then signature_delta), in chunked transfer encoding; `delay_seconds`
+spaces the events, and a client that goes away is counted in `disconnects`. POST
+/v1/messages/count_tokens answers an estimate (bytes / 4) and takes no scripted reply. Other test
+files can use the `messages_api` fixture below by importing it or through `pytest_plugins`.
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ ERROR_TYPES = {
 class Reply:
     """One scripted answer: a message, an error status, a hang, a dropped connection or broken JSON."""
 
-    kind: Literal["message", "error", "hang", "drop", "malformed"]
+    kind: Literal["message", "error", "hang", "drop", "malformed", "stream_error"]
     text: str = ""
     status: int = 200
     headers: Mapping[str, str] = field(default_factory=dict)
@@ -49,6 +54,7 @@ class Reply:
     stop_reason: str = "end_turn"
     hang_seconds: float = 0.0
     content: tuple[Mapping[str, Any], ...] = ()  # content blocks instead of one text block
+    delay_seconds: float = 0.0  # between two streamed events
 
 
 def reply(
@@ -60,11 +66,41 @@ def reply(
     )
 
 
-def tool_call(name: str, tool_input: Mapping[str, Any], *, tool_id: str, text: str = "") -> Reply:
-    """A response asking for one tool call (stop_reason tool_use), after an optional text block."""
-    blocks: list[Mapping[str, Any]] = [{"type": "text", "text": text}] if text else []
+def tool_call(
+    name: str, tool_input: Mapping[str, Any], *, tool_id: str, text: str = "", thinking: str = ""
+) -> Reply:
+    """A response asking for one tool call (stop_reason tool_use), after optional thinking and text."""
+    blocks: list[Mapping[str, Any]] = [thinking_block(thinking)] if thinking else []
+    blocks += [{"type": "text", "text": text}] if text else []
     blocks.append({"type": "tool_use", "id": tool_id, "name": name, "input": dict(tool_input)})
     return Reply("message", stop_reason="tool_use", input_tokens=100, output_tokens=20, content=tuple(blocks))
+
+
+def blocks(*content: Mapping[str, Any], stop_reason: str = "end_turn", delay_seconds: float = 0.0) -> Reply:
+    """A successful message with these content blocks."""
+    return Reply(
+        "message",
+        stop_reason=stop_reason,
+        input_tokens=100,
+        output_tokens=20,
+        content=tuple(content),
+        delay_seconds=delay_seconds,
+    )
+
+
+def thinking_block(text: str) -> dict[str, Any]:
+    """A thinking block with a signature (opaque, as the API's are)."""
+    return {"type": "thinking", "thinking": text, "signature": f"sig{abs(hash(text)) % 10**12:012d}" * 4}
+
+
+def slow(text: str, *, delay_seconds: float) -> Reply:
+    """A streamed text answer whose events come `delay_seconds` apart (a 16-character delta each)."""
+    return Reply("message", text, input_tokens=100, output_tokens=20, delay_seconds=delay_seconds)
+
+
+def stream_error() -> Reply:
+    """A stream that starts (message_start) and then reports overloaded_error as an `error` event."""
+    return Reply("stream_error")
 
 
 def error(
@@ -109,6 +145,8 @@ class FakeMessagesAPI:
     def __init__(self, default: Reply | None = None) -> None:
         self.default = default or reply("default note")
         self.requests: list[RecordedRequest] = []
+        self.disconnects = 0  # streamed replies the client went away from before their end
+        self.completed = 0  # streamed replies sent to their end
         self._script: deque[Reply] = deque()
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -154,6 +192,10 @@ class FakeMessagesAPI:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    def _record(self, request: RecordedRequest) -> None:
+        with self._lock:
+            self.requests.append(request)
+
     def _next(self, request: RecordedRequest) -> Reply:
         with self._lock:
             self.requests.append(request)
@@ -184,11 +226,26 @@ def _handler_for(api: FakeMessagesAPI) -> type[BaseHTTPRequestHandler]:
             except ValueError:
                 body = None
             headers = {k.lower(): v for k, v in self.headers.items()}
-            r = api._next(RecordedRequest("POST", self.path, headers, body, raw))
+            recorded = RecordedRequest("POST", self.path, headers, body, raw)
+            if self.path.split("?")[0] == "/v1/messages/count_tokens":
+                api._record(recorded)
+                self._send_json(200, {"input_tokens": _estimate_tokens(body)})
+                return
+            r = api._next(recorded)
+            streamed = isinstance(body, dict) and body.get("stream") is True
             if self.path.split("?")[0] != "/v1/messages":
                 self._send_json(
                     404, {"type": "error", "error": {"type": "not_found_error", "message": "no route"}}
                 )
+            elif r.kind == "message" and streamed:
+                self._send_events(sse_events(api._message(body, r)), r.delay_seconds)
+            elif r.kind == "stream_error":
+                start = sse_events(api._message(body, r))[:1]
+                error = (
+                    "error",
+                    {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
+                )
+                self._send_events([*start, error], 0.0)
             elif r.kind == "message":
                 self._send_json(200, api._message(body, r))
             elif r.kind == "error":
@@ -202,6 +259,31 @@ def _handler_for(api: FakeMessagesAPI) -> type[BaseHTTPRequestHandler]:
                 if r.kind == "hang":
                     api._stopping.wait(r.hang_seconds)
                 self.close_connection = True
+
+        def _send_events(self, events: list[tuple[str, Any]], delay_seconds: float) -> None:
+            """Server-sent events in chunked encoding, one chunk per event; a write that fails
+            (the client went away) ends the reply and is counted."""
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream; charset=utf-8")
+            self.send_header("transfer-encoding", "chunked")
+            self.send_header("request-id", f"req_fake{len(api.requests):06d}")
+            self.end_headers()
+            try:
+                for i, (name, data) in enumerate(events):
+                    if i and delay_seconds and api._stopping.wait(delay_seconds):
+                        break
+                    chunk = f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    self.wfile.flush()
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+            except (BrokenPipeError, ConnectionResetError):
+                with api._lock:
+                    api.disconnects += 1
+                self.close_connection = True
+                return
+            with api._lock:
+                api.completed += 1
 
         def _send_json(self, status: int, payload: Any, headers: Mapping[str, str] | None = None) -> None:
             self._send_bytes(status, json.dumps(payload).encode(), "application/json", headers)
@@ -223,6 +305,65 @@ def _handler_for(api: FakeMessagesAPI) -> type[BaseHTTPRequestHandler]:
             pass
 
     return Handler
+
+
+def _estimate_tokens(body: Any) -> int:
+    if not isinstance(body, dict):
+        return 0
+    return max(1, len(json.dumps([body.get("system"), body.get("messages"), body.get("tools")])) // 4)
+
+
+def _pieces(text: str, size: int) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
+
+
+def sse_events(message: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The events the real API streams for `message` (a non-streaming response body)."""
+    usage = message["usage"]
+    start = {**message, "content": [], "stop_reason": None, "stop_sequence": None}
+    start["usage"] = {"input_tokens": usage["input_tokens"], "output_tokens": 1}
+    events: list[tuple[str, Any]] = [
+        ("message_start", {"type": "message_start", "message": start}),
+        ("ping", {"type": "ping"}),
+    ]
+    for i, block in enumerate(message["content"]):
+        kind = block.get("type")
+        if kind == "text":
+            first, deltas = (
+                {"type": "text", "text": ""},
+                [{"type": "text_delta", "text": p} for p in _pieces(block["text"], 16)],
+            )
+        elif kind == "tool_use":
+            first = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
+            deltas = [
+                {"type": "input_json_delta", "partial_json": p}
+                for p in ["", *_pieces(json.dumps(block["input"]), 7)]
+            ]
+        elif kind == "thinking":
+            first = {"type": "thinking", "thinking": "", "signature": ""}
+            deltas = [{"type": "thinking_delta", "thinking": p} for p in _pieces(block["thinking"], 16)]
+            deltas.append({"type": "signature_delta", "signature": block["signature"]})
+        else:
+            first, deltas = dict(block), []
+        events.append(
+            ("content_block_start", {"type": "content_block_start", "index": i, "content_block": first})
+        )
+        events += [
+            ("content_block_delta", {"type": "content_block_delta", "index": i, "delta": d}) for d in deltas
+        ]
+        events.append(("content_block_stop", {"type": "content_block_stop", "index": i}))
+    events.append(
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
+                "usage": {"output_tokens": usage["output_tokens"]},
+            },
+        )
+    )
+    events.append(("message_stop", {"type": "message_stop"}))
+    return events
 
 
 @pytest.fixture

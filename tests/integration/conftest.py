@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import redis
+from pydantic import SecretStr
 from sqlalchemy import Engine, create_engine, text
 
 from tests.conftest import REPO, require
@@ -125,7 +126,7 @@ def settings_env(settings: Settings) -> dict[str, str]:
     """The environment a subprocess needs to build the same Settings."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("COMPACTD_")}
     for name, value in settings.model_dump().items():
-        if value is not None:
+        if value is not None and not isinstance(value, SecretStr):
             env[f"COMPACTD_{name.upper()}"] = str(value)
     env["PYTHONPATH"] = str(REPO)
     return env
@@ -146,12 +147,12 @@ def run_cli(settings: Settings, *args: str, timeout: float = 60) -> subprocess.C
 class Worker:
     """A real `compactd worker` (or beat) subprocess."""
 
-    def __init__(self, settings: Settings, *args: str, log: Path) -> None:
+    def __init__(self, settings: Settings, *args: str, log: Path, env: dict[str, str] | None = None) -> None:
         self.log = log
         self.out = log.open("wb")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "api.cli", *args],
-            env=settings_env(settings),
+            env=settings_env(settings) | (env or {}),
             cwd=REPO,
             stdout=self.out,
             stderr=subprocess.STDOUT,

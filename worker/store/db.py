@@ -204,6 +204,7 @@ def _tables() -> list[Any]:
             "FileRead",
             "MemoryEntry",
             "MemoryEvent",
+            "ProxyConversation",
             "SchemaVersion",
         )
     ]

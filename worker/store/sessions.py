@@ -89,12 +89,14 @@ def append_turns(
     body_hash: str = "",
     validate: Validator | None = None,
     seam: Seam | None = None,
+    locked: Callable[[Connection, Any], None] | None = None,
     now: datetime | None = None,
 ) -> Appended:
     """Append turns (numbered from the session's version + 1) in one transaction.
 
     The session row is created on first append and locked for the whole transaction, so
-    concurrent appends get contiguous seqs. `validate(window, new)` may raise to abort it all.
+    concurrent appends get contiguous seqs. `validate(window, new)` may raise to abort it all;
+    so may `locked(conn, session row)`, run first with the row locked (the proxy's record moves there).
     """
     from worker.store.files import save_files_conn
 
@@ -102,6 +104,8 @@ def append_turns(
     with write_tx(engine) as conn:
         row = _lock_session(conn, engine, tenant_id, client_id, profile, now)
         pk = row.id
+        if locked is not None:
+            locked(conn, row)
         if idempotency_key is not None:
             prior = conn.execute(
                 select(A.c.request_hash, A.c.first_seq, A.c.last_seq).where(

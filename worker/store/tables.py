@@ -203,6 +203,22 @@ class MemoryEvent(SQLModel, table=True):
     written_by: int | None = None
 
 
+class ProxyConversation(SQLModel, table=True):
+    """Where a conversation proxied through POST /v1/messages lives: its current session and the
+    keyed chain hash of the client messages that session covers (worker/proxy/fingerprints.py)."""
+
+    __tablename__ = "proxy_conversations"
+    __table_args__ = (UniqueConstraint("tenant_id", "key"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: int = Field(foreign_key="tenants.id")
+    key: str  # the conversation's key (worker/proxy/conversations.py)
+    session_client_id: str
+    messages: int = 0
+    chain: str = ""
+    updated_at: datetime = Field(default_factory=utcnow, sa_type=DateTime)
+
+
 class SchemaVersion(SQLModel, table=True):
     __tablename__ = "schema_version"
 

@@ -1,0 +1,415 @@
+"""POST /v1/messages and /v1/messages/count_tokens: the Anthropic Messages API, with compactd inside.
+
+A thin edge (docs/proxy.md): who is calling (auth) -> which conversation -> reconcile and serve
+(worker/proxying.py, the prompt fetch) -> the upstream call streamed back as it arrives
+(worker/proxy/sse.py), compactd's own tool calls answered in between -> the reply recorded.
+Errors are in the Anthropic shape, since the callers are Anthropic clients.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import httpx
+import orjson
+import structlog
+from fastapi import APIRouter, Request
+from fastapi.responses import Response, StreamingResponse
+from starlette.concurrency import run_in_threadpool
+from starlette.types import Receive, Scope, Send
+
+from api import proxy_tools
+from api.deps import tenant_for
+from api.errors import ApiError, NotFound, TooManyRequests
+from api.routes.prompt import serve_prompt
+from api.upstream import AUTH_HEADERS, error_body, forwarded_headers, open_stream, returned_headers
+from worker.appending import BrokenConversation
+from worker.compaction.errors import InvalidTranscript
+from worker.compaction.tools import tool_definitions
+from worker.memory.tool import memory_tool_definitions
+from worker.proxy import fingerprints
+from worker.proxy.conversations import SESSION_ID, Conversation, identify, is_side_request
+from worker.proxy.outbound import build_upstream
+from worker.proxy.sse import EventSplitter, Relay, encode_event
+from worker.proxying import Proxied, Reconciled, Unreconciled, reconcile, record_reply
+from worker.resources import Resources
+from worker.settings import Settings
+
+router = APIRouter(tags=["messages"])
+log = structlog.get_logger("compactd.proxy")
+
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+    500: "api_error",
+    502: "api_error",
+    503: "api_error",
+    504: "api_error",
+    529: "overloaded_error",
+}
+
+
+def anthropic_error(status: int, message: str, headers: Mapping[str, str] | None = None) -> Response:
+    body = error_body(ERROR_TYPES.get(status, "api_error"), message)
+    return Response(orjson.dumps(body), status_code=status, media_type="application/json", headers=headers)
+
+
+class ProxyError(Exception):
+    """Raised inside the edge to answer with an Anthropic-shaped error."""
+
+    def __init__(self, status: int, message: str, headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.headers = status, message, headers
+
+
+@dataclass(frozen=True, slots=True)
+class Auth:
+    """The compactd key the caller presented and the auth headers the upstream gets."""
+
+    key: str
+    provider: dict[str, str]
+    mode: str  # "custom_header": provider key passed through | "api_key": compactd holds it
+
+
+def resolve_auth(headers: Mapping[str, str], settings: Settings) -> Auth | None:
+    """`x-compactd-key` names the compactd key and the client's own auth headers go upstream
+    untouched; otherwise the client's API key (x-api-key or Authorization: Bearer) is the compactd
+    key and the upstream gets COMPACTD_UPSTREAM_API_KEY. None: no key at all."""
+    named = headers.get("x-compactd-key", "").strip()
+    if named:
+        return Auth(named, {k: headers[k] for k in AUTH_HEADERS if k in headers}, "custom_header")
+    key = headers.get("x-api-key", "").strip()
+    if not key:
+        scheme, _, token = headers.get("authorization", "").partition(" ")
+        key = token.strip() if scheme.lower() == "bearer" else ""
+    if not key:
+        return None
+    held = settings.upstream_api_key
+    return Auth(key, {"x-api-key": held.get_secret_value()} if held else {}, "api_key")
+
+
+def parse_body(raw: bytes) -> dict[str, Any]:
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise ProxyError(400, "the request body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise ProxyError(400, "the request body must be a JSON object")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+        raise ProxyError(400, "messages: a non-empty list of message objects is required")
+    return body
+
+
+def window_header(headers: Mapping[str, str]) -> int | None:
+    value = headers.get("x-compactd-context-window")
+    if value is None:
+        return None
+    if not value.isdigit() or not 1_000 <= int(value) <= 10_000_000:
+        raise ProxyError(400, "x-compactd-context-window: an integer from 1000 to 10000000")
+    return int(value)
+
+
+def session_header(headers: Mapping[str, str]) -> str | None:
+    value = headers.get("x-compactd-session")
+    if value is not None and not SESSION_ID.match(value):
+        raise ProxyError(400, "x-compactd-session: 1-200 characters of A-Z a-z 0-9 . _ : @ -")
+    return value
+
+
+async def authenticate(request: Request) -> tuple[int, Auth]:
+    auth = resolve_auth(request.headers, request.app.state.resources.settings)
+    if auth is None:
+        raise ProxyError(
+            401, "send your compactd API key as x-api-key, Authorization: Bearer, or x-compactd-key"
+        )
+    try:
+        tenant = await tenant_for(request, auth.key)
+    except TooManyRequests as exc:
+        raise ProxyError(429, str(exc), {"retry-after": str(exc.extensions["retry_after_seconds"])}) from None
+    except ApiError as exc:
+        raise ProxyError(exc.status, exc.detail or exc.title) from None
+    return tenant, auth
+
+
+@dataclass
+class Call:
+    """One proxied request, as the edge carries it from reconcile to the recorded reply."""
+
+    request: Request
+    res: Resources
+    tenant: int
+    auth: Auth
+    body: dict[str, Any]
+    conversation: Conversation | None = None
+    proxied: Proxied | None = None
+    reconciled: Reconciled | None = None
+    context_window: int | None = None
+    upstream_body: dict[str, Any] | None = None
+    hidden: frozenset[str] = frozenset()
+
+    def headers(self) -> dict[str, str]:
+        return forwarded_headers(self.request.headers, self.auth.provider)
+
+
+@router.post("/v1/messages", include_in_schema=False)
+async def create_message(request: Request) -> Response:
+    """The Messages API (streaming or not) through compactd; `?beta=true` accepted."""
+    return await _answered(_create(request))
+
+
+@router.post("/v1/messages/count_tokens", include_in_schema=False)
+async def count_tokens(request: Request) -> Response:
+    """Token count of the request as compactd would send it (its compacted history), from the upstream."""
+    return await _answered(_count(request))
+
+
+async def _answered(work: Awaitable[Response]) -> Response:
+    """The response, or the ProxyError raised on the way as an Anthropic-shaped error."""
+    try:
+        return await work
+    except ProxyError as exc:
+        return anthropic_error(exc.status, exc.message, exc.headers)
+
+
+async def _create(request: Request) -> Response:
+    tenant, auth = await authenticate(request)
+    res: Resources = request.app.state.resources
+    raw = await request.body()
+    body = parse_body(raw)
+    named = session_header(request.headers)
+    call = Call(request, res, tenant, auth, body, context_window=window_header(request.headers))
+    if is_side_request(body, named is not None):
+        log.info("proxy.passed_through", tenant_id=tenant, reason="side_request")
+        return await _pass_through(call, raw, "/v1/messages")
+    await _reconcile_and_build(call, named)
+    assert call.upstream_body is not None
+    response = await _open(call, "/v1/messages", call.upstream_body)
+    if response.status_code != 200:
+        return await _upstream_error(response)
+    if body.get("stream"):
+        return EventStream(
+            _stream(call, response),
+            headers=returned_headers(response.headers),
+            media_type="text/event-stream",
+        )
+    relay = Relay(call.hidden)
+    async for _ in _rounds(call, relay, response):
+        pass
+    if relay.rounds and relay.current.error:
+        return anthropic_error(502, "the upstream stream ended with an error")
+    return Response(
+        orjson.dumps(relay.client_response()),
+        media_type="application/json",
+        headers=returned_headers(response.headers),
+    )
+
+
+async def _reconcile_and_build(call: Call, named: str | None) -> None:
+    """Reconcile the history with its session and build the upstream request from the ready prompt."""
+    res, body = call.res, call.body
+    key: bytes = call.request.app.state.proxy_key
+    call.conversation = identify(key, body, named)
+    chains = await run_in_threadpool(fingerprints.chains, key, body["messages"])
+    tools = _compactd_tools()
+    client_tools = body.get("tools") if isinstance(body.get("tools"), list) else []
+    call.proxied = Proxied(
+        res,
+        call.tenant,
+        call.conversation,
+        body,
+        [*client_tools, *tools],
+        call.context_window,
+        call.request.app.state.enqueue,
+    )
+    served = None
+    for missing in (False, True):
+        try:
+            call.reconciled = await run_in_threadpool(reconcile, call.proxied, chains, missing)
+        except (InvalidTranscript, BrokenConversation) as exc:
+            problems = getattr(exc, "problems", [])
+            detail = "; ".join(problems[:3]) if problems else str(exc)
+            raise ProxyError(400, res.redactor.redact_text(f"messages: {detail}")[:500]) from None
+        except Unreconciled:
+            raise ProxyError(503, "the conversation changed under this request; retry") from None
+        try:
+            served = await serve_prompt(call.request, call.tenant, call.reconciled.plan.session_id)
+            break
+        except NotFound:
+            continue  # the session was deleted after the record was made: start it anew
+        except ApiError as exc:
+            raise ProxyError(exc.status, exc.detail or exc.title) from None
+    if served is None:
+        raise ProxyError(503, "the conversation's session could not be served; retry")
+    call.upstream_body, call.hidden = build_upstream(body, orjson.loads(served.body), tools)
+
+
+def _compactd_tools() -> list[dict[str, Any]]:
+    return tool_definitions() + memory_tool_definitions()
+
+
+async def _open(call: Call, path: str, body: dict[str, Any]) -> httpx.Response:
+    client: httpx.AsyncClient = call.request.app.state.upstream
+    try:
+        return await open_stream(client, path, call.request.url.query, call.headers(), orjson.dumps(body))
+    except httpx.TimeoutException:
+        raise ProxyError(504, "the upstream did not answer in time") from None
+    except httpx.HTTPError as exc:
+        log.warning("proxy.upstream_unreachable", error=type(exc).__name__)
+        raise ProxyError(502, "the upstream could not be reached") from None
+
+
+async def _upstream_error(response: httpx.Response) -> Response:
+    """The upstream's error, status, headers and body, passed through unchanged."""
+    try:
+        data = await response.aread()
+    finally:
+        await response.aclose()
+    return Response(data, status_code=response.status_code, headers=returned_headers(response.headers))
+
+
+async def _pass_through(call: Call, raw: bytes, path: str) -> Response:
+    """A side request: the client's body goes upstream as is; the answer comes back as is."""
+    client: httpx.AsyncClient = call.request.app.state.upstream
+    try:
+        response = await open_stream(client, path, call.request.url.query, call.headers(), raw)
+    except httpx.TimeoutException:
+        raise ProxyError(504, "the upstream did not answer in time") from None
+    except httpx.HTTPError:
+        raise ProxyError(502, "the upstream could not be reached") from None
+    if response.status_code != 200 or not call.body.get("stream"):
+        return await _upstream_error(response)
+
+    async def relayed() -> AsyncIterator[bytes]:
+        try:
+            async for chunk in response.aiter_raw():
+                yield chunk
+        finally:
+            with anyio.CancelScope(shield=True):
+                await response.aclose()
+
+    return EventStream(relayed(), headers=returned_headers(response.headers), media_type="text/event-stream")
+
+
+async def _rounds(call: Call, relay: Relay, response: httpx.Response) -> AsyncIterator[bytes]:
+    """Every byte for the client, round after round, then the closing events; the reply recorded
+    before the message ends (the client's next request finds it stored)."""
+    assert call.upstream_body is not None
+    settings = call.res.settings
+    results: list[list[dict[str, Any]]] = []
+    body = dict(call.upstream_body)
+    try:
+        while True:
+            relay.start_round()
+            splitter = EventSplitter()
+            async for chunk in response.aiter_raw():
+                for event in splitter.feed(chunk):
+                    out = relay.feed(event)
+                    if out:
+                        yield out
+            await response.aclose()
+            r = relay.current
+            if r.error or not r.assembler.done:
+                log.warning("proxy.upstream_stream_ended", error=r.error)
+                if not r.error:
+                    yield encode_event("error", error_body("api_error", "the upstream stream ended early"))
+                    r.error = True
+                return
+            if not relay.should_continue(settings.proxy_tool_rounds):
+                break
+            answered = await run_in_threadpool(
+                proxy_tools.answer_calls,
+                call.res,
+                call.tenant,
+                call.reconciled.plan.session_id,  # type: ignore[union-attr]
+                r.hidden_calls(),
+                call.request.app.state.enqueue,
+            )
+            results.append(answered)
+            body["messages"] = [
+                *body["messages"],
+                {"role": "assistant", "content": r.assembler.content()},
+                {"role": "user", "content": answered},
+            ]
+            log.info(
+                "proxy.tool_round",
+                session_id=call.reconciled.plan.session_id,
+                calls=[c.get("name") for c in r.hidden_calls()],
+            )  # type: ignore[union-attr]
+            try:
+                response = await _open(call, "/v1/messages", body)
+            except ProxyError as exc:
+                yield encode_event("error", error_body(ERROR_TYPES.get(exc.status, "api_error"), exc.message))
+                relay.current.error = True
+                return
+            if response.status_code != 200:
+                data = await response.aread()
+                await response.aclose()
+                try:
+                    payload = orjson.loads(data)
+                except orjson.JSONDecodeError:
+                    payload = error_body("api_error", f"upstream status {response.status_code}")
+                yield encode_event("error", payload)
+                relay.current.error = True
+                return
+        await _record(call, relay, results)
+        yield relay.finish()
+    finally:
+        with anyio.CancelScope(shield=True):
+            await response.aclose()
+
+
+async def _record(call: Call, relay: Relay, results: list[list[dict[str, Any]]]) -> None:
+    try:
+        await run_in_threadpool(
+            record_reply,
+            call.proxied,
+            call.reconciled.plan,  # type: ignore[union-attr]
+            relay.stored_messages(results),
+            relay.client_message(),
+        )
+    except Exception as exc:
+        # the client still gets its answer; its next request carries the reply and reconciles it
+        log.warning("proxy.reply_unrecorded", error=type(exc).__name__)
+
+
+async def _stream(call: Call, response: httpx.Response) -> AsyncIterator[bytes]:
+    relay = Relay(call.hidden)
+    async for out in _rounds(call, relay, response):
+        yield out
+
+
+async def _count(request: Request) -> Response:
+    tenant, auth = await authenticate(request)
+    res: Resources = request.app.state.resources
+    raw = await request.body()
+    body = parse_body(raw)
+    call = Call(request, res, tenant, auth, body)
+    # counted without storing: the history as compactd would send it when it extends a known session
+    return await _pass_through(call, raw, "/v1/messages/count_tokens")
+
+
+class EventStream(StreamingResponse):
+    """A streamed response that stops (and so cancels the upstream call) as soon as the client
+    disconnects, whatever the ASGI server's spec version: it listens for http.disconnect itself."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async with anyio.create_task_group() as group:
+
+            async def stream() -> None:
+                with contextlib.suppress(OSError):
+                    await self.stream_response(send)
+                group.cancel_scope.cancel()
+
+            group.start_soon(stream)
+            await self.listen_for_disconnect(receive)
+            group.cancel_scope.cancel()

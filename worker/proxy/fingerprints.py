@@ -1,0 +1,100 @@
+"""Fingerprints of the client's own messages, chained: how a request's history is matched with what is stored.
+
+The stored turns are redacted, offloaded and may hold server-side tool rounds the client never saw,
+so the client's history is not compared with them. Instead each proxied append records the keyed
+chain hash of the client's messages it covered; a request's history extends the session exactly
+when its chain at that length is the recorded one. One sha256 pass over the history per request,
+no redaction of it: the cost follows the bytes, not the secret scanner.
+
+The chain is keyed (the deployment's redaction key): a recorded value says nothing about content.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+# fields that identify a block's meaning; anything else (cache_control, citations, SDK-added
+# nulls) may change between the message compactd streamed and the copy the client sends back
+_FIELDS = {
+    "text": ("text",),
+    "tool_use": ("id", "name", "input"),
+    "server_tool_use": ("id", "name", "input"),
+    "tool_result": ("tool_use_id", "content", "is_error"),
+    "thinking": ("thinking", "signature"),
+    "redacted_thinking": ("data",),
+}
+
+
+def normalize_block(block: Any) -> Any:
+    """The block's meaning as plain data: identifying fields only, no cache_control, no nulls."""
+    if not isinstance(block, dict):
+        return block
+    kind = block.get("type")
+    fields = _FIELDS.get(kind) if isinstance(kind, str) else None
+    items = (
+        ((k, block.get(k)) for k in fields)
+        if fields
+        else ((k, v) for k, v in block.items() if k != "cache_control")
+    )
+    out: dict[str, Any] = {"type": kind}
+    for k, v in items:
+        if v is None or (k == "is_error" and v is False):
+            continue
+        if k == "content":
+            v = normalize_content(v)
+        out[k] = v
+    return out
+
+
+def normalize_content(content: Any) -> Any:
+    """String content as one text block; empty text blocks dropped; each block normalized."""
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}] if content else []
+    if not isinstance(content, list):
+        return content
+    return [
+        normalize_block(b)
+        for b in content
+        if not (isinstance(b, dict) and b.get("type") == "text" and not b.get("text"))
+    ]
+
+
+def normalize_message(message: Any) -> Any:
+    if not isinstance(message, dict):
+        return message
+    return {"role": message.get("role"), "content": normalize_content(message.get("content"))}
+
+
+def seed(key: bytes) -> bytes:
+    """The chain's value before any message: keyed, so no recorded value can be recomputed without the key."""
+    return hmac.new(key, b"compactd.proxy.chain.v1", hashlib.sha256).digest()
+
+
+def extend(chain: bytes, message: Any) -> bytes:
+    """The chain after one more message."""
+    data = orjson.dumps(normalize_message(message), option=orjson.OPT_SORT_KEYS)
+    return hashlib.sha256(chain + data).digest()
+
+
+def chains(key: bytes, messages: Sequence[Any]) -> list[str]:
+    """The chain (hex) after 0, 1, ... len(messages) messages."""
+    value = seed(key)
+    out = [value.hex()]
+    for m in messages:
+        value = extend(value, m)
+        out.append(value.hex())
+    return out
+
+
+def extend_hex(chain_hex: str, message: Any) -> str:
+    return extend(bytes.fromhex(chain_hex), message).hex()
+
+
+def keyed_digest(key: bytes, text: str) -> str:
+    """A keyed hash of identifying text (a conversation's start), safe to use in a session id."""
+    return hmac.new(key, text.encode(), hashlib.sha256).hexdigest()

@@ -1,0 +1,76 @@
+"""Reconcile: what a request's history means for the stored session (a pure plan).
+
+The record says which session the conversation lives in and the chain of the client messages it
+covers. The history either extends it (append the rest; nothing when it is the same), or it does
+not (the client edited, truncated or compacted its history, /clear, a fork): then the conversation
+continues in a new session, linked to the old one, that starts with the client's whole history.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """Where a conversation lives and how much of the client's history that session covers."""
+
+    session_id: str
+    messages: int
+    chain: str  # fingerprints.chains(...)[messages]
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What to store: the client messages from `start` on go to `session_id`; `expected` is the
+    record this plan was made against (None: a new conversation), `after` the record once stored."""
+
+    kind: Literal["new", "same", "extend", "diverged"]
+    session_id: str
+    start: int
+    expected: Record | None
+    after: Record
+    parent_session_id: str | None = None
+
+    @property
+    def fresh(self) -> bool:
+        """The plan starts a session: it must not exist yet (or be empty)."""
+        return self.kind in ("new", "diverged")
+
+
+def plan(record: Record | None, chains: list[str], key: str, attempt: int = 0) -> Plan:
+    """The plan for a history whose chain values (after 0..N messages) are `chains`.
+
+    `attempt` > 0 after the chosen fresh session turned out to exist already: another name.
+    """
+    n = len(chains) - 1
+    if record is None:
+        name = key if attempt == 0 else _branch(key, chains[n], attempt - 1)
+        return Plan("new", name, 0, None, Record(name, n, chains[n]))
+    covered = record.messages
+    if covered <= n and chains[covered] == record.chain:
+        kind: Literal["same", "extend"] = "same" if covered == n else "extend"
+        return Plan(kind, record.session_id, covered, record, Record(record.session_id, n, chains[n]))
+    after_name = _branch(key, chains[n], attempt)
+    return Plan(
+        "diverged",
+        after_name,
+        0,
+        record,
+        Record(after_name, n, chains[n]),
+        parent_session_id=record.session_id,
+    )
+
+
+def restart(record: Record, chains: list[str], key: str, attempt: int = 0) -> Plan:
+    """The plan when the record's session is gone (deleted): the whole history in a new session."""
+    n = len(chains) - 1
+    name = _branch(key, chains[n], attempt)
+    return Plan("diverged", name, 0, record, Record(name, n, chains[n]))
+
+
+def _branch(key: str, chain: str, attempt: int) -> str:
+    """A new session's id for a history: derived from it, so retrying the same request names the same one."""
+    suffix = f"~{chain[:12]}" + (f".{attempt}" if attempt else "")
+    return key[: 200 - len(suffix)] + suffix

@@ -1,0 +1,180 @@
+"""The drop-in endpoint's use case: reconcile a request's history with its session, then record the reply.
+
+reconcile: identify the conversation -> plan against its record (pure) -> append what is new, the
+record moving in the same transaction -> the session to serve. A history that does not extend the
+record continues in a new session linked to the old one. record_reply: the assistant's message
+(and any server-side rounds of compactd's own tools) appended, the record moved past it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import orjson
+import structlog
+
+from api.schemas import AppendRequest
+from worker.appending import Enqueue, append_messages
+from worker.compaction.tokens import count_text
+from worker.proxy import fingerprints
+from worker.proxy.conversations import Conversation, stable_system_text
+from worker.proxy.reconcile import Plan, Record, plan, restart
+from worker.resources import Resources
+from worker.store.proxy import SessionGone, SessionTaken, StalePlan, claim, load_record
+
+log = structlog.get_logger("compactd.proxy")
+
+ATTEMPTS = 5
+
+
+def proxy_key(redaction_key: bytes) -> bytes:
+    """The key of the proxy's chain hashes and conversation digests (derived: never the redaction key itself)."""
+    return hmac.new(redaction_key, b"compactd.proxy", hashlib.sha256).digest()
+
+
+@dataclass(frozen=True, slots=True)
+class Reconciled:
+    """The session a request is served from, and its record after the request's messages."""
+
+    plan: Plan
+    appended: int  # client messages appended by this request
+
+
+class Unreconciled(Exception):
+    """Raised when a conversation's record kept changing under the request (heavy contention)."""
+
+
+@lru_cache(maxsize=256)
+def _tools_tokens(tools_json: bytes) -> int:
+    return count_text(tools_json.decode())
+
+
+def tools_tokens(tools: Sequence[Any]) -> int:
+    """Tokens of the tool definitions sent upstream (cached: the same tools arrive on every request)."""
+    return _tools_tokens(orjson.dumps(list(tools))) if tools else 0
+
+
+def append_body(
+    body: dict[str, Any], messages: list[Any], plan_: Plan, context_window: int | None, tools: Sequence[Any]
+) -> AppendRequest:
+    """The append of a request's new messages, with the session profile the request implies: its
+    model, its system prompt (the stable part) and an output reserve that keeps room for
+    max_tokens and every tool definition sent upstream (the budget covers the whole request)."""
+    max_tokens = body.get("max_tokens")
+    reserve = (max_tokens if isinstance(max_tokens, int) and max_tokens > 0 else 0) + tools_tokens(tools)
+    model = body.get("model")
+    return AppendRequest(
+        messages=messages,
+        model=model if isinstance(model, str) and model else None,
+        system=stable_system_text(body.get("system")),
+        context_window=context_window,
+        output_reserve=min(reserve, 1_000_000) or None,
+        parent_session_id=plan_.parent_session_id,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Proxied:
+    """One proxied request, as the use case needs it."""
+
+    res: Resources
+    tenant_id: int
+    conversation: Conversation
+    body: dict[str, Any]
+    tools: Sequence[Any]  # every tool definition sent upstream (the client's and compactd's)
+    context_window: int | None
+    enqueue: Enqueue
+
+
+def reconcile(req: Proxied, chains: list[str], missing: bool = False) -> Reconciled:
+    """Store what the request's history adds (nothing for a retry), in the session it belongs to.
+
+    Raises InvalidTranscript / BrokenConversation (the history cannot be stored: nothing written)
+    or Unreconciled. `missing`: the record's session was found deleted (the history starts anew).
+    """
+    key, messages = req.conversation.key, req.body["messages"]
+    taken = 0
+    gone = missing
+    for _ in range(ATTEMPTS):
+        record = load_record(req.res.engine, req.tenant_id, key)
+        p = plan(record, chains, key, taken)
+        if gone and record is not None and p.kind in ("same", "extend"):
+            # the record's session was deleted: the whole history starts a new one (not linked)
+            p = restart(record, chains, key, taken)
+        if p.kind == "same":
+            return Reconciled(p, 0)
+        try:
+            _store(req, p, messages[p.start :])
+        except StalePlan:
+            continue
+        except SessionTaken:
+            taken += 1
+            continue
+        except SessionGone:
+            gone = True
+            continue
+        _log_plan(req, p, len(messages))
+        return Reconciled(p, len(messages) - p.start)
+    raise Unreconciled(key)
+
+
+def _store(req: Proxied, p: Plan, messages: list[Any]) -> None:
+    """Append `messages` to the plan's session, the record moving in the same transaction."""
+    append_messages(
+        req.res,
+        req.tenant_id,
+        p.session_id,
+        append_body(req.body, messages, p, req.context_window, req.tools),
+        idempotency_key=None,
+        activity=None,
+        enqueue=req.enqueue,
+        locked=claim(req.tenant_id, req.conversation.key, p),
+    )
+
+
+def _log_plan(req: Proxied, p: Plan, messages: int) -> None:
+    if p.kind == "diverged":
+        log.warning(
+            "proxy.diverged",
+            tenant_id=req.tenant_id,
+            conversation=req.conversation.key,
+            session_id=p.session_id,
+            parent_session_id=p.parent_session_id,
+            covered=p.expected.messages if p.expected else 0,
+            messages=messages,
+        )
+        req.res.cache.count("proxy_diverged")
+    elif p.kind == "new":
+        log.info(
+            "proxy.conversation_started",
+            tenant_id=req.tenant_id,
+            session_id=p.session_id,
+            source=req.conversation.source,
+        )
+
+
+def record_reply(
+    req: Proxied, served_from: Plan, stored: list[dict[str, Any]], client_message: dict[str, Any]
+) -> bool:
+    """Append the response (server-side rounds included) and move the record past the client's
+    copy of it; False when the conversation moved on meanwhile (the client's next request carries it)."""
+    before = served_from.after
+    after = Record(
+        before.session_id, before.messages + 1, fingerprints.extend_hex(before.chain, client_message)
+    )
+    try:
+        _store(req, Plan("extend", before.session_id, before.messages, before, after), stored)
+    except (StalePlan, SessionGone, SessionTaken):
+        log.info(
+            "proxy.reply_unrecorded",
+            tenant_id=req.tenant_id,
+            session_id=before.session_id,
+            reason="conversation moved on",
+        )
+        return False
+    return True

@@ -1,0 +1,87 @@
+"""Proxied conversations: which session each lives in and how much of the client's history it covers.
+
+The record moves only inside the append that stores the messages it describes (`claim`, run by
+append_turns with the session row locked), so a session and its record never disagree, and two
+requests racing on one conversation cannot both append: the second one's plan is stale.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection, Engine, insert, select, update
+
+from worker.proxy.reconcile import Plan, Record
+from worker.store.db import read_tx
+from worker.store.tables import ProxyConversation, utcnow
+
+P = ProxyConversation.__table__  # type: ignore[attr-defined]
+
+
+class StalePlan(Exception):
+    """Raised when the conversation's record changed after the plan was made: plan again."""
+
+
+class SessionTaken(Exception):
+    """Raised when a plan that starts a session finds it already holds turns: another name."""
+
+
+class SessionGone(Exception):
+    """Raised when the record's session no longer exists (deleted): the history starts a new one."""
+
+
+def load_record(engine: Engine, tenant_id: int, key: str) -> Record | None:
+    with read_tx(engine) as conn:
+        row = conn.execute(
+            select(P.c.session_client_id, P.c.messages, P.c.chain).where(
+                P.c.tenant_id == tenant_id, P.c.key == key
+            )
+        ).first()
+    return None if row is None else Record(row.session_client_id, row.messages, row.chain)
+
+
+def claim(tenant_id: int, key: str, plan: Plan) -> Any:
+    """append_turns' `locked` hook: move the record from plan.expected to plan.after, or raise."""
+
+    def locked(conn: Connection, session: Any) -> None:
+        if plan.fresh and session.version > 0:
+            raise SessionTaken(plan.session_id)
+        if not plan.fresh and session.version == 0:
+            raise SessionGone(plan.session_id)
+        after = plan.after
+        if plan.expected is None:
+            exists = conn.execute(select(P.c.id).where(P.c.tenant_id == tenant_id, P.c.key == key)).first()
+            if exists is not None:
+                raise StalePlan(key)
+            conn.execute(
+                insert(P).values(
+                    tenant_id=tenant_id,
+                    key=key,
+                    session_client_id=after.session_id,
+                    messages=after.messages,
+                    chain=after.chain,
+                    updated_at=utcnow(),
+                )
+            )
+            return
+        before = plan.expected
+        moved = conn.execute(
+            update(P)
+            .where(
+                P.c.tenant_id == tenant_id,
+                P.c.key == key,
+                P.c.session_client_id == before.session_id,
+                P.c.messages == before.messages,
+                P.c.chain == before.chain,
+            )
+            .values(
+                session_client_id=after.session_id,
+                messages=after.messages,
+                chain=after.chain,
+                updated_at=utcnow(),
+            )
+        ).rowcount
+        if moved != 1:
+            raise StalePlan(key)
+
+    return locked
