@@ -149,13 +149,18 @@ def test_claude_code_runs_a_long_bash_session_through_compactd(tmp_path: Path) -
         f"up {up_seconds:.0f} s, Claude Code {run_seconds:.0f} s, {len(upstream.requests)} upstream requests, "
         f"reads {upstream.reads}, stderr {done.stderr[-1500:]!r}, last lines {done.stdout[-1500:]!r}"
     )
+    mains = [r for r in upstream.requests if r.kind == "main"]
+    print(  # shown with -s, and on failure
+        f"{report[:120]}; largest upstream request {max((r.tokens for r in mains), default=0)} tokens; "
+        f"markers {[sum(r.markers.get(k, 0) > 0 for r in mains) for k in ('offloaded', 'clipped', 'handoff')]} "
+        f"(requests showing offloaded, clipped, handoff); sessions {sessions}"
+    )
     assert done.returncode == 0, report
     (result,) = [line for line in lines if line.get("type") == "result"]
     assert result.get("subtype") == "success" and not result.get("is_error"), report
     assert f"All {ROUNDS} rounds ran." in str(result.get("result")), report
     # every upstream request was a valid Messages request, within the window, and not the client's own compaction
     assert upstream.failures == [], report
-    mains = [r for r in upstream.requests if r.kind == "main"]
     assert max(r.round for r in mains) == ROUNDS
     assert max(r.tokens for r in mains) <= WINDOW
     # compactd offloaded, clipped and summarized on the way (the stand-in saw its markers)
