@@ -28,16 +28,19 @@ from api.errors import ApiError, NotFound, TooManyRequests
 from api.routes.prompt import serve_prompt
 from api.upstream import AUTH_HEADERS, error_body, forwarded_headers, open_stream, returned_headers
 from worker.appending import BrokenConversation
+from worker.compaction.assemble import merge_roles
 from worker.compaction.errors import InvalidTranscript
 from worker.compaction.tools import tool_definitions
 from worker.memory.tool import memory_tool_definitions
 from worker.proxy import fingerprints
 from worker.proxy.conversations import SESSION_ID, Conversation, identify, is_side_request
 from worker.proxy.outbound import build_upstream
+from worker.proxy.reconcile import plan
 from worker.proxy.sse import EventSplitter, Relay, encode_event
 from worker.proxying import Proxied, Reconciled, Unreconciled, reconcile, record_reply
 from worker.resources import Resources
 from worker.settings import Settings
+from worker.store.proxy import load_record
 
 router = APIRouter(tags=["messages"])
 log = structlog.get_logger("compactd.proxy")
@@ -388,14 +391,50 @@ async def _stream(call: Call, response: httpx.Response) -> AsyncIterator[bytes]:
         yield out
 
 
+# what the count_tokens endpoint takes of a Messages request
+COUNT_FIELDS = (
+    "model",
+    "messages",
+    "system",
+    "tools",
+    "tool_choice",
+    "thinking",
+    "mcp_servers",
+    "context_management",
+)
+
+
 async def _count(request: Request) -> Response:
     tenant, auth = await authenticate(request)
     res: Resources = request.app.state.resources
     raw = await request.body()
     body = parse_body(raw)
+    named = session_header(request.headers)
     call = Call(request, res, tenant, auth, body)
-    # counted without storing: the history as compactd would send it when it extends a known session
-    return await _pass_through(call, raw, "/v1/messages/count_tokens")
+    path = "/v1/messages/count_tokens"
+    if is_side_request(body, named is not None):
+        return await _pass_through(call, raw, path)
+    counted = await _as_sent(call, identify(request.app.state.proxy_key, body, named))
+    return await _pass_through(call, raw if counted is None else orjson.dumps(counted), path)
+
+
+async def _as_sent(call: Call, conversation: Conversation) -> dict[str, Any] | None:
+    """The count_tokens body for what compactd would send now: its prompt for the conversation's
+    session plus the messages not stored yet, without storing them; None for an unknown history
+    (it is counted as the client sent it)."""
+    res, body = call.res, call.body
+    chains = await run_in_threadpool(fingerprints.chains, call.request.app.state.proxy_key, body["messages"])
+    record = await run_in_threadpool(load_record, res.engine, call.tenant, conversation.key)
+    p = plan(record, chains, conversation.key)
+    if p.kind not in ("same", "extend"):
+        return None
+    try:
+        served = await serve_prompt(call.request, call.tenant, p.session_id)
+    except ApiError:
+        return None
+    upstream, _ = build_upstream(body, orjson.loads(served.body), _compactd_tools())
+    upstream["messages"] = merge_roles([*upstream["messages"], *body["messages"][p.start :]])
+    return {k: upstream[k] for k in COUNT_FIELDS if k in upstream}
 
 
 class EventStream(StreamingResponse):

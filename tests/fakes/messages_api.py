@@ -176,6 +176,14 @@ class FakeMessagesAPI:
             self._script.extend(replies)
         return self
 
+    def reset(self) -> FakeMessagesAPI:
+        """Forget the script and what was recorded (a fake shared by several tests)."""
+        with self._lock:
+            self._script.clear()
+            self.requests.clear()
+            self.disconnects = self.completed = 0
+        return self
+
     def start(self) -> FakeMessagesAPI:
         self._thread.start()
         return self

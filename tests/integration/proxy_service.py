@@ -34,7 +34,8 @@ class Proxy:
         """The anthropic SDK pointed at compactd: only base_url and the key differ from normal use."""
         import anthropic
 
-        return anthropic.Anthropic(base_url=self.url, api_key=self.key, max_retries=0, **kwargs)
+        kwargs.setdefault("max_retries", 0)
+        return anthropic.Anthropic(base_url=self.url, api_key=self.key, **kwargs)
 
 
 def start_proxy(

@@ -2,18 +2,27 @@
 
 from __future__ import annotations
 
+import json
+import threading
+import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
+import anthropic
 import httpx
 import pytest
+import redis
+from sqlalchemy import create_engine, text
 
-from tests.fakes.messages_api import reply, tool_call
+from tests.fakes.messages_api import error, reply, slow, stream_error, tool_call
+from tests.integration.conftest import wait_for
 from tests.integration.proxy_service import PROVIDER_KEY, Proxy, proxy
 
 pytestmark = [pytest.mark.services]
 __all__ = ["proxy"]
 
+MODEL = "claude-sonnet-4-6"
 BASH = {
     "name": "bash",
     "description": "Run a shell command.",
@@ -25,56 +34,76 @@ BASH = {
 }
 
 
+@pytest.fixture(autouse=True)
+def _fresh_upstream(proxy: Proxy) -> Iterator[None]:
+    proxy.upstream.reset()
+    yield
+
+
+def _api(p: Proxy) -> httpx.Client:
+    return httpx.Client(base_url=p.url, headers={"Authorization": f"Bearer {p.key}"})
+
+
 def _session(p: Proxy, sid: str) -> dict[str, Any]:
-    with httpx.Client(base_url=p.url, headers={"Authorization": f"Bearer {p.key}"}) as c:
-        return c.get(f"/v1/sessions/{sid}").json()
+    with _api(p) as c:
+        r = c.get(f"/v1/sessions/{sid}")
+    assert r.status_code == 200, (sid, r.text)
+    return r.json()
 
 
-def _turns(p: Proxy, sid: str) -> list[dict[str, Any]]:
-    with httpx.Client(base_url=p.url, headers={"Authorization": f"Bearer {p.key}"}) as c:
-        prompt = c.get(f"/v1/sessions/{sid}/prompt").json()
-    return prompt["messages"]
+def _sessions(p: Proxy, prefix: str) -> dict[str, int]:
+    with _api(p) as c:
+        page = c.get("/v1/sessions", params={"limit": 200}).json()
+    return {s["id"]: s["turns"] for s in page["sessions"] if s["id"].startswith(prefix)}
+
+
+def _sdk(p: Proxy, sid: str | None = None, **kwargs: Any) -> anthropic.Anthropic:
+    headers = {"x-compactd-session": sid} if sid else {}
+    return p.client(default_headers=headers, **kwargs)
+
+
+def _ask(client: anthropic.Anthropic, messages: list[dict[str, Any]], **kwargs: Any) -> Any:
+    return client.messages.create(
+        model=MODEL,
+        max_tokens=1024,
+        system="You are a coding agent.",
+        tools=[BASH],
+        messages=messages,
+        **kwargs,
+    )
+
+
+def _content(message: Any) -> list[dict[str, Any]]:
+    return [b.model_dump(exclude_none=True) for b in message.content]
 
 
 def test_non_streaming_and_streaming_replies_are_relayed_and_stored(proxy: Proxy) -> None:
     """A tool-using conversation through the endpoint: the SDK gets the upstream's answers, streamed
-    and not, the upstream gets compactd's prompt and tools, and the session holds every turn."""
+    and not, the upstream gets compactd's prompt and tools with the provider key compactd holds,
+    and the session holds every turn."""
     sid = f"s-{uuid.uuid4().hex[:8]}"
     proxy.upstream.script(
-        tool_call("bash", {"command": "ls"}, tool_id="toolu_p1", text="Looking."),
+        tool_call("bash", {"command": "ls"}, tool_id="toolu_p1", text="Looking.", thinking="I should list."),
         reply("Two files."),
     )
-    client = proxy.client(default_headers={"x-compactd-session": sid})
-    try:
-        first = client.messages.create(
-            model="claude-sonnet-4-6",
-            max_tokens=1024,
-            system="You are a coding agent.",
-            tools=[BASH],
-            messages=[{"role": "user", "content": "How many files?"}],
-        )
+    with _sdk(proxy, sid) as client:
+        first = _ask(client, [{"role": "user", "content": "How many files?"}])
         assert first.stop_reason == "tool_use"
         history = [
             {"role": "user", "content": "How many files?"},
-            {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in first.content]},
+            {"role": "assistant", "content": _content(first)},
             {
                 "role": "user",
                 "content": [{"type": "tool_result", "tool_use_id": "toolu_p1", "content": "a b"}],
             },
         ]
         with client.messages.stream(
-            model="claude-sonnet-4-6",
-            max_tokens=1024,
-            system="You are a coding agent.",
-            tools=[BASH],
-            messages=history,
+            model=MODEL, max_tokens=1024, system="You are a coding agent.", tools=[BASH], messages=history
         ) as stream:
             text = "".join(stream.text_stream)
             final = stream.get_final_message()
-    finally:
-        client.close()
     assert text == "Two files." and final.stop_reason == "end_turn"
-    sent = proxy.upstream.requests[-2:]
+    sent = proxy.upstream.requests
     assert [t["name"] for t in sent[0].body["tools"]] == [
         "bash",
         "read_file",
@@ -83,6 +112,301 @@ def test_non_streaming_and_streaming_replies_are_relayed_and_stored(proxy: Proxy
     ]
     assert "[compactd status]" in str(sent[1].body["messages"])
     assert sent[1].headers["x-api-key"] == PROVIDER_KEY
-    messages = _turns(proxy, sid)
-    assert [m["role"] for m in messages] == ["user", "assistant", "user", "assistant"]
+    # the thinking block went back upstream with its signature intact
+    thinking = [b for m in sent[1].body["messages"] for b in m["content"] if b.get("type") == "thinking"]
+    assert thinking and thinking[0]["signature"] == _content(first)[0]["signature"]
     assert _session(proxy, sid)["version"] == 4
+
+
+def test_a_failed_call_retried_stores_the_history_once(proxy: Proxy) -> None:
+    """The upstream's 529 reaches the SDK unchanged; its retry of the same request stores nothing
+    twice: the session holds the question once and the one answer."""
+    sid = f"s-{uuid.uuid4().hex[:8]}"
+    proxy.upstream.script(error(529), reply("Fine."))
+    question = [{"role": "user", "content": "Is the build green?"}]
+    with _sdk(proxy, sid) as client:
+        with pytest.raises(anthropic.APIStatusError) as failed:
+            _ask(client, question)
+        assert failed.value.status_code == 529
+        assert failed.value.body["error"]["type"] == "overloaded_error"
+        assert _ask(client, question).content[0].text == "Fine."
+    info = _session(proxy, sid)
+    assert info["version"] == 2
+    assert len(proxy.upstream.requests) == 2
+    # the same question both times (the status note after it may differ: memory observed meanwhile)
+    asked = [r.body["messages"][0]["content"][0]["text"] for r in proxy.upstream.requests]
+    assert asked == ["Is the build green?"] * 2 and len(proxy.upstream.requests[1].body["messages"]) == 1
+
+
+def test_the_sdk_retries_a_529_through_the_endpoint(proxy: Proxy) -> None:
+    """With the SDK's own retries on, a 529 then a reply is one answer and one stored exchange."""
+    sid = f"s-{uuid.uuid4().hex[:8]}"
+    proxy.upstream.script(error(529, retry_after=0), error(429, retry_after=0), reply("Retried."))
+    with _sdk(proxy, sid, max_retries=3) as client:
+        answer = client.messages.create(
+            model=MODEL, max_tokens=64, tools=[BASH], messages=[{"role": "user", "content": "go"}]
+        )
+    assert answer.content[0].text == "Retried."
+    assert _session(proxy, sid)["version"] == 2
+
+
+def test_a_truncated_history_continues_in_a_linked_new_session(proxy: Proxy) -> None:
+    """A client that drops part of its history (its own compaction, /clear, an edit) never corrupts
+    the session: the conversation continues in a new session linked to the old one."""
+    sid = f"s-{uuid.uuid4().hex[:8]}"
+    proxy.upstream.script(reply("one"), reply("two"), reply("three"))
+    u1, u2 = {"role": "user", "content": "first"}, {"role": "user", "content": "second"}
+    with _sdk(proxy, sid) as client:
+        a1 = {"role": "assistant", "content": _content(_ask(client, [u1]))}
+        _ask(client, [u1, a1, u2])
+        assert _session(proxy, sid)["version"] == 4
+        _ask(client, [u1, a1, {"role": "user", "content": "second, said differently"}])
+    branches = [s for s in _sessions(proxy, sid) if s != sid]
+    assert len(branches) == 1
+    branch = _session(proxy, branches[0])
+    assert branch["parent_session_id"] == sid
+    assert branch["version"] == 4  # the client's 3 messages and the reply
+    assert _session(proxy, sid)["version"] == 4  # the old session is untouched
+    assert "proxy.diverged" in proxy.api_log.read_text()
+
+
+def test_two_conversations_under_one_client_session_at_once(proxy: Proxy) -> None:
+    """Claude Code's main conversation and a sub-agent, streaming at the same time under one client
+    session id, become two sessions, each with its own turns."""
+    client_session = str(uuid.uuid4())
+    metadata = {"user_id": json.dumps({"device_id": "d" * 16, "session_id": client_session})}
+    proxy.upstream.script(*[slow("working on it " * 3, delay_seconds=0.02) for _ in range(4)])
+    errors: list[BaseException] = []
+
+    def run(task: str) -> None:
+        try:
+            with proxy.client() as client:
+                history: list[dict[str, Any]] = [{"role": "user", "content": task}]
+                for follow_up in ("and then?", "thanks"):
+                    with client.messages.stream(
+                        model=MODEL, max_tokens=64, tools=[BASH], messages=history, metadata=metadata
+                    ) as stream:
+                        final = stream.get_final_message()
+                    history += [
+                        {"role": "assistant", "content": _content(final)},
+                        {"role": "user", "content": follow_up},
+                    ]
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(task,)) for task in ("fix the parser", "search for TODOs")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    sessions = _sessions(proxy, f"cc-{client_session}-")
+    assert sorted(sessions.values()) == [4, 4], sessions
+
+
+def test_an_upstream_error_mid_stream_reaches_the_client(proxy: Proxy) -> None:
+    """An overloaded_error event in the stream is passed on; nothing of the reply is stored."""
+    sid = f"s-{uuid.uuid4().hex[:8]}"
+    proxy.upstream.script(stream_error())
+    with (
+        _sdk(proxy, sid) as client,
+        pytest.raises(anthropic.APIStatusError) as failed,
+        client.messages.stream(
+            model=MODEL, max_tokens=64, tools=[BASH], messages=[{"role": "user", "content": "hi"}]
+        ) as s,
+    ):
+        s.get_final_message()
+    assert "overloaded" in str(failed.value).lower()
+    assert _session(proxy, sid)["version"] == 1
+
+
+def test_a_client_disconnect_cancels_the_upstream_call(proxy: Proxy) -> None:
+    """The client going away mid-stream closes the upstream call long before it would have ended,
+    and no partial reply is stored."""
+    sid = f"s-{uuid.uuid4().hex[:8]}"
+    proxy.upstream.script(slow("x" * 16 * 200, delay_seconds=0.05))  # ~10 s if read to the end
+    body = {
+        "model": MODEL,
+        "max_tokens": 64,
+        "stream": True,
+        "tools": [BASH],
+        "messages": [{"role": "user", "content": "long"}],
+    }
+    headers = {"x-api-key": proxy.key, "x-compactd-session": sid, "anthropic-version": "2023-06-01"}
+    started = time.monotonic()
+    with (
+        httpx.Client(base_url=proxy.url) as c,
+        c.stream("POST", "/v1/messages", json=body, headers=headers) as r,
+    ):
+        assert r.status_code == 200
+        got = b""
+        for chunk in r.iter_raw():
+            got += chunk
+            if got.count(b"content_block_delta") >= 3:
+                break
+    wait_for(lambda: proxy.upstream.disconnects == 1, timeout=5)
+    assert time.monotonic() - started < 5
+    assert proxy.upstream.completed == 0
+    assert _session(proxy, sid)["version"] == 1
+
+
+def test_count_tokens_counts_what_compactd_would_send(proxy: Proxy) -> None:
+    """count_tokens of a known conversation is asked of the upstream with compactd's prompt (the status note
+    included) plus the new message, and nothing is stored."""
+    sid = f"s-{uuid.uuid4().hex[:8]}"
+    proxy.upstream.script(reply("ok"))
+    history: list[dict[str, Any]] = [{"role": "user", "content": "start"}]
+    with _sdk(proxy, sid) as client:
+        history += [
+            {"role": "assistant", "content": _content(_ask(client, history))},
+            {"role": "user", "content": "more"},
+        ]
+        counted = client.messages.count_tokens(
+            model=MODEL, system="You are a coding agent.", tools=[BASH], messages=history
+        )
+    assert counted.input_tokens > 0
+    sent = proxy.upstream.requests[-1]
+    assert sent.path.startswith("/v1/messages/count_tokens")
+    # compactd's served messages (its cache breakpoints on them), then the message not stored yet
+    assert sent.body["messages"][0]["content"][0]["cache_control"] == {"type": "ephemeral"}
+    assert sent.body["messages"][-1]["content"][-1]["text"] == "more"
+    assert "stream" not in sent.body and "max_tokens" not in sent.body
+    assert _session(proxy, sid)["version"] == 2
+
+
+def test_compactds_read_file_is_answered_inside_the_call(proxy: Proxy) -> None:
+    """The model reads an offloaded output back with read_file: compactd answers it and continues the
+    call, the client sees one message without that tool, and its next request reconciles."""
+    sid = f"s-{uuid.uuid4().hex[:8]}"
+    big = "\n".join(f"line {i}: value_{i * 7}" for i in range(400))
+    history: list[dict[str, Any]] = [
+        {"role": "user", "content": "run the tests"},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "tool_use", "id": "toolu_t1", "name": "bash", "input": {"command": "pytest"}}
+            ],
+        },
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_t1", "content": big}]},
+    ]
+    proxy.upstream.script(reply("noted"))
+    with _sdk(proxy, sid) as client:
+        history += [{"role": "assistant", "content": _content(_ask(client, history))}]
+        with _api(proxy) as c:
+            (ref,) = [
+                f["ref"] for f in c.get(f"/v1/sessions/{sid}/files").json()["files"] if f["kind"] == "offload"
+            ]
+        proxy.upstream.script(
+            tool_call(
+                "read_file", {"ref": ref, "start_line": 2, "end_line": 3}, tool_id="toolu_rf", text="Reading."
+            ),
+            reply("Line 2 says value_7."),
+        )
+        history.append({"role": "user", "content": "what does line 2 say?"})
+        with client.messages.stream(
+            model=MODEL, max_tokens=256, system="You are a coding agent.", tools=[BASH], messages=history
+        ) as s:
+            seen = s.get_final_message()
+        assert [b.type for b in seen.content] == ["text", "text"]
+        assert "".join(b.text for b in seen.content) == "Reading.Line 2 says value_7."
+        assert seen.stop_reason == "end_turn"
+        continued = proxy.upstream.requests[-1].body["messages"]
+        (result,) = [b for b in continued[-1]["content"] if b.get("type") == "tool_result"]
+        assert result["tool_use_id"] == "toolu_rf" and "line 2: value_14" in result["content"]
+        version = _session(proxy, sid)["version"]
+        assert version == 8  # 5 + the model's read, compactd's answer, the final message
+        proxy.upstream.script(reply("bye"))
+        history += [{"role": "assistant", "content": _content(seen)}, {"role": "user", "content": "thanks"}]
+        _ask(client, history)
+    assert _session(proxy, sid)["version"] == version + 2
+    assert not [s for s in _sessions(proxy, sid) if s != sid]  # no divergence
+
+
+def test_side_requests_are_passed_through_untouched(proxy: Proxy) -> None:
+    """A one-message request without tools (a title, a quota probe) goes upstream as the client sent it
+    and creates no session."""
+    before = _sessions(proxy, "")
+    proxy.upstream.script(reply("A title"))
+    with proxy.client() as client:
+        answer = client.messages.create(
+            model=MODEL, max_tokens=20, messages=[{"role": "user", "content": "Title this chat"}]
+        )
+    assert answer.content[0].text == "A title"
+    assert proxy.upstream.requests[-1].body["messages"] == [{"role": "user", "content": "Title this chat"}]
+    assert _sessions(proxy, "") == before
+
+
+def test_the_provider_key_can_travel_with_the_request(proxy: Proxy) -> None:
+    """With x-compactd-key the client's own key goes upstream untouched."""
+    own = "sk-ant-api03-" + "Cl1" * 30 + "QQ"
+    proxy.upstream.script(reply("ok"))
+    client = anthropic.Anthropic(
+        base_url=proxy.url, api_key=own, max_retries=0, default_headers={"x-compactd-key": proxy.key}
+    )
+    with client:
+        _ask(client, [{"role": "user", "content": "custom header mode"}])
+    sent = proxy.upstream.requests[-1].headers
+    # this SDK version sends its key as Authorization: Bearer; either way it arrives as sent
+    assert sent.get("x-api-key") == own or sent.get("authorization") == f"Bearer {own}"
+
+
+@pytest.mark.parametrize(
+    ("headers", "status", "kind"),
+    [
+        ({}, 401, "authentication_error"),
+        ({"x-api-key": "cpd_wrong"}, 401, "authentication_error"),
+        ({"x-compactd-session": "bad id!"}, 400, "invalid_request_error"),
+    ],
+)
+def test_compactds_own_errors_are_in_the_anthropic_shape(
+    proxy: Proxy, headers: dict[str, str], status: int, kind: str
+) -> None:
+    """A bad key or header is answered as the Messages API answers errors, not as problem+json."""
+    sent = (
+        {"x-api-key": proxy.key, **headers}
+        if "x-api-key" in headers or "x-compactd-session" in headers
+        else headers
+    )
+    body = {"model": MODEL, "max_tokens": 5, "messages": [{"role": "user", "content": "x"}]}
+    with httpx.Client(base_url=proxy.url) as c:
+        r = c.post("/v1/messages?beta=true", json=body, headers=sent)
+        bad = c.post(
+            "/v1/messages",
+            content=b"{not json",
+            headers={"x-api-key": proxy.key, "content-type": "application/json"},
+        )
+    assert r.status_code == status and r.json()["type"] == "error" and r.json()["error"]["type"] == kind
+    assert bad.status_code == 400 and bad.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_no_provider_key_is_logged_or_stored(proxy: Proxy) -> None:
+    """After every test above, neither provider key is in a log line, a database row or a Redis value."""
+    own = "sk-ant-api03-" + "Cl1" * 30 + "QQ"
+    proxy.upstream.script(reply("ok"))
+    client = anthropic.Anthropic(
+        base_url=proxy.url, api_key=own, max_retries=0, default_headers={"x-compactd-key": proxy.key}
+    )
+    with client:
+        _ask(client, [{"role": "user", "content": "one more, for the record"}])
+    logs = proxy.api_log.read_text() + (proxy.api_log.parent / "worker.log").read_text()
+    engine = create_engine(proxy.settings.database_url)
+    with engine.connect() as conn:
+        tables = [r[0] for r in conn.execute(text("SELECT name FROM sqlite_master WHERE type='table'"))]
+        rows = "".join(str(list(conn.execute(text(f"SELECT * FROM {t}")))) for t in tables)
+    engine.dispose()
+    client_redis = redis.Redis.from_url(proxy.settings.redis_url)
+    values = b""
+    for key in client_redis.scan_iter(f"{proxy.settings.redis_prefix}*"):
+        kind = client_redis.type(key)
+        if kind == b"string":
+            values += client_redis.get(key) or b""
+        elif kind == b"hash":
+            values += b"".join(client_redis.hgetall(key).values())
+        elif kind == b"list":
+            values += b"".join(client_redis.lrange(key, 0, -1))
+    client_redis.close()
+    assert rows and logs
+    for secret in (PROVIDER_KEY, own):
+        assert secret not in logs and secret[:24] not in logs
+        assert secret not in rows
+        assert secret.encode() not in values

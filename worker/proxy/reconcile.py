@@ -72,5 +72,5 @@ def restart(record: Record, chains: list[str], key: str, attempt: int = 0) -> Pl
 
 def _branch(key: str, chain: str, attempt: int) -> str:
     """A new session's id for a history: derived from it, so retrying the same request names the same one."""
-    suffix = f"~{chain[:12]}" + (f".{attempt}" if attempt else "")
+    suffix = f".{chain[:12]}" + (f".{attempt}" if attempt else "")
     return key[: 200 - len(suffix)] + suffix

@@ -29,7 +29,8 @@ class EventSplitter:
         self._buffer = b""
 
     def feed(self, chunk: bytes) -> Iterator[Event]:
-        self._buffer += chunk.replace(b"\r\n", b"\n")
+        # on the whole buffer: a CR LF may be cut between two chunks
+        self._buffer = (self._buffer + chunk).replace(b"\r\n", b"\n")
         while True:
             end = self._buffer.find(b"\n\n")
             if end < 0:
@@ -192,6 +193,7 @@ class Relay:
             return self._reindexed(event, r.index_map[index])
         if name == "message_delta":
             self.output_tokens += int((data.get("usage") or {}).get("output_tokens") or 0)
+            self._last_delta = event
             return b""  # held: the relay decides whether the message ends here
         if name == "message_stop":
             return b""
@@ -243,14 +245,21 @@ class Relay:
             self._next_index = 1
             self.filler = True
         r = self.current.assembler
-        # the last round's usage (what was really sent last), with every round's output tokens
-        usage = {**r.usage, "output_tokens": self.output_tokens or r.usage.get("output_tokens", 0)}
-        delta = {"stop_reason": self.final_stop_reason(), "stop_sequence": r.stop_sequence}
-        out += encode_event("message_delta", {"type": "message_delta", "delta": delta, "usage": usage})
+        last = self._last_delta
+        reason = self.final_stop_reason()
+        if last is not None and len(self.rounds) == 1 and reason == r.stop_reason:
+            out += last.raw  # one round: the upstream's own event, unchanged
+        else:
+            # the last round's delta (its usage: what was really sent last), every round's output tokens
+            data = dict(last.data) if last is not None and isinstance(last.data, dict) else {}
+            usage = {**(data.get("usage") or {}), "output_tokens": self.output_tokens}
+            delta = {**(data.get("delta") or {}), "stop_reason": reason, "stop_sequence": r.stop_sequence}
+            out += encode_event("message_delta", {"type": "message_delta", "delta": delta, "usage": usage})
         out += encode_event("message_stop", {"type": "message_stop"})
         return out
 
     filler = False
+    _last_delta: Event | None = None
 
     def client_message(self) -> dict[str, Any]:
         """The assistant message as the client received it (what its next request will carry)."""
