@@ -19,6 +19,7 @@ import orjson
 import structlog
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
+from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 from starlette.types import Receive, Scope, Send
 
@@ -34,7 +35,7 @@ from worker.compaction.tools import tool_definitions
 from worker.memory.tool import memory_tool_definitions
 from worker.proxy import fingerprints
 from worker.proxy.conversations import SESSION_ID, Conversation, identify, is_side_request
-from worker.proxy.outbound import build_upstream
+from worker.proxy.outbound import build_upstream, upstream_bytes
 from worker.proxy.reconcile import plan
 from worker.proxy.sse import EventSplitter, Relay, encode_event
 from worker.proxying import Proxied, Reconciled, Unreconciled, reconcile, record_reply
@@ -157,7 +158,9 @@ class Call:
     proxied: Proxied | None = None
     reconciled: Reconciled | None = None
     context_window: int | None = None
-    upstream_body: dict[str, Any] | None = None
+    upstream_raw: bytes = b""
+    # the whole answer once the client has it: recorded after the response (_record)
+    answered: tuple[Relay, list[list[dict[str, Any]]]] | None = None
     hidden: frozenset[str] = frozenset()
 
     def headers(self) -> dict[str, str]:
@@ -195,8 +198,7 @@ async def _create(request: Request) -> Response:
         log.info("proxy.passed_through", tenant_id=tenant, reason="side_request")
         return await _pass_through(call, raw, "/v1/messages")
     await _reconcile_and_build(call, named)
-    assert call.upstream_body is not None
-    response = await _open(call, "/v1/messages", call.upstream_body)
+    response = await _open(call, "/v1/messages", call.upstream_raw)
     if response.status_code != 200:
         return await _upstream_error(response)
     if body.get("stream"):
@@ -204,6 +206,7 @@ async def _create(request: Request) -> Response:
             _stream(call, response),
             headers=returned_headers(response.headers),
             media_type="text/event-stream",
+            background=BackgroundTask(_record, call),
         )
     relay = Relay(call.hidden)
     async for _ in _rounds(call, relay, response):
@@ -214,6 +217,7 @@ async def _create(request: Request) -> Response:
         orjson.dumps(relay.client_response()),
         media_type="application/json",
         headers=returned_headers(response.headers),
+        background=BackgroundTask(_record, call),
     )
 
 
@@ -253,17 +257,17 @@ async def _reconcile_and_build(call: Call, named: str | None) -> None:
             raise ProxyError(exc.status, exc.detail or exc.title) from None
     if served is None:
         raise ProxyError(503, "the conversation's session could not be served; retry")
-    call.upstream_body, call.hidden = build_upstream(body, orjson.loads(served.body), tools)
+    call.upstream_raw, call.hidden = upstream_bytes(body, served.body, tools)
 
 
 def _compactd_tools() -> list[dict[str, Any]]:
     return tool_definitions() + memory_tool_definitions()
 
 
-async def _open(call: Call, path: str, body: dict[str, Any]) -> httpx.Response:
+async def _open(call: Call, path: str, body: bytes) -> httpx.Response:
     client: httpx.AsyncClient = call.request.app.state.upstream
     try:
-        return await open_stream(client, path, call.request.url.query, call.headers(), orjson.dumps(body))
+        return await open_stream(client, path, call.request.url.query, call.headers(), body)
     except httpx.TimeoutException:
         raise ProxyError(504, "the upstream did not answer in time") from None
     except httpx.HTTPError as exc:
@@ -304,12 +308,11 @@ async def _pass_through(call: Call, raw: bytes, path: str) -> Response:
 
 
 async def _rounds(call: Call, relay: Relay, response: httpx.Response) -> AsyncIterator[bytes]:
-    """Every byte for the client, round after round, then the closing events; the reply recorded
-    before the message ends (the client's next request finds it stored)."""
-    assert call.upstream_body is not None
+    """Every byte for the client, round after round, then the closing events; `call.answered` set
+    once the client has them all (recorded after the response)."""
     settings = call.res.settings
     results: list[list[dict[str, Any]]] = []
-    body = dict(call.upstream_body)
+    body: dict[str, Any] | None = None  # parsed only when a server-side round needs it
     try:
         while True:
             relay.start_round()
@@ -338,6 +341,7 @@ async def _rounds(call: Call, relay: Relay, response: httpx.Response) -> AsyncIt
                 call.request.app.state.enqueue,
             )
             results.append(answered)
+            body = orjson.loads(call.upstream_raw) if body is None else body
             body["messages"] = [
                 *body["messages"],
                 {"role": "assistant", "content": r.assembler.content()},
@@ -349,7 +353,7 @@ async def _rounds(call: Call, relay: Relay, response: httpx.Response) -> AsyncIt
                 calls=[c.get("name") for c in r.hidden_calls()],
             )  # type: ignore[union-attr]
             try:
-                response = await _open(call, "/v1/messages", body)
+                response = await _open(call, "/v1/messages", orjson.dumps(body))
             except ProxyError as exc:
                 yield encode_event("error", error_body(ERROR_TYPES.get(exc.status, "api_error"), exc.message))
                 relay.current.error = True
@@ -364,14 +368,20 @@ async def _rounds(call: Call, relay: Relay, response: httpx.Response) -> AsyncIt
                 yield encode_event("error", payload)
                 relay.current.error = True
                 return
-        await _record(call, relay, results)
         yield relay.finish()
+        call.answered = (relay, results)
     finally:
         with anyio.CancelScope(shield=True):
             await response.aclose()
 
 
-async def _record(call: Call, relay: Relay, results: list[list[dict[str, Any]]]) -> None:
+async def _record(call: Call) -> None:
+    """Append the answer the client received, once the response is complete: the append's time is
+    not the client's. A next request that comes first appends the client's copy instead (the
+    conversation's record decides which one stores it; worker/store/proxy.py)."""
+    if call.answered is None:
+        return  # cut short (an error, a disconnect): nothing to record
+    relay, results = call.answered
     try:
         await run_in_threadpool(
             record_reply,
@@ -452,3 +462,5 @@ class EventStream(StreamingResponse):
             group.start_soon(stream)
             await self.listen_for_disconnect(receive)
             group.cancel_scope.cancel()
+        if self.background is not None:
+            await self.background()

@@ -142,8 +142,9 @@ class RecordedRequest:
 class FakeMessagesAPI:
     """The Messages API on 127.0.0.1 (ephemeral port), in a thread; a context manager."""
 
-    def __init__(self, default: Reply | None = None) -> None:
+    def __init__(self, default: Reply | None = None, *, keep_requests: bool = True) -> None:
         self.default = default or reply("default note")
+        self.keep_requests = keep_requests  # off for benchmarks: bodies of 100s of KB add up
         self.requests: list[RecordedRequest] = []
         self.disconnects = 0  # streamed replies the client went away from before their end
         self.completed = 0  # streamed replies sent to their end
@@ -202,11 +203,13 @@ class FakeMessagesAPI:
 
     def _record(self, request: RecordedRequest) -> None:
         with self._lock:
-            self.requests.append(request)
+            if self.keep_requests:
+                self.requests.append(request)
 
     def _next(self, request: RecordedRequest) -> Reply:
         with self._lock:
-            self.requests.append(request)
+            if self.keep_requests:
+                self.requests.append(request)
             return self._script.popleft() if self._script else self.default
 
     def _message(self, body: Any, r: Reply) -> dict[str, Any]:

@@ -51,6 +51,13 @@ def _session(p: Proxy, sid: str) -> dict[str, Any]:
     return r.json()
 
 
+def _version(p: Proxy, sid: str, expected: int) -> None:
+    """The session reaches `expected` turns (a reply is recorded just after its response ends), and stays."""
+    wait_for(lambda: _session(p, sid)["version"] == expected, timeout=10)
+    time.sleep(0.3)
+    assert _session(p, sid)["version"] == expected
+
+
 def _sessions(p: Proxy, prefix: str) -> dict[str, int]:
     with _api(p) as c:
         page = c.get("/v1/sessions", params={"limit": 200}).json()
@@ -115,7 +122,7 @@ def test_non_streaming_and_streaming_replies_are_relayed_and_stored(proxy: Proxy
     # the thinking block went back upstream with its signature intact
     thinking = [b for m in sent[1].body["messages"] for b in m["content"] if b.get("type") == "thinking"]
     assert thinking and thinking[0]["signature"] == _content(first)[0]["signature"]
-    assert _session(proxy, sid)["version"] == 4
+    _version(proxy, sid, 4)
 
 
 def test_a_failed_call_retried_stores_the_history_once(proxy: Proxy) -> None:
@@ -130,8 +137,7 @@ def test_a_failed_call_retried_stores_the_history_once(proxy: Proxy) -> None:
         assert failed.value.status_code == 529
         assert failed.value.body["error"]["type"] == "overloaded_error"
         assert _ask(client, question).content[0].text == "Fine."
-    info = _session(proxy, sid)
-    assert info["version"] == 2
+    _version(proxy, sid, 2)
     assert len(proxy.upstream.requests) == 2
     # the same question both times (the status note after it may differ: memory observed meanwhile)
     asked = [r.body["messages"][0]["content"][0]["text"] for r in proxy.upstream.requests]
@@ -147,7 +153,7 @@ def test_the_sdk_retries_a_529_through_the_endpoint(proxy: Proxy) -> None:
             model=MODEL, max_tokens=64, tools=[BASH], messages=[{"role": "user", "content": "go"}]
         )
     assert answer.content[0].text == "Retried."
-    assert _session(proxy, sid)["version"] == 2
+    _version(proxy, sid, 2)
 
 
 def test_a_truncated_history_continues_in_a_linked_new_session(proxy: Proxy) -> None:
@@ -159,14 +165,13 @@ def test_a_truncated_history_continues_in_a_linked_new_session(proxy: Proxy) -> 
     with _sdk(proxy, sid) as client:
         a1 = {"role": "assistant", "content": _content(_ask(client, [u1]))}
         _ask(client, [u1, a1, u2])
-        assert _session(proxy, sid)["version"] == 4
+        _version(proxy, sid, 4)
         _ask(client, [u1, a1, {"role": "user", "content": "second, said differently"}])
     branches = [s for s in _sessions(proxy, sid) if s != sid]
     assert len(branches) == 1
-    branch = _session(proxy, branches[0])
-    assert branch["parent_session_id"] == sid
-    assert branch["version"] == 4  # the client's 3 messages and the reply
-    assert _session(proxy, sid)["version"] == 4  # the old session is untouched
+    _version(proxy, branches[0], 4)  # the client's 3 messages and the reply
+    assert _session(proxy, branches[0])["parent_session_id"] == sid
+    _version(proxy, sid, 4)  # the old session is untouched
     assert "proxy.diverged" in proxy.api_log.read_text()
 
 
@@ -217,7 +222,7 @@ def test_an_upstream_error_mid_stream_reaches_the_client(proxy: Proxy) -> None:
     ):
         s.get_final_message()
     assert "overloaded" in str(failed.value).lower()
-    assert _session(proxy, sid)["version"] == 1
+    _version(proxy, sid, 1)
 
 
 def test_a_client_disconnect_cancels_the_upstream_call(proxy: Proxy) -> None:
@@ -247,7 +252,7 @@ def test_a_client_disconnect_cancels_the_upstream_call(proxy: Proxy) -> None:
     wait_for(lambda: proxy.upstream.disconnects == 1, timeout=5)
     assert time.monotonic() - started < 5
     assert proxy.upstream.completed == 0
-    assert _session(proxy, sid)["version"] == 1
+    _version(proxy, sid, 1)
 
 
 def test_count_tokens_counts_what_compactd_would_send(proxy: Proxy) -> None:
@@ -271,7 +276,7 @@ def test_count_tokens_counts_what_compactd_would_send(proxy: Proxy) -> None:
     assert sent.body["messages"][0]["content"][0]["cache_control"] == {"type": "ephemeral"}
     assert sent.body["messages"][-1]["content"][-1]["text"] == "more"
     assert "stream" not in sent.body and "max_tokens" not in sent.body
-    assert _session(proxy, sid)["version"] == 2
+    _version(proxy, sid, 2)
 
 
 def test_compactds_read_file_is_answered_inside_the_call(proxy: Proxy) -> None:
@@ -313,12 +318,12 @@ def test_compactds_read_file_is_answered_inside_the_call(proxy: Proxy) -> None:
         continued = proxy.upstream.requests[-1].body["messages"]
         (result,) = [b for b in continued[-1]["content"] if b.get("type") == "tool_result"]
         assert result["tool_use_id"] == "toolu_rf" and "line 2: value_14" in result["content"]
-        version = _session(proxy, sid)["version"]
-        assert version == 8  # 5 + the model's read, compactd's answer, the final message
+        version = 8  # 5 + the model's read, compactd's answer, the final message
+        _version(proxy, sid, version)
         proxy.upstream.script(reply("bye"))
         history += [{"role": "assistant", "content": _content(seen)}, {"role": "user", "content": "thanks"}]
         _ask(client, history)
-    assert _session(proxy, sid)["version"] == version + 2
+    _version(proxy, sid, version + 2)
     assert not [s for s in _sessions(proxy, sid) if s != sid]  # no divergence
 
 

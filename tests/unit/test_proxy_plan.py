@@ -27,18 +27,42 @@ def _assistant(text: str) -> dict[str, Any]:
     return {"role": "assistant", "content": [{"type": "text", "text": text}]}
 
 
+MARKED = {"cache_control": {"type": "ephemeral"}}
+
+
 @pytest.mark.parametrize(
     ("a", "b", "same"),
     [
-        (_user("hi"), {"role": "user", "content": [{"type": "text", "text": "hi"}]}, True),
+        # the client's own (user) messages: only its moving cache breakpoints are ignored
+        (_user("hi"), {"role": "user", "content": [{"type": "text", "text": "hi"}]}, False),
         (
-            _user("hi"),
+            {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+            {"role": "user", "content": [{"type": "text", "text": "hi", **MARKED}]},
+            True,
+        ),
+        (
             {
                 "role": "user",
-                "content": [{"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}],
+                "content": [
+                    {"type": "tool_result", "tool_use_id": "t", "content": [{"type": "text", "text": "x"}]}
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "t",
+                        "content": [{"type": "text", "text": "x", **MARKED}],
+                    }
+                ],
             },
             True,
         ),
+        (_user("hi"), _user("hi!"), False),
+        (_user("hi"), {"role": "assistant", "content": "hi"}, False),
+        # an assistant message may be compactd's reassembly, sent back in the client's serialization
+        ({"role": "assistant", "content": "ok"}, _assistant("ok"), True),
         (
             _assistant("ok"),
             {"role": "assistant", "content": [{"type": "text", "text": "ok", "citations": None}]},
@@ -46,24 +70,23 @@ def _assistant(text: str) -> dict[str, Any]:
         ),
         (
             _assistant("ok"),
-            {"role": "assistant", "content": [{"type": "text", "text": ""}, {"type": "text", "text": "ok"}]},
+            {
+                "role": "assistant",
+                "content": [{"type": "text", "text": ""}, {"type": "text", "text": "ok", **MARKED}],
+            },
             True,
         ),
         (
             {
-                "role": "user",
-                "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "x", "is_error": False}],
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": "t", "name": "n", "input": {"a": 1}, "caller": None}],
             },
             {
-                "role": "user",
-                "content": [
-                    {"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "text", "text": "x"}]}
-                ],
+                "role": "assistant",
+                "content": [{"input": {"a": 1}, "name": "n", "id": "t", "type": "tool_use"}],
             },
             True,
         ),
-        (_user("hi"), _user("hi!"), False),
-        (_user("hi"), {"role": "assistant", "content": "hi"}, False),
         (
             {"role": "assistant", "content": [{"type": "thinking", "thinking": "a", "signature": "s1"}]},
             {"role": "assistant", "content": [{"type": "thinking", "thinking": "a", "signature": "s2"}]},
@@ -267,3 +290,57 @@ def test_a_history_always_extends_its_own_prefix(messages: list[dict[str, Any]])
         p = plan(Record("s", k, all_chains[k]), all_chains, "s")
         assert p.kind == ("same" if k == len(messages) else "extend") and p.start == k
     assert all(normalize_message(m)["role"] in ("user", "assistant") for m in messages)
+
+
+def test_the_spliced_request_is_the_built_one() -> None:
+    """The hot path's request bytes (served messages spliced in unparsed) parse to build_upstream's request."""
+    import orjson
+
+    from worker.proxy.outbound import upstream_bytes
+
+    served = _served(
+        [
+            _user("served"),
+            _assistant("a"),
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": 'say "messages":[ and ,"system":', "cache_control": MARK}
+                ],
+            },
+        ]
+    )
+    body = (
+        b'{"session_id":"x","version":3,"epoch":0,"compacted_through":0,"token_count":9,"budget_tokens":99,"fallback":null,"system":'
+        + orjson.dumps(served["system"])
+        + b',"messages":'
+        + orjson.dumps(served["messages"])
+        + b"}"
+    )
+    client = {
+        "model": "m",
+        "max_tokens": 5,
+        "system": "mine",
+        "tools": [{"name": "Bash", "input_schema": {}}],
+        "messages": [_user("raw")],
+        "metadata": {"user_id": "u"},
+    }
+    spliced, hidden = upstream_bytes(client, body, TOOLS)
+    built, hidden_too = build_upstream(client, served, TOOLS)
+    assert orjson.loads(spliced) == built and hidden == hidden_too
+    many = _served(
+        [
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": str(i), "cache_control": MARK} for i in range(6)],
+            }
+        ]
+    )
+    body = (
+        b'{"version":1,"system":'
+        + orjson.dumps(many["system"])
+        + b',"messages":'
+        + orjson.dumps(many["messages"])
+        + b"}"
+    )
+    assert len(breakpoints(orjson.loads(upstream_bytes(client, body, TOOLS)[0]))) == 4

@@ -7,6 +7,11 @@ when its chain at that length is the recorded one. One sha256 pass over the hist
 no redaction of it: the cost follows the bytes, not the secret scanner.
 
 The chain is keyed (the deployment's redaction key): a recorded value says nothing about content.
+
+A user message is always the client's own, serialized by the client the same way every time: it is
+hashed as sent, only cache_control taken out (clients move their breakpoints). An assistant message
+may be compactd's reassembly of a streamed reply, which the client sends back in its own
+serialization (string or block content, nulls, extra fields): it is hashed normalized.
 """
 
 from __future__ import annotations
@@ -75,10 +80,36 @@ def seed(key: bytes) -> bytes:
     return hmac.new(key, b"compactd.proxy.chain.v1", hashlib.sha256).digest()
 
 
+_MARK = b'"cache_control"'
+
+
+def message_bytes(message: Any) -> bytes:
+    """The bytes a message is fingerprinted by (see the module docstring)."""
+    if isinstance(message, dict) and message.get("role") == "user":
+        data = orjson.dumps(message)
+        if _MARK not in data:
+            return data
+        return orjson.dumps({**message, "content": _unmarked(message.get("content"))})
+    return orjson.dumps(normalize_message(message), option=orjson.OPT_SORT_KEYS)
+
+
+def _unmarked(content: Any) -> Any:
+    """The content with every cache_control key taken out, nothing else changed (key order kept)."""
+    if not isinstance(content, list):
+        return content
+    out = []
+    for block in content:
+        if isinstance(block, dict):
+            block = {
+                k: _unmarked(v) if k == "content" else v for k, v in block.items() if k != "cache_control"
+            }
+        out.append(block)
+    return out
+
+
 def extend(chain: bytes, message: Any) -> bytes:
     """The chain after one more message."""
-    data = orjson.dumps(normalize_message(message), option=orjson.OPT_SORT_KEYS)
-    return hashlib.sha256(chain + data).digest()
+    return hashlib.sha256(chain + message_bytes(message)).digest()
 
 
 def chains(key: bytes, messages: Sequence[Any]) -> list[str]:

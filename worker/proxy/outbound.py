@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 MAX_BREAKPOINTS = 4
 EPHEMERAL = {"type": "ephemeral"}
 _MEMORY_PREFIX = "<working_memory>"
@@ -67,10 +69,10 @@ def build_upstream(
     system = upstream_system(client_body.get("system"), served.get("system") or [])
     if system:
         body["system"] = system
-    body["messages"] = served["messages"]
     if tools:
         body["tools"] = tools
     body["stream"] = True
+    body["messages"] = served["messages"]
     return limit_breakpoints(body), hidden
 
 
@@ -121,3 +123,32 @@ def limit_breakpoints(body: dict[str, Any], limit: int = MAX_BREAKPOINTS) -> dic
         content[j] = block
         messages[i] = {**messages[i], "content": content}
     return {**body, "messages": messages}
+
+
+_SYSTEM_KEY = b',"system":'
+_MESSAGES_KEY = b',"messages":'
+# a key, never the inside of a JSON string (a quote in a string is escaped)
+_MARK = b'"cache_control":'
+
+
+def split_served(served_body: bytes) -> tuple[list[dict[str, Any]], bytes]:
+    """The served prompt's system blocks (parsed: small) and its messages array as the stored JSON
+    bytes (not parsed: the bulk of the prompt). GET /prompt's body ends with the messages."""
+    start = served_body.index(_SYSTEM_KEY) + len(_SYSTEM_KEY)
+    cut = served_body.index(_MESSAGES_KEY, start)
+    return orjson.loads(served_body[start:cut]), served_body[cut + len(_MESSAGES_KEY) : -1]
+
+
+def upstream_bytes(
+    client_body: dict[str, Any], served_body: bytes, compactd_tools: list[dict[str, Any]]
+) -> tuple[bytes, frozenset[str]]:
+    """build_upstream's request as JSON bytes, the served messages spliced in unparsed: the cost
+    follows the client's parameters, not the history (the equivalence is tested)."""
+    system, messages = split_served(served_body)
+    head, hidden = build_upstream(client_body, {"system": system, "messages": []}, compactd_tools)
+    del head["messages"]
+    head_bytes = orjson.dumps(head)
+    body = head_bytes[:-1] + _MESSAGES_KEY + messages + b"}"
+    if head_bytes.count(_MARK) + messages.count(_MARK) > MAX_BREAKPOINTS:
+        return orjson.dumps(limit_breakpoints(orjson.loads(body))), hidden
+    return body, hidden
