@@ -173,6 +173,9 @@ def test_claude_code_runs_a_long_bash_session_through_compactd(tmp_path: Path) -
     received = {b["name"] for b in blocks_of(lines, "assistant") if b.get("type") == "tool_use"}
     assert received == {"Bash"}, received
     assert received <= offered
+    # the usage it was shown is what compactd really sent, so it never sees a reason to compact
+    usage = [line["message"]["usage"]["input_tokens"] for line in lines if line.get("type") == "assistant"]
+    assert usage and max(usage) <= WINDOW - MAX_OUTPUT_TOKENS, usage
     results = [b for b in blocks_of(lines, "user") if b.get("type") == "tool_result"]
     assert len(results) == ROUNDS and not any(b.get("is_error") for b in results)
     # the conversation is a session the inspector lists, holding every turn

@@ -93,6 +93,7 @@ class Seen:
     tools: list[str]
     stream: bool
     round: int  # the newest Bash round answered in it
+    max_tokens: int
     markers: dict[str, int] = field(default_factory=dict)
 
 
@@ -257,7 +258,8 @@ class ClaudeUpstream:
             "content": turn.content,
             "stop_reason": turn.stop_reason,
             "stop_sequence": None,
-            "usage": {"input_tokens": seen.tokens, "output_tokens": 40},
+            # what the API counts as input: the prompt and tools, not the max_tokens kept free
+            "usage": {"input_tokens": seen.tokens - seen.max_tokens, "output_tokens": 40},
         }
         if body.get("stream"):
             send_stream(handler, message)
@@ -286,6 +288,7 @@ class ClaudeUpstream:
             tools,
             bool(body.get("stream")),
             r,
+            body.get("max_tokens") if isinstance(body.get("max_tokens"), int) else 0,
             markers,
         )
         self.failures.extend(f"request {n}: {f}" for f in request_failures(body, self.context_window))
