@@ -19,7 +19,8 @@ Every request is checked and what is wrong is kept in `failures`: a valid Messag
 (worker.compaction.validate, Claude Code's `role: "system"` messages aside), at most 4
 cache_control breakpoints, the whole request (system, messages, tools, max_tokens) inside
 `context_window`, and no compaction request of Claude Code's own (its prompt asks for "plain text
-only" with an <analysis> and a <summary> block).
+only" with an <analysis> and a <summary> block). A request over the window is also answered as the
+real API answers it, 400 "prompt is too long" (the error that makes Claude Code compact on its own).
 """
 
 from __future__ import annotations
@@ -243,13 +244,17 @@ class ClaudeUpstream:
                 self.failures.append(f"request {len(self.requests)}: body is not JSON")
                 return send_json(handler, 400, error_body("the request body is not valid JSON"))
             if "count_tokens" in handler.path:
-                return send_json(handler, 200, {"input_tokens": request_tokens(body)})
+                return send_json(handler, 200, {"input_tokens": request_tokens({**body, "max_tokens": 0})})
             try:
                 turn, seen = self.plan(body)
             except Exception as exc:  # a stand-in bug must fail the test, not hang the client
                 self.failures.append(f"request {len(self.requests)}: the stand-in broke: {exc!r}")
                 return send_json(handler, 500, error_body(f"stand-in error {exc!r}"))
             self.requests.append(seen)
+        if seen.tokens > self.context_window:
+            # as the real API answers (and what makes Claude Code start a compaction of its own)
+            too_long = f"prompt is too long: {seen.tokens} tokens > {self.context_window} maximum"
+            return send_json(handler, 400, error_body(too_long))
         message = {
             "id": f"msg_{len(self.requests):06d}",
             "type": "message",

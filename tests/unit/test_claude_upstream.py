@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import anthropic
 import pytest
 
 from tests.fakes.claude_upstream import (
@@ -143,3 +144,19 @@ def test_a_streamed_reply_is_the_real_api_s_event_sequence_and_reassembles() -> 
     )
     assert text == message["content"][0]["text"] and json.loads(tool) == message["content"][1]["input"]
     assert events[-2][1]["delta"]["stop_reason"] == "tool_use"
+
+
+def test_the_real_sdk_reads_its_stream_and_an_over_window_request_is_refused_as_the_api_does() -> None:
+    """The anthropic SDK assembles the stand-in's streamed tool call; a request over the window gets
+    400 "prompt is too long" and is recorded as a failure."""
+    with ClaudeUpstream(rounds=2, context_window=3_000) as up:
+        client = anthropic.Anthropic(api_key="test", base_url=up.base_url, max_retries=0)
+        request = body(user("go"))
+        with client.messages.stream(**request) as stream:
+            message = stream.get_final_message()
+        assert message.stop_reason == "tool_use" and message.content[-1].type == "tool_use"
+        assert message.content[-1].input == {"command": bash_command(1), "description": "Round 1 checks"}
+        with pytest.raises(anthropic.BadRequestError, match="prompt is too long"):
+            client.messages.create(**body(user("word " * 3_000)))
+        client.close()
+    assert len(up.failures) == 1 and "over the 3000-token window" in up.failures[0]
