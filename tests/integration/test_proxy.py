@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
 import threading
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -15,6 +20,7 @@ import pytest
 import redis
 from sqlalchemy import create_engine, text
 
+from tests.conftest import REPO
 from tests.fakes.messages_api import error, reply, slow, stream_error, tool_call
 from tests.integration.conftest import wait_for
 from tests.integration.proxy_service import PROVIDER_KEY, Proxy, proxy
@@ -415,3 +421,55 @@ def test_no_provider_key_is_logged_or_stored(proxy: Proxy) -> None:
         assert secret not in logs and secret[:24] not in logs
         assert secret not in rows
         assert secret.encode() not in values
+
+
+def test_the_docs_example_agent_runs_through_compactd(proxy: Proxy, tmp_path: Path) -> None:
+    """docs/proxy.md's plain anthropic-SDK agent (no compactd code, only ANTHROPIC_BASE_URL and the
+    key changed) runs as is in its own process through compactd: its bash call really runs, the model
+    is given compactd's prompt and tools, and the conversation is a session of its own."""
+    text = (REPO / "docs" / "proxy.md").read_text()
+    found = re.search(re.escape("<!-- proxy-example-agent -->") + r"\s*```python\n(.*?)```", text, re.S)
+    assert found, "docs/proxy.md has no python block after its example-agent marker"
+    work = tmp_path / "work"
+    work.mkdir()
+    for name in ("a.py", "b.py", "notes.txt"):
+        (work / name).write_text("x\n")
+    script = tmp_path / "agent.py"
+    script.write_text(found.group(1))
+    proxy.upstream.script(
+        tool_call("bash", {"command": "ls *.py | wc -l"}, tool_id="toolu_ex1", text="Let me look."),
+        reply("There are 2 Python files."),
+    )
+    before = _sessions(proxy, "conv-")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("COMPACTD_", "ANTHROPIC_"))}
+    env |= {"ANTHROPIC_BASE_URL": proxy.url, "ANTHROPIC_API_KEY": proxy.key}
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=work, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "There are 2 Python files."
+    bodies = proxy.upstream.bodies
+    assert len(bodies) == 2 and "[compactd status]" in str(bodies[1]["messages"])
+    (result,) = [b for b in bodies[1]["messages"][-1]["content"] if b.get("type") == "tool_result"]
+    assert result["tool_use_id"] == "toolu_ex1" and result["content"].strip() == "2"
+    assert [t["name"] for t in bodies[1]["tools"]] == ["bash", "read_file", "grep", "update_working_memory"]
+    (new,) = set(_sessions(proxy, "conv-")) - set(before)
+    _version(proxy, new, 4)
+
+
+def test_a_session_fed_through_the_turns_api_is_not_adopted(proxy: Proxy) -> None:
+    """Naming a session that holds turns the proxy did not store continues in a new session linked to it."""
+    sid = f"s-{uuid.uuid4().hex[:8]}"
+    with _api(proxy) as c:
+        r = c.post(
+            f"/v1/sessions/{sid}/turns",
+            json={"messages": [{"role": "user", "content": "from the turns API"}]},
+        )
+        assert r.status_code == 200
+    proxy.upstream.script(reply("ok"))
+    with _sdk(proxy, sid) as client:
+        _ask(client, [{"role": "user", "content": "through the proxy"}])
+    (branch,) = [s for s in _sessions(proxy, sid) if s != sid]
+    _version(proxy, branch, 2)
+    assert _session(proxy, branch)["parent_session_id"] == sid
+    _version(proxy, sid, 1)

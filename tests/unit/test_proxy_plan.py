@@ -138,7 +138,8 @@ def test_diverged_names_are_stable_and_move_on_when_taken() -> None:
     names = {plan(record, CHAINS[:4], "conv", attempt).session_id for attempt in range(3)}
     assert len(names) == 3
     assert plan(record, CHAINS[:4], "conv").session_id == plan(record, CHAINS[:4], "conv").session_id
-    assert plan(None, CHAINS[:2], "conv", 1).session_id != "conv"
+    taken = plan(None, CHAINS[:2], "conv", 1)
+    assert taken.session_id != "conv" and taken.parent_session_id == "conv" and taken.fresh
     assert restart(record, CHAINS[:6], "conv").parent_session_id is None
 
 

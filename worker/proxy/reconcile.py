@@ -46,8 +46,11 @@ def plan(record: Record | None, chains: list[str], key: str, attempt: int = 0) -
     """
     n = len(chains) - 1
     if record is None:
-        name = key if attempt == 0 else _branch(key, chains[n], attempt - 1)
-        return Plan("new", name, 0, None, Record(name, n, chains[n]))
+        if attempt == 0:
+            return Plan("new", key, 0, None, Record(key, n, chains[n]))
+        # a session by that name holds turns compactd did not store (the turns API): linked to it
+        name = _branch(key, chains[n], attempt - 1)
+        return Plan("new", name, 0, None, Record(name, n, chains[n]), parent_session_id=key)
     covered = record.messages
     if covered <= n and chains[covered] == record.chain:
         kind: Literal["same", "extend"] = "same" if covered == n else "extend"

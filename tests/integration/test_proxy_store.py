@@ -1,0 +1,92 @@
+"""The proxy's reconcile against each store (SQLite, PostgreSQL): racing requests never store a message twice."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.conftest import flush_prefix, make_settings
+from worker.proxy.conversations import Conversation
+from worker.proxy.fingerprints import chains
+from worker.proxying import Proxied, Reconciled, reconcile, record_reply
+from worker.resources import Resources
+from worker.store.proxy import load_record
+from worker.store.sessions import get_session
+from worker.store.tenants import create_tenant
+
+KEY = b"p" * 32
+
+
+@pytest.fixture
+def res(tmp_path: Path, database_url: str, redis_url: str) -> Iterator[Resources]:
+    settings = make_settings(tmp_path, database_url, redis_url)
+    r = Resources.build(settings)
+    yield r
+    flush_prefix(redis_url, settings.redis_prefix)
+    r.close()
+
+
+def _req(res: Resources, tenant: int, key: str, messages: list[dict[str, Any]]) -> Proxied:
+    body = {"model": "claude-sonnet-4-6", "max_tokens": 100, "messages": messages}
+    return Proxied(res, tenant, Conversation(key, "header"), body, [], None, lambda *a: None)
+
+
+def _run(res: Resources, req: Proxied) -> Reconciled:
+    return reconcile(req, chains(KEY, req.body["messages"]))
+
+
+def _u(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": [{"type": "text", "text": text}]}
+
+
+def _a(text: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": [{"type": "text", "text": text}]}
+
+
+def test_racing_continuations_store_each_message_once(res: Resources) -> None:
+    """Eight requests at once on one conversation, half one continuation and half another: one
+    continuation extends the session exactly once, the other continues in one linked session."""
+    tenant = create_tenant(res.engine, f"t-{uuid.uuid4().hex[:6]}")[0]
+    key = f"k-{uuid.uuid4().hex[:8]}"
+    start = [_u("task"), _a("ok"), _u("next")]
+    assert _run(res, _req(res, tenant, key, start)).plan.kind == "new"
+    left, right = [*start, _a("left"), _u("go left")], [*start, _a("right"), _u("go right")]
+    outcomes: list[Reconciled] = []
+    errors: list[BaseException] = []
+
+    def go(messages: list[dict[str, Any]]) -> None:
+        try:
+            outcomes.append(_run(res, _req(res, tenant, key, messages)))
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=go, args=(left if i % 2 else right,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    sessions = {o.plan.session_id for o in outcomes}
+    assert len(sessions) == 2
+    versions = {sid: get_session(res.engine, tenant, sid).version for sid in sessions}
+    assert sorted(versions.values()) == [5, 5]  # each history stored once, in its own session
+    record = load_record(res.engine, tenant, key)
+    assert record is not None and record.messages == 5
+
+
+def test_a_reply_loses_to_a_request_that_came_first(res: Resources) -> None:
+    """When the client's next request is reconciled before the reply was recorded, the reply is not
+    appended on top of it: the session holds the client's copy once."""
+    tenant = create_tenant(res.engine, f"t-{uuid.uuid4().hex[:6]}")[0]
+    key = f"k-{uuid.uuid4().hex[:8]}"
+    first = _req(res, tenant, key, [_u("task")])
+    served = _run(res, first)
+    # the client already has the answer and asks again before compactd records it
+    _run(res, _req(res, tenant, key, [_u("task"), _a("answer"), _u("thanks")]))
+    assert not record_reply(first, served.plan, [_a("answer")], _a("answer"))
+    assert get_session(res.engine, tenant, key).version == 3
