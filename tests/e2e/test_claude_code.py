@@ -82,7 +82,7 @@ def compactd_up(tmp: Path, upstream_url: str) -> Iterator[tuple[str, str]]:
                 except httpx.HTTPError:
                     return False
 
-            wait_for(ready, 90)
+            wait_for(ready, 120)
             yield url, key
         finally:
             proc.send_signal(signal.SIGINT)
@@ -108,7 +108,7 @@ def run_claude_code(
     }
     args = ["-p", PROMPT, "--allowedTools", "Bash,Read", "--output-format", "stream-json", "--verbose"]
     done = subprocess.run(
-        [*claude_code(), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+        [*claude_code(), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=150
     )
     lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     return done, lines
