@@ -161,6 +161,7 @@ def test_claude_code_runs_a_long_bash_session_through_compactd(tmp_path: Path) -
     assert f"All {ROUNDS} rounds ran." in str(result.get("result")), report
     # every upstream request was a valid Messages request, within the window, and not the client's own compaction
     assert upstream.failures == [], report
+    assert not any(r.markers.get("client_restart") for r in upstream.requests), report
     assert max(r.round for r in mains) == ROUNDS
     assert max(r.tokens for r in mains) <= WINDOW
     # compactd offloaded, clipped and summarized on the way (the stand-in saw its markers)
@@ -180,5 +181,6 @@ def test_claude_code_runs_a_long_bash_session_through_compactd(tmp_path: Path) -
     assert len(results) == ROUNDS and not any(b.get("is_error") for b in results)
     # the conversation is a session the inspector lists, holding every turn
     assert inspector.status_code == 200
-    assert main["turns"] >= 2 * ROUNDS and main["epoch"] >= 2, sessions
+    # one session: every request reconciled with it (no divergence into a linked one)
+    assert len(sessions) == 1 and main["turns"] >= 2 * ROUNDS and main["epoch"] >= 2, sessions
     assert detail.status_code == 200 and detail.json()["profile"]["context_window"] == WINDOW, detail.text

@@ -283,6 +283,8 @@ class ClaudeUpstream:
                 ("clipped", "[compactd: clipped"),
                 ("offloaded", "[compactd: offloaded"),
                 ("handoff", "[compactd handoff note]"),
+                # Claude Code starting over from a summary of its own
+                ("client_restart", "This session is being continued from a previous conversation"),
             )
         }
         r = bash_round(messages)
