@@ -60,6 +60,7 @@ CATALOG: tuple[Spec, ...] = (
     Spec("compactd_prompt_budget_share", HISTOGRAM, "Served prompt tokens as a share of the session's budget", (), _SHARES),
     Spec("compactd_prompt_fallbacks", COUNTER, "Fetches served a fallback (the worker had not kept up), by kind", ("kind",), stats="fallbacks_"),
     Spec("compactd_prompt_over_budget", COUNTER, "Fetches served over budget (must stay 0)", stats="fetches_over_budget"),
+    Spec("compactd_proxy_diverged", COUNTER, "Proxied requests (POST /v1/messages) whose history diverged from the stored session: continued in a new linked session", stats="proxy_diverged"),
     Spec("compactd_jobs", COUNTER, "Compaction jobs run, by outcome", ("outcome",)),
     Spec("compactd_job_seconds", HISTOGRAM, "Compaction job duration, by outcome", ("outcome",), _JOB_SECONDS),
     Spec("compactd_queue_lag_seconds", HISTOGRAM, "From an append to the published snapshot that covers it (its oldest new turn)", (), _LAG_SECONDS),

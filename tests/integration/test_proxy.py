@@ -179,6 +179,10 @@ def test_a_truncated_history_continues_in_a_linked_new_session(proxy: Proxy) -> 
     assert _session(proxy, branches[0])["parent_session_id"] == sid
     _version(proxy, sid, 4)  # the old session is untouched
     assert "proxy.diverged" in proxy.api_log.read_text()
+    with httpx.Client(base_url=proxy.url) as c:
+        metrics = c.get("/metrics").text
+    (line,) = [m for m in metrics.splitlines() if m.startswith("compactd_proxy_diverged_total")]
+    assert float(line.split()[-1]) >= 1
 
 
 def test_two_conversations_under_one_client_session_at_once(proxy: Proxy) -> None:
