@@ -105,6 +105,10 @@ def run_claude_code(
         "ANTHROPIC_CUSTOM_HEADERS": f"x-compactd-context-window: {WINDOW}",
         "CLAUDE_CODE_MAX_OUTPUT_TOKENS": str(MAX_OUTPUT_TOKENS),
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        # anything it would fetch from elsewhere goes to a closed port: only loopback answers
+        "HTTPS_PROXY": f"http://127.0.0.1:{free_port()}",
+        "HTTP_PROXY": f"http://127.0.0.1:{free_port()}",
+        "NO_PROXY": "127.0.0.1,localhost",
     }
     args = ["-p", PROMPT, "--allowedTools", "Bash,Read", "--output-format", "stream-json", "--verbose"]
     done = subprocess.run(
