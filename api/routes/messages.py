@@ -229,7 +229,7 @@ async def _reconcile_and_build(call: Call, named: str | None) -> None:
     res, body = call.res, call.body
     key: bytes = call.request.app.state.proxy_key
     call.conversation = identify(key, body, named)
-    chains = await run_in_threadpool(fingerprints.chains, key, body["messages"])
+    chains: list[str] = []
     tools = _compactd_tools()
     client_tools = body.get("tools") if isinstance(body.get("tools"), list) else []
     call.proxied = Proxied(
@@ -244,7 +244,8 @@ async def _reconcile_and_build(call: Call, named: str | None) -> None:
     served = None
     for missing in (False, True):
         try:
-            call.reconciled = await run_in_threadpool(reconcile, call.proxied, chains, missing)
+            # one thread hop for the hashing and the append
+            call.reconciled = await run_in_threadpool(_reconciled, call.proxied, key, chains, missing)
         except (InvalidTranscript, BrokenConversation) as exc:
             problems = getattr(exc, "problems", [])
             detail = "; ".join(problems[:3]) if problems else str(exc)
@@ -261,6 +262,13 @@ async def _reconcile_and_build(call: Call, named: str | None) -> None:
     if served is None:
         raise ProxyError(503, "the conversation's session could not be served; retry")
     call.upstream_raw, call.hidden = upstream_bytes(body, served.body, tools)
+
+
+def _reconciled(proxied: Proxied, key: bytes, chains: list[str], missing: bool) -> Reconciled:
+    """reconcile, the history's chain computed first (once: kept in `chains` for a second try)."""
+    if not chains:
+        chains.extend(fingerprints.chains(key, proxied.body["messages"]))
+    return reconcile(proxied, chains, missing)
 
 
 def _compactd_tools() -> list[dict[str, Any]]:
