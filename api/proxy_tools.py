@@ -25,7 +25,8 @@ def answer_calls(
 
 
 def _result(res: Resources, tenant_id: int, sid: str, call: dict[str, Any], enqueue: Any) -> dict[str, Any]:
-    args = call.get("input") if isinstance(call.get("input"), dict) else {}
+    given = call.get("input")
+    args: dict[str, Any] = given if isinstance(given, dict) else {}
     try:
         text = answer(res, tenant_id, sid, str(call.get("name")), args, enqueue)
         error = False

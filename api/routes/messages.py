@@ -231,7 +231,8 @@ async def _reconcile_and_build(call: Call, named: str | None) -> None:
     call.conversation = identify(key, body, named)
     chains: list[str] = []
     tools = _compactd_tools()
-    client_tools = body.get("tools") if isinstance(body.get("tools"), list) else []
+    given = body.get("tools")
+    client_tools: list[Any] = given if isinstance(given, list) else []
     call.proxied = Proxied(
         res,
         call.tenant,
@@ -311,6 +312,8 @@ async def _pass_through(call: Call, raw: bytes, path: str) -> Response:
         try:
             async for chunk in response.aiter_raw():
                 yield chunk
+        except httpx.HTTPError:
+            yield encode_event("error", error_body("api_error", "the upstream connection failed mid-stream"))
         finally:
             with anyio.CancelScope(shield=True):
                 await response.aclose()
@@ -328,11 +331,20 @@ async def _rounds(call: Call, relay: Relay, response: httpx.Response) -> AsyncIt
         while True:
             relay.start_round()
             splitter = EventSplitter()
-            async for chunk in response.aiter_raw():
-                for event in splitter.feed(chunk):
-                    out = relay.feed(event)
-                    if out:
-                        yield out
+            try:
+                async for chunk in response.aiter_raw():
+                    for event in splitter.feed(chunk):
+                        out = relay.feed(event)
+                        if out:
+                            yield out
+            except httpx.HTTPError as exc:
+                # the status line was 200: the failure can only be told in the stream, as the API does
+                log.warning("proxy.upstream_stream_failed", error=type(exc).__name__)
+                relay.current.error = True
+                yield encode_event(
+                    "error", error_body("api_error", "the upstream connection failed mid-stream")
+                )
+                return
             await response.aclose()
             r = relay.current
             if r.error or not r.assembler.done:
@@ -360,9 +372,9 @@ async def _rounds(call: Call, relay: Relay, response: httpx.Response) -> AsyncIt
             ]
             log.info(
                 "proxy.tool_round",
-                session_id=call.reconciled.plan.session_id,
+                session_id=call.reconciled.plan.session_id,  # type: ignore[union-attr]
                 calls=[c.get("name") for c in r.hidden_calls()],
-            )  # type: ignore[union-attr]
+            )
             try:
                 response = await _open(call, "/v1/messages", orjson.dumps(body))
             except ProxyError as exc:
@@ -393,11 +405,21 @@ async def _record(call: Call) -> None:
     if call.answered is None:
         return  # cut short (an error, a disconnect): nothing to record
     relay, results = call.answered
+    plan_ = call.reconciled.plan  # type: ignore[union-attr]
+    log.info(
+        "proxy.answered",
+        tenant_id=call.tenant,
+        session_id=plan_.session_id,
+        reconciled=plan_.kind,
+        appended=call.reconciled.appended,  # type: ignore[union-attr]
+        rounds=len(relay.rounds),
+        stop_reason=relay.final_stop_reason(),
+    )
     try:
         await run_in_threadpool(
             record_reply,
-            call.proxied,
-            call.reconciled.plan,  # type: ignore[union-attr]
+            call.proxied,  # type: ignore[arg-type]
+            plan_,
             relay.stored_messages(results),
             relay.client_message(),
         )

@@ -21,7 +21,7 @@ import redis
 from sqlalchemy import create_engine, text
 
 from tests.conftest import REPO
-from tests.fakes.messages_api import error, reply, slow, stream_error, tool_call
+from tests.fakes.messages_api import drop, error, reply, slow, stream_error, tool_call
 from tests.integration.conftest import wait_for
 from tests.integration.proxy_service import PROVIDER_KEY, Proxy, proxy
 
@@ -232,6 +232,16 @@ def test_an_upstream_error_mid_stream_reaches_the_client(proxy: Proxy) -> None:
     ):
         s.get_final_message()
     assert "overloaded" in str(failed.value).lower()
+    _version(proxy, sid, 1)
+
+
+def test_an_upstream_that_drops_the_connection_is_a_502(proxy: Proxy) -> None:
+    """An upstream that closes without answering is an Anthropic-shaped 502 (the SDK may retry it)."""
+    sid = f"s-{uuid.uuid4().hex[:8]}"
+    proxy.upstream.script(drop())
+    with _sdk(proxy, sid) as client, pytest.raises(anthropic.APIStatusError) as failed:
+        _ask(client, [{"role": "user", "content": "hello?"}])
+    assert failed.value.status_code == 502 and failed.value.body["error"]["type"] == "api_error"
     _version(proxy, sid, 1)
 
 

@@ -177,8 +177,11 @@ class Relay:
         name = event.name
         if name == "message_start":
             return event.raw if len(self.rounds) == 1 else b""
+        index = data.get("index")
+        if name.startswith("content_block_") and not isinstance(index, int):
+            return event.raw  # not an event of the documented shape: passed on as it came
         if name == "content_block_start":
-            index = data.get("index")
+            assert isinstance(index, int)
             block = data.get("content_block") or {}
             if block.get("type") == "tool_use" and block.get("name") in self.hidden_tools:
                 r.hidden.add(index)
@@ -187,7 +190,6 @@ class Relay:
             self._next_index += 1
             return self._reindexed(event, r.index_map[index])
         if name in ("content_block_delta", "content_block_stop"):
-            index = data.get("index")
             if index in r.hidden or index not in r.index_map:
                 return b""
             return self._reindexed(event, r.index_map[index])
