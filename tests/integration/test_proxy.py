@@ -487,3 +487,95 @@ def test_a_session_fed_through_the_turns_api_is_not_adopted(proxy: Proxy) -> Non
     _version(proxy, branch, 2)
     assert _session(proxy, branch)["parent_session_id"] == sid
     _version(proxy, sid, 1)
+
+
+def test_a_claude_code_shaped_conversation(proxy: Proxy) -> None:
+    """Requests shaped as Claude Code sends them (?beta=true, beta flags, a billing block and its own
+    breakpoints on system, tools and the newest message, thinking, context_management, metadata
+    user_id) go upstream with those passed through, at most 4 breakpoints, in a cc- session; the
+    next turn, its breakpoint moved, extends the same session."""
+    client_session = str(uuid.uuid4())
+    mark = {"type": "ephemeral"}
+    system = [
+        {"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1.328; cch=1"},
+        {"type": "text", "text": "You are Claude Code.", "cache_control": mark},
+        {"type": "text", "text": "Environment: linux.", "cache_control": mark},
+    ]
+    tools = [{**BASH, "name": "Bash"}, {**BASH, "name": "Read", "cache_control": mark}]
+    base = {
+        "model": MODEL,
+        "max_tokens": 32000,
+        "stream": True,
+        "system": system,
+        "tools": tools,
+        "thinking": {"type": "enabled", "budget_tokens": 4000},
+        "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
+        "metadata": {"user_id": json.dumps({"device_id": "d" * 64, "session_id": client_session})},
+    }
+    headers = {
+        "x-api-key": proxy.key,
+        "anthropic-version": "2023-06-01",
+        "anthropic-beta": "claude-code-20250219,interleaved-thinking-2025-05-14,context-management-2025-06-27",
+        "x-app": "cli",
+    }
+    u1 = {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "<system-reminder>ctx</system-reminder>"},
+            {"type": "text", "text": "fix it", "cache_control": mark},
+        ],
+    }
+    proxy.upstream.script(
+        tool_call("Bash", {"command": "pytest"}, tool_id="toolu_cc1", thinking="Run the tests first."),
+        reply("Fixed."),
+    )
+    with httpx.Client(base_url=proxy.url, timeout=30) as c:
+        first = c.post("/v1/messages?beta=true", json={**base, "messages": [u1]}, headers=headers)
+        assert first.status_code == 200, first.text
+        events = [json.loads(line[5:]) for line in first.text.splitlines() if line.startswith("data:")]
+        blocks: dict[int, dict[str, Any]] = {}
+        for e in events:
+            if e["type"] == "content_block_start":
+                blocks[e["index"]] = dict(e["content_block"])
+            elif e["type"] == "content_block_delta":
+                d, b = e["delta"], blocks[e["index"]]
+                if d["type"] == "thinking_delta":
+                    b["thinking"] = b.get("thinking", "") + d["thinking"]
+                elif d["type"] == "signature_delta":
+                    b["signature"] = d["signature"]
+                elif d["type"] == "input_json_delta":
+                    b["_json"] = b.get("_json", "") + d["partial_json"]
+        for b in blocks.values():
+            if "_json" in b:
+                b["input"] = json.loads(b.pop("_json"))
+        assistant = {"role": "assistant", "content": [blocks[i] for i in sorted(blocks)]}
+        u1_moved = {"role": "user", "content": [u1["content"][0], {"type": "text", "text": "fix it"}]}
+        result = {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "toolu_cc1",
+                    "content": "1 passed",
+                    "cache_control": mark,
+                }
+            ],
+        }
+        second = c.post(
+            "/v1/messages?beta=true",
+            json={**base, "messages": [u1_moved, assistant, result]},
+            headers=headers,
+        )
+        assert second.status_code == 200 and "Fixed." in second.text
+    sent = proxy.upstream.requests
+    assert all(r.path == "/v1/messages?beta=true" for r in sent)
+    assert (
+        sent[1].headers["anthropic-beta"] == headers["anthropic-beta"] and sent[1].headers["x-app"] == "cli"
+    )
+    body = sent[1].body
+    assert body["thinking"] == base["thinking"] and body["context_management"] == base["context_management"]
+    assert body["metadata"] == base["metadata"] and body["max_tokens"] == 32000
+    assert body["system"][0]["text"].startswith("x-anthropic-billing-header")
+    assert json.dumps(body).count('"cache_control"') <= 4
+    (sid,) = _sessions(proxy, f"cc-{client_session}-")
+    _version(proxy, sid, 4)  # the task, the reply, the tool result, the answer: one session, no divergence
