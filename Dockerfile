@@ -4,7 +4,9 @@ COPY --from=ghcr.io/astral-sh/uv:0.5 /uv /usr/local/bin/uv
 WORKDIR /app
 ENV UV_COMPILE_BYTECODE=1 UV_LINK_MODE=copy UV_PROJECT_ENVIRONMENT=/app/.venv
 COPY pyproject.toml uv.lock README.md ./
-RUN uv sync --frozen --no-dev --no-install-project
+# the client is a workspace member: its pyproject is part of the workspace the lock describes
+COPY api/client/pyproject.toml api/client/README.md ./api/client/
+RUN uv sync --frozen --no-dev --no-install-workspace
 COPY api ./api
 COPY worker ./worker
 RUN uv sync --frozen --no-dev && uv run --frozen --no-dev compactd prewarm

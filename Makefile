@@ -5,7 +5,7 @@ UV := $(shell command -v uv 2>/dev/null || echo .tools/bin/uv)
 VENV := .venv
 RUN := $(UV) run --frozen
 
-.PHONY: up test test-fast lint fmt bench bench-service sync services clean
+.PHONY: up test test-fast lint fmt bench bench-service sync services clean client-wheel claude-code
 
 $(UV):
 	$(PY) -m venv .tools
@@ -55,6 +55,19 @@ bench: sync
 ## Service benchmark only: fetch/append latency and fetch throughput against a real uvicorn.
 bench-service: sync
 	$(RUN) python -m ops.bench.service
+
+## The client distribution (compactd-client, api/client) as a wheel and sdist in dist/.
+client-wheel: $(UV)
+	$(UV) build --package compactd-client --out-dir dist
+
+## The pinned Claude Code CLI (ops/claude-code) for tests/e2e/test_claude_code.py: npm ci, no install
+## scripts (cli-wrapper.cjs runs the native binary from the platform package).
+CLAUDE_CODE := ops/claude-code/node_modules/.installed
+$(CLAUDE_CODE): ops/claude-code/package.json ops/claude-code/package-lock.json
+	cd ops/claude-code && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
+	@touch $@
+
+claude-code: $(CLAUDE_CODE)
 
 ## Start Redis and PostgreSQL on loopback if they are not running (no Docker needed).
 services:

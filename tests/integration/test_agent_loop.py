@@ -9,9 +9,9 @@ from typing import Any
 
 import anthropic
 import pytest
+from compactd_client import AsyncCompactd, Compactd, RetryPolicy
+from compactd_client.agent import ToolOutput, arun_agent, run_agent
 
-from api.client import AsyncCompactd, Compactd, RetryPolicy
-from api.client.agent import ToolOutput, arun_agent, run_agent
 from tests.fakes.messages_api import FakeMessagesAPI, reply, tool_call
 from tests.integration.test_client_service import Service, service
 

@@ -9,14 +9,14 @@ from typing import Any
 
 import httpx
 import pytest
-
-from api.client import (
+from compactd_client import (
     AsyncCompactd,
     Compactd,
     ProblemError,
     RetryPolicy,
     UnreachableError,
 )
+
 from tests.integration.conftest import free_port, wait_for
 from tests.integration.test_client_service import Service, service
 

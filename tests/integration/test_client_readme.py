@@ -29,9 +29,11 @@ def example_agent() -> str:
     return found.group(1)
 
 
-def test_the_readme_example_agent_runs_end_to_end(service: Service, tmp_path: Path) -> None:
+def run_readme_example(service: Service, tmp_path: Path, python: str | Path, env: dict[str, str]) -> None:
+    """Run the README's example agent with `python` (and env) against service and a scripted
+    FakeMessagesAPI; assert it answered, was given compactd's prompt, and its bash tool really ran."""
     work = tmp_path / "work"
-    work.mkdir()
+    work.mkdir(exist_ok=True)
     for name in ("a.py", "b.py", "notes.txt"):
         (work / name).write_text("x\n")
     script = tmp_path / "example_agent.py"
@@ -42,16 +44,15 @@ def test_the_readme_example_agent_runs_end_to_end(service: Service, tmp_path: Pa
             tool_call("bash", {"command": "echo oops >&2; exit 3"}, tool_id="toolu_ex2"),
             reply("There are 2 Python files."),
         )
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("COMPACTD_", "ANTHROPIC_"))}
+        env = {k: v for k, v in env.items() if not k.startswith(("COMPACTD_", "ANTHROPIC_"))}
         env |= {
             "COMPACTD_URL": service.url,
             "COMPACTD_KEY": service.key,
             "ANTHROPIC_API_KEY": "test",
             "ANTHROPIC_BASE_URL": fake.base_url,
-            "PYTHONPATH": str(REPO),
         }
         done = subprocess.run(
-            [sys.executable, str(script)], cwd=work, env=env, capture_output=True, text=True, timeout=120
+            [str(python), str(script)], cwd=work, env=env, capture_output=True, text=True, timeout=120
         )
         bodies = fake.bodies
     assert done.returncode == 0, done.stderr[-3000:]
@@ -66,3 +67,8 @@ def test_the_readme_example_agent_runs_end_to_end(service: Service, tmp_path: Pa
     (failed,) = [b for b in bodies[2]["messages"][-1]["content"] if b["type"] == "tool_result"]
     assert failed["tool_use_id"] == "toolu_ex2" and failed.get("is_error") is True
     assert "oops" in str(failed["content"]) and "[exit status 3]" in str(failed["content"])
+
+
+def test_the_readme_example_agent_runs_end_to_end(service: Service, tmp_path: Path) -> None:
+    """The README's example agent runs as is from the repository's environment."""
+    run_readme_example(service, tmp_path, sys.executable, {**os.environ, "PYTHONPATH": str(REPO)})

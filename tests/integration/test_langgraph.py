@@ -8,9 +8,9 @@ from importlib.util import find_spec
 from typing import Any
 
 import pytest
+from compactd_client import Compactd
+from compactd_client.langgraph import CompactdHook, CompactdMiddleware, from_anthropic, to_anthropic
 
-from api.client import Compactd
-from api.client.langgraph import CompactdHook, CompactdMiddleware, from_anthropic, to_anthropic
 from tests.conftest import require
 from tests.fakes.messages_api import FakeMessagesAPI, reply, tool_call
 from tests.integration.test_client_service import Service, service

@@ -7,13 +7,12 @@ from email.utils import format_datetime
 
 import httpx
 import pytest
+from compactd_client.agent import as_output, assistant_content, tool_result
+from compactd_client.client import append_call, update_memory_call
+from compactd_client.errors import ProblemError
+from compactd_client.retry import RetryPolicy, parse_retry_after, retryable_error, retryable_status
 from hypothesis import given
 from hypothesis import strategies as st
-
-from api.client.agent import as_output, assistant_content, tool_result
-from api.client.client import append_call, update_memory_call
-from api.client.errors import ProblemError
-from api.client.retry import RetryPolicy, parse_retry_after, retryable_error, retryable_status
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 

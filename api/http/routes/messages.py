@@ -45,6 +45,7 @@ from worker.proxy.conversations import SESSION_ID, Conversation, identify, is_si
 from worker.proxy.outbound import build_upstream, upstream_bytes
 from worker.proxy.reconcile import plan
 from worker.proxy.sse import EventSplitter, Relay, encode_event
+from worker.proxy.system_turns import fold_system_messages
 from worker.resources import Resources
 from worker.settings import Settings
 from worker.store.proxy import load_record
@@ -198,6 +199,8 @@ async def _create(request: Request) -> Response:
     res: Resources = request.app.state.resources
     raw = await request.body()
     body = parse_body(raw)
+    # Claude Code's role "system" messages: a session stores user and assistant turns only
+    body["messages"] = fold_system_messages(body["messages"])
     named = session_header(request.headers)
     call = Call(request, res, tenant, auth, body, context_window=window_header(request.headers))
     if is_side_request(body, named is not None):

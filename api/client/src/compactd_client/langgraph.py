@@ -11,7 +11,7 @@ appended to compactd and the model is given compactd's compacted prompt instead.
 
 or, with LangChain v1 agents, `create_agent(model, tools, middleware=[CompactdMiddleware(cpd)])`.
 The session id is the thread id unless one is given. langchain-core (and langchain for the
-middleware) are imported only when used: `pip install compactd[langgraph]`.
+middleware) are imported only when used: `pip install compactd-client[langgraph]`.
 
 Messages map one to one onto compactd turns (a run of tool results is one user turn), so after a
 restart the hook finds where it left off from the session's version; only this hook should
@@ -25,9 +25,9 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from api.client.agent import assistant_content
-from api.client.client import Compactd
-from api.client.errors import ProblemError
+from compactd_client.agent import assistant_content
+from compactd_client.client import Compactd
+from compactd_client.errors import ProblemError
 
 # -- LangChain messages <-> Anthropic messages (pure) ----------------------------------------------
 

@@ -18,9 +18,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from api.client.client import AsyncCompactd, Compactd
-from api.client.errors import ProblemError
-from api.client.types import FileExcerpt, Memory
+from compactd_client.client import AsyncCompactd, Compactd
+from compactd_client.errors import ProblemError
+from compactd_client.types import FileExcerpt, Memory
 
 COMPACTD_TOOLS = frozenset({"read_file", "grep", "update_working_memory"})
 

@@ -19,9 +19,9 @@ from urllib.parse import quote
 
 import httpx
 
-from api.client.errors import ProblemError, UnreachableError
-from api.client.retry import RetryPolicy, retryable_error, retryable_status
-from api.client.types import (
+from compactd_client.errors import ProblemError, UnreachableError
+from compactd_client.retry import RetryPolicy, retryable_error, retryable_status
+from compactd_client.types import (
     AppendResult,
     Call,
     CompactAccepted,

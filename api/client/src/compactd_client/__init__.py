@@ -1,14 +1,14 @@
-"""The Python client of compactd: `from api.client import Compactd, AsyncCompactd`.
+"""The Python client of compactd: `from compactd_client import Compactd, AsyncCompactd`.
 
 Light on purpose: httpx and the standard library only (no FastAPI, SQL or Celery), so an agent
 process can import it without the service. The loop helper for the `anthropic` SDK is in
-`api.client.agent`; the LangGraph / LangChain integration in `api.client.langgraph` (extra `langgraph`).
+`compactd_client.agent`; the LangGraph / LangChain integration in `compactd_client.langgraph` (extra `langgraph`).
 """
 
-from api.client.client import AsyncCompactd, Compactd, new_idempotency_key
-from api.client.errors import CompactdError, ProblemError, UnreachableError
-from api.client.retry import RetryPolicy
-from api.client.types import (
+from compactd_client.client import AsyncCompactd, Compactd, new_idempotency_key
+from compactd_client.errors import CompactdError, ProblemError, UnreachableError
+from compactd_client.retry import RetryPolicy
+from compactd_client.types import (
     AppendResult,
     CompactAccepted,
     FileExcerpt,
