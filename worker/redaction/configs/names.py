@@ -280,6 +280,11 @@ _ENUM = frozenset(
 _WEAK = frozenset(["example", "sample", "dummy", "fake", "test", "secret", "password"])
 # a vendor token's shape filled with a mask (`npm_xxxxxxxxxxx`, `xoxb-000…-xxxxxxxx`): a placeholder
 _MASK = re.compile(r"[xX]{6,}|\*{4,}|#{4,}|\u2022{3,}")
+# the quote closed a string and code follows (`"+new Buffer(x)`); letters saying they are made up
+_CONCAT = re.compile(r"^[+.]\s*(?:new\s+)?[A-Za-z_$][\w$.]*\s*\(")
+_MADE_UP = re.compile(r"^[A-Za-z_.-]*(?i:fake|dummy|placeholder)[A-Za-z_.-]*$")
+# a whole alphabet run: a made-up example (`sk_abcdefghijklmnopqrstuvwxyz123`)
+_SEQUENTIAL = ("abcdefghijk", "ABCDEFGHIJK", "qwertyuiop")
 # a command whose output is the value (`\`pass show mail\``, `$(vault read …)`)
 _COMMAND = re.compile(r"^`[^`]*`$|^\$\(.*\)$")
 # the sample values config templates ship: WordPress' `put your unique phrase here`
@@ -299,7 +304,11 @@ def spared(value: str, kind: str, strong: bool) -> bool:
     """Whether a value in a credential position is only a stand-in (or empty): a reference
     (`${VAR}`, `$VAR`, `%(name)s`, `{{ x }}`, `<password>`), a mask (`****`, `xxxx`), a sample
     phrase, a mode word (`true`, `none`), a file path, a public key. Anything else is a secret."""
-    v = value.strip()
+    v = value.strip().strip("'\"")  # `"'$PRECOMPILE_PASSWORD'"`: quotes inside quotes
+    if v and not any(c.isalnum() for c in v):
+        return True  # punctuation only (`,.:-@*?!`): a mask or a test of the parser, no password
+    if _CONCAT.match(v) or _MADE_UP.match(v) or any(run in v for run in _SEQUENTIAL):
+        return True
     if "${" in v or "#{" in v or "{{" in v:
         return True  # a template: `"#{visibility}_cursor"`, `"prefix-${ENV}"`
     weak = v.lower() in _WEAK  # `POSTGRES_PASSWORD: example` (the postgres image's docs): a working password
