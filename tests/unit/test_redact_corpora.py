@@ -33,7 +33,7 @@ def test_secret_corpora_recall_and_false_positives(shared_data: Path) -> None:
     # 0.092 since config positions (issue 25): detect-secrets' negative `password: real_key` is a weak
     # literal in a password position, a secret by policy
     assert total["fp_rate"] <= 0.093, total
-    assert total["fp_rate_unlisted"] <= 0.046, total
+    assert total["fp_rate_unlisted"] <= 0.048, total  # 0.047: the same `real_key`
 
 
 def test_family_held_out_figures_hold(shared_data: Path) -> None:
