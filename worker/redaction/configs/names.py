@@ -18,6 +18,7 @@ import re
 from functools import lru_cache
 
 from worker.compaction.shapes import looks_random
+from worker.redaction.keywords import _NOT_CREDENTIAL_KEY as NOT_CREDENTIAL_KEY
 from worker.redaction.keywords import key_words
 from worker.redaction.positions import is_reference
 
@@ -42,33 +43,9 @@ _TAILS = (
 )
 # words after the credential that say how it is written, not what it is
 _ENCODING = frozenset(["data", "b64", "base64", "enc", "encoded", "value", "plain", "plaintext", "cleartext"])
-# `sort_key`, `primary_key`: keys of maps and tables
-_NOT_CREDENTIAL_KEY = frozenset(
+# `sort_key`, `primary_key`: keys of maps and tables (keywords.py's list and more of code's)
+_NOT_CREDENTIAL_KEY = NOT_CREDENTIAL_KEY | frozenset(
     [
-        "cache",
-        "sort",
-        "partition",
-        "primary",
-        "foreign",
-        "idempotency",
-        "lookup",
-        "dedup",
-        "object",
-        "row",
-        "map",
-        "hot",
-        "shortcut",
-        "dict",
-        "group",
-        "unique",
-        "composite",
-        "routing",
-        "join",
-        "index",
-        "hash",
-        "range",
-        "storage",
-        "keyboard",
         "translation",
         "i18n",
         "message",
@@ -89,7 +66,6 @@ _NOT_CREDENTIAL_KEY = frozenset(
         "entity",
         "local",
         "redis",
-        "s3",
         "cursor",
         "config",
         "setting",
