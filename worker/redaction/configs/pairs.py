@@ -185,11 +185,8 @@ def _unquoted_literal(line: str, head: re.Match[str] | None, m: re.Match[str], v
         return False
     if m.group("sep") == ":" and _TYPE_NAME.match(value):
         return False  # `password: SecretStr`: a type annotation
-    if (
-        " " in value
-        and all(w.isalpha() for w in value.split())
-        and credential_kind(_bare(m.group("key")))[0] != "password"
-    ):  # type: ignore[index]
+    named = credential_kind(_bare(m.group("key")))
+    if " " in value and all(w.isalpha() for w in value.split()) and named and named[0] != "password":
         return False  # `api_token: alpha beta gamma`: words, not a token (a passphrase is a password)
     key, sep = m.group("key"), m.group("sep")
     prefix = line[: m.start()]
