@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 
+from api.cli.redaction_key import KeyFileError, default_key_file, load_or_create
 from worker.compaction.assemble import assemble
 from worker.compaction.errors import CompactionError
 from worker.compaction.model import FileWrite, Policy, Transcript
@@ -21,7 +22,6 @@ from worker.compaction.validate import request_problems
 from worker.ingest import ingest
 from worker.redaction import Redactor
 from worker.redaction.scanner import ALL, STRICT, Ruleset
-from worker.redaction.user_key import KeyFileError, default_key_file, load_or_create
 
 # the names pointers.file_ref and pointers.archive_ref give: what `compact` writes and may remove
 _REF_NAME = re.compile(r"[fh]_[0-9a-f]{16}")

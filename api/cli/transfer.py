@@ -269,7 +269,7 @@ def run_export(args: argparse.Namespace) -> int:
             out = {"system": row.system, "messages": list(archive_messages(res.engine, row.id, bar))}
             bar.close()
     if args.out_format == "text":
-        from api.readable import render_turns
+        from api.cli.readable import render_turns
 
         payload = ("\n\n".join(render_turns(out["system"], out["messages"])) + "\n").encode()
     else:

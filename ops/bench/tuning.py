@@ -48,6 +48,9 @@ SINCE_LOG: dict[str, frozenset[str]] = {
     "assignment": frozenset({"jwt"}),
     "flag_assignment": frozenset({"jwt", "softlayer", "kubernetes"}),
     KUBERNETES_MANIFEST: frozenset({"kubernetes"}),
+    CONFIG_POSITIONS: frozenset(
+        {"newrelic", "generic", "kubernetes", "azure", "odbc", "keyword", "freemius"}
+    ),
 }
 # rules that did not exist before the log: tuned on what SINCE_LOG says and nothing else
 NEW_SINCE_LOG = frozenset({"okta_token", "thingsboard_token", CONFIG_POSITIONS})

@@ -30,8 +30,10 @@ def test_secret_corpora_recall_and_false_positives(shared_data: Path) -> None:
     rows = [score_corpus(shared_data, name, R) for name in CORPORA]
     total = overall(rows)
     assert total["recall"] >= 0.975, total
-    assert total["fp_rate"] <= 0.09, total
-    assert total["fp_rate_unlisted"] <= 0.046, total
+    # 0.092 since config positions (issue 25): detect-secrets' negative `password: real_key` is a weak
+    # literal in a password position, a secret by policy
+    assert total["fp_rate"] <= 0.093, total
+    assert total["fp_rate_unlisted"] <= 0.048, total  # 0.047: the same `real_key`
 
 
 def test_family_held_out_figures_hold(shared_data: Path) -> None:
@@ -42,15 +44,17 @@ def test_family_held_out_figures_hold(shared_data: Path) -> None:
     """
     redactors = held_out_redactors(known_families(shared_data), strict=False, theirs="none")
     total = overall([score_held_out(shared_data, name, redactors) for name in CORPORA])
-    assert total["recall"] >= 0.70, total
-    assert total["fp_rate"] <= 0.025, total
+    # config positions (issue 25, a rule held out only for the families it was tuned on) took recall
+    # from 0.70 to 0.73 and false positives from 0.023 to 0.028
+    assert total["recall"] >= 0.72, total
+    assert total["fp_rate"] <= 0.03, total
 
 
 # corpus: (recall floor, false-positive ceiling), just past today's figures
 PER_CORPUS = {
     "gitleaks_rule_cases": (0.98, 0.12),  # look-alike Anthropic keys are redacted on purpose
     "noseyparker_rule_examples": (0.96, 0.07),
-    "detect_secrets_plugin_cases": (0.955, 0.06),
+    "detect_secrets_plugin_cases": (0.955, 0.065),  # `password: real_key`, a secret since issue 25
     "detect_secrets_test_files": (0.96, 0.0),
 }
 

@@ -8,6 +8,7 @@ so validation, redaction and idempotency cannot drift between them.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 

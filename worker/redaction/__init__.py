@@ -18,6 +18,7 @@ catalog (kingfisher.py). Our detectors are one RE2 pattern per format, confirmed
     judges.py      judges for looks: vendor tokens and keyword assignments
     keywords.py    what a key name says about its value
     manifests.py   Kubernetes Secret manifests
+    configs/       credential positions in config files, by each format's structure (issue 25)
 
 TUNING.md records which sample families each change was tuned on.
 """

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
+from worker.redaction.keywords import _NOT_CREDENTIAL_KEY as NOT_CREDENTIAL_KEY
 from worker.redaction.keywords import key_words
 from worker.redaction.positions import is_reference
 from worker.redaction.shapes import looks_random
@@ -42,33 +43,9 @@ _TAILS = (
 )
 # words after the credential that say how it is written, not what it is
 _ENCODING = frozenset(["data", "b64", "base64", "enc", "encoded", "value", "plain", "plaintext", "cleartext"])
-# `sort_key`, `primary_key`: keys of maps and tables
-_NOT_CREDENTIAL_KEY = frozenset(
+# `sort_key`, `primary_key`: keys of maps and tables (keywords.py's list and more of code's)
+_NOT_CREDENTIAL_KEY = NOT_CREDENTIAL_KEY | frozenset(
     [
-        "cache",
-        "sort",
-        "partition",
-        "primary",
-        "foreign",
-        "idempotency",
-        "lookup",
-        "dedup",
-        "object",
-        "row",
-        "map",
-        "hot",
-        "shortcut",
-        "dict",
-        "group",
-        "unique",
-        "composite",
-        "routing",
-        "join",
-        "index",
-        "hash",
-        "range",
-        "storage",
-        "keyboard",
         "translation",
         "i18n",
         "message",
@@ -89,7 +66,6 @@ _NOT_CREDENTIAL_KEY = frozenset(
         "entity",
         "local",
         "redis",
-        "s3",
         "cursor",
         "config",
         "setting",
@@ -280,6 +256,11 @@ _ENUM = frozenset(
 _WEAK = frozenset(["example", "sample", "dummy", "fake", "test", "secret", "password"])
 # a vendor token's shape filled with a mask (`npm_xxxxxxxxxxx`, `xoxb-000…-xxxxxxxx`): a placeholder
 _MASK = re.compile(r"[xX]{6,}|\*{4,}|#{4,}|\u2022{3,}")
+# the quote closed a string and code follows (`"+new Buffer(x)`); letters saying they are made up
+_CONCAT = re.compile(r"^[+.]\s*(?:new\s+)?[A-Za-z_$][\w$.]*\s*\(")
+_MADE_UP = re.compile(r"^[A-Za-z_.-]*(?i:fake|dummy|placeholder)[A-Za-z_.-]*$")
+# a whole alphabet run: a made-up example (`sk_abcdefghijklmnopqrstuvwxyz123`)
+_SEQUENTIAL = ("abcdefghijk", "ABCDEFGHIJK", "qwertyuiop")
 # a command whose output is the value (`\`pass show mail\``, `$(vault read …)`)
 _COMMAND = re.compile(r"^`[^`]*`$|^\$\(.*\)$")
 # the sample values config templates ship: WordPress' `put your unique phrase here`
@@ -299,7 +280,11 @@ def spared(value: str, kind: str, strong: bool) -> bool:
     """Whether a value in a credential position is only a stand-in (or empty): a reference
     (`${VAR}`, `$VAR`, `%(name)s`, `{{ x }}`, `<password>`), a mask (`****`, `xxxx`), a sample
     phrase, a mode word (`true`, `none`), a file path, a public key. Anything else is a secret."""
-    v = value.strip()
+    v = value.strip().strip("'\"")  # `"'$PRECOMPILE_PASSWORD'"`: quotes inside quotes
+    if v and not any(c.isalnum() for c in v):
+        return True  # punctuation only (`,.:-@*?!`): a mask or a test of the parser, no password
+    if _CONCAT.match(v) or _MADE_UP.match(v) or any(run in v for run in _SEQUENTIAL):
+        return True
     if "${" in v or "#{" in v or "{{" in v:
         return True  # a template: `"#{visibility}_cursor"`, `"prefix-${ENV}"`
     weak = v.lower() in _WEAK  # `POSTGRES_PASSWORD: example` (the postgres image's docs): a working password

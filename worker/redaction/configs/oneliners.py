@@ -37,7 +37,9 @@ _URL = re.compile(
 )
 # Postfix sasl_passwd: `[smtp.host]:587 user:password` (the host bracketed or with a port)
 _SASL = re.compile(
-    r"(?m)^" + _NUMBERED + r"(?:\[[\w.-]+\](?::\d+)?|[\w.-]+:\d+)[ \t]+[^\s:]+:([^\n]+?)[ \t]*$"
+    r"(?m)^"
+    + _NUMBERED
+    + r"(?:\[[\w-]+\.[\w.-]+\](?::\d+)?|[\w-]+\.[\w.-]+:\d+)[ \t]+[^\s:]+:([^\n]+?)[ \t]*$"
 )
 _NPMRC = re.compile(r"(?m)(?:^|:)_(authToken|auth|password)[ \t]*=[ \t]*([^\s\"'`+]\S*)")
 _KEY_FILE = re.compile(

@@ -23,6 +23,7 @@ import re
 from collections.abc import Iterator
 
 from worker.redaction.configs.names import credential_kind, spared
+from worker.redaction.keywords import echoes_key
 from worker.redaction.shapes import is_code
 
 Span = tuple[str, int, int]  # (kind, start, end) in str offsets of the text
@@ -53,7 +54,7 @@ _COMPUTED = re.compile(
     r"^(?:[A-Za-z_$][\w$]*(?:(?:\.|::|->|\?\.)[A-Za-z_$][\w$]*)*\s*[(\[]"
     r"|(?i:process|os|env|settings|config|cfg|conf|options|opts|params|args|props|secrets|vars|system"
     r"|self|this|app|ctx|context|request|req|rails|credentials)(?:\.|::|->)[\w$.]+"
-    r"|!(?!!)\w+|new\s+\w|await\s|[A-Za-z_]\w*\s*\?\?|[{\[|>]|<<)"
+    r"|!(?!!)\w+|new\s+\w|await\s|[A-Za-z_]\w*\s*\?\?|[{\[|>(]|<<)"
 )
 # `parsed.password`, `settings.db.secret`: attributes of code, no digits
 _DOTTED = re.compile(r"^[A-Za-z_$][A-Za-z_$]*(?:\.[A-Za-z_$][A-Za-z_$]*)+$")
@@ -88,8 +89,7 @@ def _value_at(line: str, at: int, line_start: bool, sep: str) -> tuple[int, int,
             at, rest = at + 1, rest[1:]
         rest = _CONN_NEXT.split(rest, maxsplit=1)[0]  # `Password=x;User ID=app`: to the `;`
         rest = _NEXT_PAIR.split(rest, maxsplit=1)[0]  # `A_KEY=x B_KEY=y`: to the next pair
-        value = _first_words(rest)
-        value = value.rstrip(",;") if " " in rest and value != rest else value
+        value = _first_words(rest).rstrip(",;")
         return (at, at + len(value), False) if value else None
     if sep != "=":
         return None
@@ -168,7 +168,7 @@ def line_pairs(line: str, line_start: bool = True) -> Iterator[Span]:
             continue
         if quoted and line[start - 1] == "`" and (" " in value or "${" in value):
             continue  # shell command substitution, a template literal: computed at run time
-        if spared(value, kind, strong) or (not quoted and _echoes(key, value)):
+        if spared(value, kind, strong) or (not quoted and _echoes(key, value)) or _names_itself(key, value):
             continue
         yield kind, start, end
 
@@ -176,9 +176,7 @@ def line_pairs(line: str, line_start: bool = True) -> Iterator[Span]:
 def _call_arguments(line: str, key_at: int, value_end: int) -> bool:
     """`f("password", "x", y)`: a call's first two arguments, not a pair (as `define('K', 'v')`,
     `{password, "v"}` and `("password", "v")` are)."""
-    closes = line[value_end + 1 :].lstrip()[:1] in (")", "}", "]", "")
-    opens = line[:key_at].rstrip().endswith(("define(", "define (", "{", "["))
-    return not closes and not opens
+    return not line[:key_at].rstrip().endswith(("define(", "define (", "{", "["))
 
 
 def _unquoted_literal(line: str, head: re.Match[str] | None, m: re.Match[str], value: str) -> bool:
@@ -187,11 +185,8 @@ def _unquoted_literal(line: str, head: re.Match[str] | None, m: re.Match[str], v
         return False
     if m.group("sep") == ":" and _TYPE_NAME.match(value):
         return False  # `password: SecretStr`: a type annotation
-    if (
-        " " in value
-        and all(w.isalpha() for w in value.split())
-        and credential_kind(_bare(m.group("key")))[0] != "password"
-    ):  # type: ignore[index]
+    named = credential_kind(_bare(m.group("key")))
+    if " " in value and all(w.isalpha() for w in value.split()) and named and named[0] != "password":
         return False  # `api_token: alpha beta gamma`: words, not a token (a passphrase is a password)
     key, sep = m.group("key"), m.group("sep")
     prefix = line[: m.start()]
@@ -203,6 +198,12 @@ def _unquoted_literal(line: str, head: re.Match[str] | None, m: re.Match[str], v
     if len(words) >= 3 and (_PROSE_END.search(value) or (sep == ":" and key[:1].isupper())):
         return False  # `Token: the one the CI sets.`
     return not (sep == ":" and key[:1].isupper() and len(words) >= 2 and not any(c.isdigit() for c in value))
+
+
+def _names_itself(key: str, value: str) -> bool:
+    """`addPassword = "#add-password"`: a value that repeats its key with some decoration (an id, a
+    selector); `password = "password"` itself is a weak password, not an echo."""
+    return not value[:1].isalnum() and echoes_key(_bare(key), value)
 
 
 def _echoes(key: str, value: str) -> bool:
@@ -225,7 +226,7 @@ _PROSE_WORD = re.compile(
 )
 # `machine h login u password p` (netrc, one line) and fetchmail's `user 'u' … password 'p'`
 _NETRC = re.compile(
-    r"\b(?:login|user|username)[ \t]+\S+.*?\b(?:password|passwd)[ \t]+(\"[^\"\n]*\"|'[^'\n]*'|\S+)"
+    r"\b(?:login|user|username)[ \t]+[^\s=:]\S*.*?\b(?:password|passwd)[ \t]+(\"[^\"\n]*\"|'[^'\n]*'|[^\s=:]\S*)"
 )
 
 

@@ -22,6 +22,7 @@ _JSON_SECTION = re.compile(
 _STRING_ENTRY = re.compile(r"\"[^\"\n]+\"\s*:\s*\"([^\"\n]*)\"")
 _XML_SECTION = re.compile(r"(?is)<(apikeys|secrets|passwords|tokens)>(.*?)</\1>")
 _VALUE_ATTR = re.compile(r"\bvalue\s*=\s*\"([^\"]*)\"")
+_KIND_SECRET = re.compile(r"(?m)^[ \t]*kind:[ \t]*[\"']?Secret[\"']?[ \t]*$")
 _STRING_DATA = re.compile(r"(?m)^([ \t]*)stringData:[ \t]*$")
 _YAML_ENTRY = re.compile(
     r"[ \t]+[\"']?[\w.-]+[\"']?:[ \t]+(?:\"([^\"\n]*)\"|'([^'\n]*)'|([^\s#|>][^\n]*?))[ \t]*$"
@@ -40,7 +41,7 @@ def section_spans(text: str) -> Iterator[Span]:
             for e in _VALUE_ATTR.finditer(m.group(2)):
                 if not spared(e.group(1), "api_key", True):
                     yield "api_key", m.start(2) + e.start(1), m.start(2) + e.end(1)
-    if "stringData:" in text and "Secret" in text:
+    if "stringData:" in text and _KIND_SECRET.search(text):
         yield from _string_data(text)
 
 
