@@ -65,6 +65,8 @@ def create_app(settings: Settings, *, enqueue: Enqueue | None = None, log_setup:
             gc.unfreeze()
             if owned is not None:
                 owned.close()
+            if hasattr(app.state, "guard"):
+                app.state.guard.close()
             res.close()
 
     app = FastAPI(

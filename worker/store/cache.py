@@ -172,6 +172,15 @@ class PromptCache:
         """The cached entry; None when missing or Redis is unreachable."""
         return _entry(self._try(lambda: self.client.hmget(self.key(session_pk), FIELDS), _MISSING))
 
+    def entry_read(self, session_pk: int) -> tuple[str, ...]:
+        """The command `get` sends, for a caller that batches it with reads of its own."""
+        return ("HMGET", self.key(session_pk), *FIELDS)
+
+    @staticmethod
+    def entry_of(reply: list[Any]) -> Entry | None:
+        """The entry an `entry_read` reply holds; None when there is none."""
+        return _entry(reply)
+
     def refill(self, session_pk: int, entry: Entry) -> None:
         """Guarded write from the fetch path (the entry was missing, e.g. after a Redis restart);
         best effort."""
