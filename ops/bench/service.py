@@ -116,6 +116,18 @@ class Conn:
         self.writer.close()
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) a process has used so far, from /proc (0.0 where there is none).
+
+    Under a loaded machine wall-clock latency mostly measures the scheduler; the server's CPU per
+    request is what the code costs."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -323,21 +335,27 @@ def main() -> dict[str, Any]:
             assert jobs.compact(tid, pk, n, res) == "published"
             path = f"/v1/sessions/{sid}/prompt"
             size = len(asyncio.run(_first(api_port, key, path)))
+            cpu = cpu_seconds(api.pid)
             fetch = asyncio.run(_latency(api_port, key, path, FETCHES))
+            fetch_cpu = (cpu_seconds(api.pid) - cpu) / (FETCHES + 50)
             floor = _redis_floor(res.cache.client, size, FETCHES)
             one = _wrk([api_port], key, path, connections=1, seconds=WRK_LATENCY_SECONDS) or {}
+            cpu = cpu_seconds(api.pid)
             appends = asyncio.run(_appends(api_port, key, sid, APPENDS))
+            append_cpu = (cpu_seconds(api.pid) - cpu) / APPENDS
             row = {
                 "turns": n,
                 "prompt_kb": round(size / 1024, 1),
                 "fetch_p50_ms": round(pct(fetch, 0.5) * 1000, 3),
                 "fetch_p99_ms": round(pct(fetch, 0.99) * 1000, 3),
+                "fetch_cpu_us": round(fetch_cpu * 1e6),
                 "wrk_c1_p50_ms": one.get("p50_ms"),
                 "wrk_c1_p99_ms": one.get("p99_ms"),
                 "redis_get_p50_ms": round(floor[0] * 1000, 3),
                 "redis_get_p99_ms": round(floor[1] * 1000, 3),
                 "append_p50_ms": round(pct(appends, 0.5) * 1000, 3),
                 "append_p99_ms": round(pct(appends, 0.99) * 1000, 3),
+                "append_cpu_ms": round(append_cpu * 1000, 2),
             }
             rows.append(row)
             figures["sizes"][n] = row
@@ -380,7 +398,10 @@ def main() -> dict[str, Any]:
             jobs.compact(tid, pk, n + APPENDS, res)
             path = f"/v1/sessions/s{n}/prompt"
             for ports in ([api_port], [api_port, api2_port]):
+                pids = [api.pid, api2.pid][: len(ports)]
+                cpu = sum(cpu_seconds(pid) for pid in pids)
                 rps, p50, p99 = asyncio.run(_throughput(ports, key, path, CONNECTIONS, THROUGHPUT_SECONDS))
+                per_request = (sum(cpu_seconds(pid) for pid in pids) - cpu) / max(1, rps * THROUGHPUT_SECONDS)
                 wrk = _wrk(ports, key, path) or {}
                 figures["throughput"][f"{n}x{len(ports)}"] = {
                     "turns": n,
@@ -390,6 +411,7 @@ def main() -> dict[str, Any]:
                     "req_per_s": round(rps),
                     "p50_ms": round(p50 * 1000, 2),
                     "p99_ms": round(p99 * 1000, 2),
+                    "api_cpu_us_per_req": round(per_request * 1e6),
                     "wrk_req_per_s": wrk.get("req_per_s"),
                     "wrk_p50_ms": wrk.get("p50_ms"),
                     "wrk_p99_ms": wrk.get("p99_ms"),
@@ -424,6 +446,7 @@ def main() -> dict[str, Any]:
                 "req_per_s",
                 "p50_ms",
                 "p99_ms",
+                "api_cpu_us_per_req",
                 "wrk_req_per_s",
                 "wrk_p50_ms",
                 "wrk_p99_ms",
