@@ -16,6 +16,7 @@ import weakref
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import redis
@@ -96,6 +97,13 @@ def label_value(value: object) -> str:
 
 def field_of(name: str, labels: Iterable[object] = (), part: str = "") -> str:
     """The hash field of one series (`part`: a histogram's bucket index or "sum")."""
+    # str first: label_value would, and 1 and True must not share a memo entry
+    return _field(name, tuple(str(v) for v in labels), part)
+
+
+# every request records several series: the same few fields, built once (label values are bounded)
+@lru_cache(maxsize=4096)
+def _field(name: str, labels: tuple[str, ...], part: str) -> str:
     head = f"{name}:{part}" if part else name
     return SEP.join([head, *(label_value(v) for v in labels)])
 

@@ -69,6 +69,8 @@ def create_app(settings: Settings, *, enqueue: Enqueue | None = None, log_setup:
             gc.unfreeze()
             if owned is not None:
                 owned.close()
+            if hasattr(app.state, "guard"):
+                app.state.guard.close()
             res.close()
 
     app = FastAPI(
@@ -83,6 +85,11 @@ def create_app(settings: Settings, *, enqueue: Enqueue | None = None, log_setup:
     errors.install(app)
     for module in (turns, prompt, sessions, memory, files, health, ui, messages):
         app.include_router(module.router)
+    # innermost: the fetch's fast path still passes every check below it
+    prompt_route = next(
+        r for r in prompt.router.routes if getattr(r, "path", None) == "/v1/sessions/{sid}/prompt"
+    )
+    app.add_middleware(prompt.PromptFastPath, handlers=app.exception_handlers, route=prompt_route)
     app.add_middleware(JsonOnly)
     app.add_middleware(BearerRequired)
     app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
@@ -57,16 +58,42 @@ def cached_grant(keys: KeyCache, digest: str, stamp: str | None) -> KeyGrant | N
 async def get_tenant(request: Request) -> int:
     """The tenant of the bearer key: 401 problem when missing, unknown, revoked or expired; 429 past
     the key's rate limit."""
-    return await tenant_for(request, bearer_key(request))
+    tenant, _ = await authorize(request)
+    return tenant
 
 
 async def tenant_for(request: Request, key: str) -> int:
     """The tenant of a compactd API key however it travelled (Unauthorized, TooManyRequests)."""
+    tenant, _ = await authorize_key(request, key)
+    return tenant
+
+
+# the Redis commands a route sends along with the key check, given the tenant the key was last seen for
+Reads = Callable[[int], Sequence[tuple[Any, ...]]]
+
+
+async def authorize(request: Request, reads_for: Reads | None = None) -> tuple[int, list[Any] | None]:
+    """get_tenant's check of the bearer key, and the replies to `reads_for(tenant)` read in the same
+    Redis round trip."""
+    return await authorize_key(request, bearer_key(request), reads_for)
+
+
+async def authorize_key(
+    request: Request, key: str, reads_for: Reads | None = None
+) -> tuple[int, list[Any] | None]:
+    """The tenant of `key`, and the replies to `reads_for(tenant)` read in the same round trip.
+
+    The reads are chosen before the key is checked, for the tenant the process last saw the key
+    for; their replies come back only when the check confirms that tenant (else None: read them
+    again), so nothing is served on the strength of an unchecked key.
+    """
     digest = hash_key(key)
     guard: Guard = request.app.state.guard
-    # one Redis round trip inline (0.25 s ceiling): cheaper than a thread hop on the fetch path
-    verdict = guard.check(digest)
     keys: KeyCache = request.app.state.keys
+    seen = keys.get(digest)
+    reads = reads_for(seen[0].tenant_id) if reads_for is not None and seen is not None else ()
+    # one Redis round trip inline (0.25 s ceiling): cheaper than a thread hop on the fetch path
+    verdict = guard.check(digest, reads)
     grant = cached_grant(keys, digest, verdict.stamp)
     if grant is None:
         res: Resources = request.app.state.resources
@@ -84,7 +111,8 @@ async def tenant_for(request: Request, key: str) -> int:
             "this API key is over its rate limit; retry after the Retry-After seconds",
             retry_after_seconds=max(1, math.ceil(verdict.retry_after_ms / 1000)),
         )
-    return grant.tenant_id
+    confirmed = reads and seen is not None and seen[0].tenant_id == grant.tenant_id
+    return grant.tenant_id, verdict.replies if confirmed else None
 
 
 ResourcesDep = Annotated[Resources, Depends(get_resources)]

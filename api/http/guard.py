@@ -7,7 +7,9 @@ cache), while rate limits let the request through (an outage of the limiter is n
 
 from __future__ import annotations
 
+import threading
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,10 +36,12 @@ return wait_ms
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """The shared state one request saw: the keys stamp (None: Redis did not answer) and its wait."""
+    """The shared state one request saw: the keys stamp (None: Redis did not answer), its wait, and
+    the replies to the reads the caller sent along (None: not read)."""
 
     stamp: str | None
     retry_after_ms: int = 0
+    replies: list[Any] | None = None
 
 
 def stamp_key(prefix: str) -> str:
@@ -56,7 +60,12 @@ def bump_stamp(client: redis.Redis, prefix: str) -> str:
 
 
 class Guard:
-    """The per-request Redis round trip: read the keys stamp and, when limits are on, take a token."""
+    """The per-request Redis round trip: read the keys stamp and, when limits are on, take a token;
+    the caller's own reads (a fetch's prompt entry) ride in the same round trip.
+
+    It holds one connection of its own and writes the commands on it directly: redis-py's pipeline
+    and pool cost ~2x the round trip itself on the fetch path (~0.2 ms against ~0.09 ms here).
+    """
 
     def __init__(
         self, client: redis.Redis, prefix: str, per_second: float, burst: int, breaker: Breaker | None = None
@@ -66,25 +75,57 @@ class Guard:
         # the prompt cache's circuit: while Redis is down or frozen, requests skip the round trip
         # (keys checked in the database, no rate limit) instead of each waiting out the timeout
         self.breaker = breaker or Breaker()
+        pool = client.connection_pool
+        self._conn = pool.connection_class(**pool.connection_kwargs)
+        # the event loop calls it; a lock keeps a stray thread from interleaving replies
+        self._lock = threading.Lock()
 
-    def check(self, digest: str) -> Verdict:
-        """The stamp and, for this key, how long to wait (0: go ahead). Never raises."""
+    def check(self, digest: str, reads: Sequence[tuple[Any, ...]] = ()) -> Verdict:
+        """The stamp and, for this key, how long to wait (0: go ahead), plus the replies to `reads`
+        (Redis commands, e.g. ("HMGET", key, *fields)) sent in the same round trip. Never raises."""
         if not self.breaker.allow():
             return Verdict(None)
+        commands: list[tuple[Any, ...]] = [("GET", stamp_key(self.prefix))]
+        if self.per_second > 0:
+            bucket = f"{self.prefix}ratelimit:{digest[:32]}"
+            commands.append(("EVAL", _BUCKET, 1, bucket, self.per_second, self.burst))
+        commands += reads
         try:
-            pipe = self.client.pipeline(transaction=False)
-            pipe.get(stamp_key(self.prefix))
-            if self.per_second > 0:
-                # EVAL, not a registered script: redis-py checks a pipeline's scripts in a round trip of its own
-                pipe.eval(_BUCKET, 1, f"{self.prefix}ratelimit:{digest[:32]}", self.per_second, self.burst)
-            results: list[Any] = pipe.execute()
-        except (redis.ConnectionError, redis.TimeoutError):
+            with self._lock:
+                results = self._round_trip(commands)
+        except (redis.ConnectionError, redis.TimeoutError, OSError):
             self.breaker.failed()
             return Verdict(None)
         except redis.RedisError:
             self.breaker.succeeded()
             return Verdict(None)
         self.breaker.succeeded()
-        raw = results[0]
+        raw, wait = results[0], results[1] if self.per_second > 0 else 0
+        replies = [
+            None if isinstance(r, redis.ResponseError) else r for r in results[len(results) - len(reads) :]
+        ]
+        if isinstance(raw, redis.ResponseError) or isinstance(wait, redis.ResponseError):
+            # the server answered with an error (a wrong type at the stamp's key, a script error)
+            return Verdict(None, replies=replies)
         stamp = raw.decode() if isinstance(raw, bytes) else (raw or "")
-        return Verdict(stamp, int(results[1]) if len(results) > 1 else 0)
+        return Verdict(stamp, int(wait), replies)
+
+    def _round_trip(self, commands: list[tuple[Any, ...]]) -> list[Any]:
+        """Write every command, read every reply (an error reply in its place); on a failure the
+        connection is dropped, so no reply is left for the next request to read."""
+        conn = self._conn
+        try:
+            conn.send_packed_command(conn.pack_commands(commands), check_health=False)
+            out: list[Any] = []
+            for _ in commands:
+                try:
+                    out.append(conn.read_response())
+                except redis.ResponseError as exc:
+                    out.append(exc)
+            return out
+        except BaseException:
+            conn.disconnect()
+            raise
+
+    def close(self) -> None:
+        self._conn.disconnect()

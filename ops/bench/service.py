@@ -2,8 +2,9 @@
 
 Runs a real `compactd api` process (uvicorn, uvloop, httptools) on SQLite and a private redis-server,
 publishes a snapshot for each session (as the worker would), then measures over loopback with a
-minimal keep-alive HTTP/1.1 client (so the client costs little of the 2 cores). The floor is a raw
-redis-py GET of a value the size of the prompt.
+minimal keep-alive HTTP/1.1 client (so the client costs little of the 2 cores) and, when installed,
+with wrk (a C client: one connection for latency, 32 for throughput). The floors are a raw redis-py
+GET of a value the size of the prompt and, when installed, redis-benchmark's GET at 32 connections.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ FETCHES = 2000
 APPENDS = 100
 CONNECTIONS = 32
 THROUGHPUT_SECONDS = 6.0
+WRK_LATENCY_SECONDS = 3.0  # wrk on one connection, per size: latency with a client that costs little
 COMPACTED_WINDOW = 32_000
 
 
@@ -114,6 +116,18 @@ class Conn:
         self.writer.close()
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) a process has used so far, from /proc (0.0 where there is none).
+
+    Under a loaded machine wall-clock latency mostly measures the scheduler; the server's CPU per
+    request is what the code costs."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -181,9 +195,11 @@ async def _throughput(
     return len(latencies) / elapsed, pct(latencies, 0.5), pct(latencies, 0.99)
 
 
-def _wrk(ports: list[int], key: str, path: str) -> float | None:
-    """Requests/s measured by wrk (a C client, lighter than ours on 2 shared cores), one wrk per
-    API process run at once, summed; None without wrk."""
+def _wrk(
+    ports: list[int], key: str, path: str, connections: int = CONNECTIONS, seconds: float = THROUGHPUT_SECONDS
+) -> dict[str, float] | None:
+    """Requests/s (summed) and the worst p50/p99 ms measured by wrk (a C client, lighter than ours
+    on 2 shared cores), one wrk per API process run at once; None without wrk."""
     if shutil.which("wrk") is None:
         return None
     procs = [
@@ -191,8 +207,9 @@ def _wrk(ports: list[int], key: str, path: str) -> float | None:
             [
                 "wrk",
                 "-t1",
-                f"-c{CONNECTIONS // len(ports)}",
-                f"-d{THROUGHPUT_SECONDS:.0f}s",
+                f"-c{max(1, connections // len(ports))}",
+                f"-d{seconds:.0f}s",
+                "--latency",
                 "-H",
                 f"Authorization: Bearer {key}",
                 f"http://127.0.0.1:{port}{path}",
@@ -205,14 +222,59 @@ def _wrk(ports: list[int], key: str, path: str) -> float | None:
     outputs = []
     for proc in procs:
         try:
-            outputs.append(proc.communicate(timeout=THROUGHPUT_SECONDS * 4)[0])
+            outputs.append(proc.communicate(timeout=seconds * 4)[0])
         except subprocess.TimeoutExpired:
             proc.kill()
             outputs.append(proc.communicate()[0])
-    lines = [next((ln for ln in out.splitlines() if ln.startswith("Requests/sec:")), None) for out in outputs]
-    if None in lines:
+    parsed = [wrk_figures(out) for out in outputs]
+    if any(p is None for p in parsed):
         return None
-    return round(sum(float(ln.split()[1]) for ln in lines if ln))
+    return {
+        "req_per_s": round(sum(p["req_per_s"] for p in parsed if p)),
+        "p50_ms": max(p["p50_ms"] for p in parsed if p),
+        "p99_ms": max(p["p99_ms"] for p in parsed if p),
+        "non_2xx": sum(p["non_2xx"] for p in parsed if p),
+    }
+
+
+_WRK_UNITS = {"us": 0.001, "ms": 1.0, "s": 1000.0}
+
+
+def wrk_figures(output: str) -> dict[str, float] | None:
+    """req/s, p50 and p99 (ms) and non-2xx answers from `wrk --latency` output; None if absent."""
+    figures: dict[str, float] = {"non_2xx": 0}
+    for line in output.splitlines():
+        words = line.split()
+        if line.startswith("Requests/sec:"):
+            figures["req_per_s"] = float(words[1])
+        elif len(words) == 2 and words[0] in ("50%", "99%"):
+            value = words[1]
+            unit = next(u for u in ("us", "ms", "s") if value.endswith(u))
+            figures[f"p{words[0][:2]}_ms"] = round(float(value[: -len(unit)]) * _WRK_UNITS[unit], 3)
+        elif "Non-2xx or 3xx responses:" in line:
+            figures["non_2xx"] = float(words[-1])
+    return figures if {"req_per_s", "p50_ms", "p99_ms"} <= figures.keys() else None
+
+
+def _redis_benchmark(port: int, size: int, connections: int = CONNECTIONS) -> float | None:
+    """The Redis GET floor at the same concurrency as the fetch throughput runs, measured by
+    redis-benchmark (a C client) on a value the size of the prompt: req/s; None without it."""
+    if shutil.which("redis-benchmark") is None:
+        return None
+    out = subprocess.run(
+        [
+            *("redis-benchmark", "-p", str(port), "-t", "get", "-n", "100000"),
+            *("-c", str(connections), "-d", str(size), "--csv"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
+    for line in out.splitlines():
+        cells = [c.strip('"') for c in line.split(",")]
+        if cells[0] == "GET":
+            return round(float(cells[1]))
+    return None
 
 
 def _redis_floor(client: redis.Redis, size: int, n: int) -> tuple[float, float]:
@@ -275,18 +337,27 @@ def main() -> dict[str, Any]:
             assert jobs.compact(tid, pk, n, res) == "published"
             path = f"/v1/sessions/{sid}/prompt"
             size = len(asyncio.run(_first(api_port, key, path)))
+            cpu = cpu_seconds(api.pid)
             fetch = asyncio.run(_latency(api_port, key, path, FETCHES))
+            fetch_cpu = (cpu_seconds(api.pid) - cpu) / (FETCHES + 50)
             floor = _redis_floor(res.cache.client, size, FETCHES)
+            one = _wrk([api_port], key, path, connections=1, seconds=WRK_LATENCY_SECONDS) or {}
+            cpu = cpu_seconds(api.pid)
             appends = asyncio.run(_appends(api_port, key, sid, APPENDS))
+            append_cpu = (cpu_seconds(api.pid) - cpu) / APPENDS
             row = {
                 "turns": n,
                 "prompt_kb": round(size / 1024, 1),
                 "fetch_p50_ms": round(pct(fetch, 0.5) * 1000, 3),
                 "fetch_p99_ms": round(pct(fetch, 0.99) * 1000, 3),
+                "fetch_cpu_us": round(fetch_cpu * 1e6),
+                "wrk_c1_p50_ms": one.get("p50_ms"),
+                "wrk_c1_p99_ms": one.get("p99_ms"),
                 "redis_get_p50_ms": round(floor[0] * 1000, 3),
                 "redis_get_p99_ms": round(floor[1] * 1000, 3),
                 "append_p50_ms": round(pct(appends, 0.5) * 1000, 3),
                 "append_p99_ms": round(pct(appends, 0.99) * 1000, 3),
+                "append_cpu_ms": round(append_cpu * 1000, 2),
             }
             rows.append(row)
             figures["sizes"][n] = row
@@ -329,7 +400,11 @@ def main() -> dict[str, Any]:
             jobs.compact(tid, pk, n + APPENDS, res)
             path = f"/v1/sessions/s{n}/prompt"
             for ports in ([api_port], [api_port, api2_port]):
+                pids = [api.pid, api2.pid][: len(ports)]
+                cpu = sum(cpu_seconds(pid) for pid in pids)
                 rps, p50, p99 = asyncio.run(_throughput(ports, key, path, CONNECTIONS, THROUGHPUT_SECONDS))
+                per_request = (sum(cpu_seconds(pid) for pid in pids) - cpu) / max(1, rps * THROUGHPUT_SECONDS)
+                wrk = _wrk(ports, key, path) or {}
                 figures["throughput"][f"{n}x{len(ports)}"] = {
                     "turns": n,
                     "prompt_kb": figures["sizes"][n]["prompt_kb"],
@@ -338,7 +413,14 @@ def main() -> dict[str, Any]:
                     "req_per_s": round(rps),
                     "p50_ms": round(p50 * 1000, 2),
                     "p99_ms": round(p99 * 1000, 2),
-                    "wrk_req_per_s": _wrk(ports, key, path),
+                    "api_cpu_us_per_req": round(per_request * 1e6),
+                    "wrk_req_per_s": wrk.get("req_per_s"),
+                    "wrk_p50_ms": wrk.get("p50_ms"),
+                    "wrk_p99_ms": wrk.get("p99_ms"),
+                    "wrk_non_2xx": wrk.get("non_2xx"),
+                    "redis_get_req_per_s": _redis_benchmark(
+                        redis_port, int(figures["sizes"][n]["prompt_kb"] * 1024)
+                    ),
                 }
         figures["turns_from"] = origin
         figures["cores"] = os.cpu_count()
@@ -359,7 +441,20 @@ def main() -> dict[str, Any]:
     print(
         table(
             list(figures["throughput"].values()),
-            ["turns", "prompt_kb", "api_processes", "req_per_s", "p50_ms", "p99_ms", "wrk_req_per_s"],
+            [
+                "turns",
+                "prompt_kb",
+                "api_processes",
+                "req_per_s",
+                "p50_ms",
+                "p99_ms",
+                "api_cpu_us_per_req",
+                "wrk_req_per_s",
+                "wrk_p50_ms",
+                "wrk_p99_ms",
+                "wrk_non_2xx",
+                "redis_get_req_per_s",
+            ],
         )
     )
     flat = figures["sizes"][max(SIZES)]["fetch_p50_ms"] / max(

@@ -59,19 +59,6 @@ class Entry:
     memory_note: bytes = b""  # memory changes since the pinned block, for the status note (UTF-8)
 
 
-def _entry_values(entry: Entry) -> list[bytes | int]:
-    """An entry's values in FIELDS order."""
-    e = entry
-    return [e.epoch, e.through, e.memver, e.system, e.head, e.last, e.tokens, e.files, e.memory_note]
-
-
-def _entry(values: list[Any]) -> Entry | None:
-    if values[0] is None:
-        return None
-    e, t, m, system, head, last, tokens, files, memory_note = values
-    return Entry(int(e), int(t), int(m), system, head, last, int(tokens), files, memory_note or b"")
-
-
 def entry_values(entry: Entry) -> list[bytes | int]:
     """An entry's values in FIELDS order."""
     e = entry
@@ -101,6 +88,11 @@ class PromptEntries:
     def get(self, session_pk: int) -> Entry | None:
         """The cached entry; None when missing or Redis is unreachable."""
         return entry_of(self.r.call(lambda: self.r.client.hmget(self.key(session_pk), FIELDS), _MISSING))
+
+    def entry_read(self, session_pk: int) -> tuple[str, ...]:
+        """The command `get` sends, for a caller that batches it with reads of its own (`entry_of`
+        reads its reply)."""
+        return ("HMGET", self.key(session_pk), *FIELDS)
 
     def refill(self, session_pk: int, entry: Entry) -> None:
         """Guarded write from the fetch path (the entry was missing, e.g. after a Redis restart);

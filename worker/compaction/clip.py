@@ -17,7 +17,7 @@ from worker.compaction.model import (
     retokened,
     with_text,
 )
-from worker.compaction.tokens import count_message, encoding
+from worker.compaction.tokens import count_message, encoding, known_count
 from worker.compaction.zones import first_kept, keep_start
 
 # Calls whose bulky arguments are file contents already on disk (write, edit, patch and kin).
@@ -70,6 +70,10 @@ class Clip:
     def _output(self, text: str, files: list[FileWrite]) -> str:
         limit = self.clip_tokens + _MARGIN_TOKENS
         if len(text) <= limit or (pointers.is_marked(text) and not self.whole):
+            return text
+        known = known_count(text)
+        if known is not None and known <= limit:
+            # counted at ingest in this process: no need to tokenize it again to learn it fits
             return text
         ids = encoding().encode_ordinary(text)
         if len(ids) <= limit:

@@ -34,10 +34,27 @@ def count_text(text: str) -> int:
     return _count_cached(text) if len(text) >= 256 else len(encoding().encode_ordinary(text))
 
 
-@lru_cache(maxsize=4096)
+# Stages look at the same big outputs again (offload, dedup, clip, replays): count each once.
+# A dict rather than lru_cache so that `known_count` can look without counting.
+_COUNTS: dict[str, int] = {}
+_COUNTS_KEPT = 4096
+
+
 def _count_cached(text: str) -> int:
-    # Stages look at the same big outputs again (offload, dedup, clip, replays): count each once.
-    return len(encoding().encode_ordinary(text))
+    n = _COUNTS.get(text)
+    if n is None:
+        n = len(encoding().encode_ordinary(text))
+        if len(_COUNTS) >= _COUNTS_KEPT:
+            # the oldest first (dicts keep insertion order): a bounded memo, not a true LRU;
+            # pop with defaults: API threads count concurrently
+            _COUNTS.pop(next(iter(_COUNTS), ""), None)
+        _COUNTS[text] = n
+    return n
+
+
+def known_count(text: str) -> int | None:
+    """The tokens of text if it was counted recently (no tokenizer call), else None."""
+    return _COUNTS.get(text)
 
 
 def head_text(text: str, tokens: int) -> str:

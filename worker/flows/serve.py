@@ -195,15 +195,23 @@ def fetch(
 
 
 def fetch_ready(
-    engine: Engine, cache: Cache | None, tenant_id: int, client_id: str, policy_for: Any
+    engine: Engine,
+    cache: Cache | None,
+    tenant_id: int,
+    client_id: str,
+    policy_for: Any,
+    prefetched: tuple[int, Entry | None] | None = None,
 ) -> Served | None:
-    """Snapshot + tail as published, whether or not it fits (the cheap path, a bounded read)."""
+    """Snapshot + tail as published, whether or not it fits (the cheap path, a bounded read).
+
+    `prefetched`: (session pk, its cached entry) already read from Redis (with the key check).
+    """
     entry, pk = None, None
     if cache is not None:
         pk = session_pk(engine, tenant_id, client_id, cache)
         if pk is None:
             return None
-        entry = cache.prompts.get(pk)
+        entry = prefetched[1] if prefetched is not None and prefetched[0] == pk else cache.prompts.get(pk)
     after = entry.through if entry else 0
     if entry is not None:
         try:

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 import orjson
-from sqlalchemy import Connection, Engine, delete, func, insert, select, update
+from sqlalchemy import Connection, Engine, bindparam, delete, func, insert, select, update
 
 from worker.compaction.assemble import assemble
 from worker.compaction.codec import transcript_from_json, transcript_to_json
@@ -112,11 +112,7 @@ def append_turns(
         if locked is not None:
             locked(conn, row)
         if idempotency_key is not None:
-            prior = conn.execute(
-                select(A.c.request_hash, A.c.first_seq, A.c.last_seq).where(
-                    A.c.session_id == pk, A.c.idempotency_key == idempotency_key
-                )
-            ).first()
+            prior = conn.execute(_PRIOR, {"pk": pk, "key": idempotency_key}).first()
             if prior is not None:
                 if prior.request_hash != body_hash:
                     raise IdempotencyMismatch(idempotency_key)
@@ -133,7 +129,7 @@ def append_turns(
         first = row.version + 1
         numbered = [replace(t, seq=first + i) for i, t in enumerate(turns)]
         conn.execute(
-            insert(TT),
+            _INSERT_TURNS,
             [
                 {
                     "session_id": pk,
@@ -150,23 +146,26 @@ def append_turns(
         )
         last = numbered[-1].seq
         values: dict[str, Any] = {
-            "version": last,
-            "last_append_at": now,
-            "tokens": row.tokens + delta + sum(t.tokens for t in numbered),
+            "pk": pk,
+            "p_version": last,
+            "p_last_append_at": now,
+            "p_tokens": row.tokens + delta + sum(t.tokens for t in numbered),
         }
         if activity is not None:
-            values["activity"] = activity
-        conn.execute(update(S).where(S.c.id == pk).values(**values))
+            conn.execute(_BUMP_ACTIVE, {**values, "p_activity": activity})
+        else:
+            conn.execute(_BUMP, values)
         if idempotency_key is not None:
             conn.execute(
-                insert(A).values(
-                    session_id=pk,
-                    idempotency_key=idempotency_key,
-                    request_hash=body_hash,
-                    first_seq=first,
-                    last_seq=last,
-                    created_at=now,
-                )
+                _INSERT_APPEND,
+                {
+                    "session_id": pk,
+                    "idempotency_key": idempotency_key,
+                    "request_hash": body_hash,
+                    "first_seq": first,
+                    "last_seq": last,
+                    "created_at": now,
+                },
             )
         if files:
             save_files_conn(conn, engine, tenant_id, pk, files)
@@ -181,9 +180,7 @@ def _reseam(conn: Connection, row: Any, turns: list[Turn], seam: Seam) -> tuple[
     """A secret split between the stored last turn and this append's first: the stored turn is
     rewritten, and the text taken from it is scrubbed from the session's snapshots (it may already
     be compacted into one) when long enough not to match elsewhere by chance."""
-    stored = conn.execute(
-        select(TT.c.content, TT.c.tokens).where(TT.c.session_id == row.id, TT.c.seq == row.version)
-    ).first()
+    stored = conn.execute(_STORED, {"pk": row.id, "seq": row.version}).first()
     if stored is None:
         return turns, False, 0
     fixed = seam(tuple(orjson.loads(stored.content)), turns[0].content)
@@ -223,35 +220,107 @@ def _reseam(conn: Connection, row: Any, turns: list[Turn], seam: Seam) -> tuple[
 def _lock_session(
     conn: Connection, engine: Engine, tenant_id: int, client_id: str, profile: Profile, now: datetime
 ) -> Any:
+    ids = {"tenant_id": tenant_id, "client_id": client_id}
+    query = _ROW if is_sqlite(engine) else _ROW_FOR_UPDATE
+    if not is_sqlite(engine) or profile.parent_session_id is not None:
+        existing = None
+    else:
+        # an existing session (every append but the first): no INSERT to try
+        existing = conn.execute(query, ids).first()
+    if existing is not None:
+        return existing
     parent_pk = None
     if profile.parent_session_id is not None:
         parent_pk = conn.execute(
-            select(S.c.id).where(S.c.tenant_id == tenant_id, S.c.client_id == profile.parent_session_id)
+            _SESSION_PK, {"tenant_id": tenant_id, "client_id": profile.parent_session_id}
         ).scalar()
-    ins = insert_ignore(engine)(S).values(
-        tenant_id=tenant_id,
-        client_id=client_id,
-        system=profile.system or "",
-        model=profile.model,
-        context_window=profile.context_window,
-        output_reserve=profile.output_reserve,
-        parent_session_id=parent_pk,
-        parent_tool_use_id=profile.parent_tool_use_id,
-        activity="idle",
-        last_append_at=now,
-        created_at=now,
-        version=0,
-        epoch=0,
-        compacted_through=0,
-        memory_version=0,
-        snapshot_memory_version=0,
-        tokens=0,
+    values = {
+        "system": profile.system or "",
+        "model": profile.model,
+        "context_window": profile.context_window,
+        "output_reserve": profile.output_reserve,
+        "parent_session_id": parent_pk,
+        "parent_tool_use_id": profile.parent_tool_use_id,
+        "activity": "idle",
+        "last_append_at": now,
+        "created_at": now,
+        **_NEW_SESSION,
+        **ids,
+    }
+    conn.execute(_create_session(engine), values)
+    return conn.execute(query, ids).one()
+
+
+# Built once: constructing a statement per append costs more than running it (~0.25 ms each here).
+_NEW_SESSION = {
+    "version": 0,
+    "epoch": 0,
+    "compacted_through": 0,
+    "memory_version": 0,
+    "snapshot_memory_version": 0,
+    "tokens": 0,
+}
+# what a new session row is created with, besides _NEW_SESSION's zeros
+_CREATED_WITH = (
+    "tenant_id",
+    "client_id",
+    "system",
+    "model",
+    "context_window",
+    "output_reserve",
+    "parent_session_id",
+    "parent_tool_use_id",
+    "activity",
+    "last_append_at",
+    "created_at",
+)
+_SESSION_PK = select(S.c.id).where(
+    S.c.tenant_id == bindparam("tenant_id"), S.c.client_id == bindparam("client_id")
+)
+_ROW = select(S).where(S.c.tenant_id == bindparam("tenant_id"), S.c.client_id == bindparam("client_id"))
+_ROW_FOR_UPDATE = _ROW.with_for_update()
+_PRIOR = select(A.c.request_hash, A.c.first_seq, A.c.last_seq).where(
+    A.c.session_id == bindparam("pk"), A.c.idempotency_key == bindparam("key")
+)
+_STORED = select(TT.c.content, TT.c.tokens).where(
+    TT.c.session_id == bindparam("pk"), TT.c.seq == bindparam("seq")
+)
+_WINDOW = (
+    select(TT.c.role, TT.c.content)
+    .where(TT.c.session_id == bindparam("pk"), TT.c.seq > bindparam("after"))
+    .order_by(TT.c.seq)
+)
+_LAST_MESSAGE = (
+    select(S.c.id, TT.c.role, TT.c.content)
+    .select_from(S.join(TT, (TT.c.session_id == S.c.id) & (TT.c.seq == S.c.version)))
+    .where(S.c.tenant_id == bindparam("tenant_id"), S.c.client_id == bindparam("client_id"))
+)
+_INSERT_TURNS = insert(TT)
+_INSERT_APPEND = insert(A)
+_BUMP = (
+    update(S)
+    .where(S.c.id == bindparam("pk"))
+    .values(
+        version=bindparam("p_version"),
+        last_append_at=bindparam("p_last_append_at"),
+        tokens=bindparam("p_tokens"),
     )
-    conn.execute(ins.on_conflict_do_nothing(index_elements=["tenant_id", "client_id"]))
-    query = select(S).where(S.c.tenant_id == tenant_id, S.c.client_id == client_id)
-    if not is_sqlite(engine):
-        query = query.with_for_update()
-    return conn.execute(query).one()
+)
+_BUMP_ACTIVE = _BUMP.values(activity=bindparam("p_activity"))
+_CREATE: dict[str, Any] = {}
+
+
+def _create_session(engine: Engine) -> Any:
+    """The dialect's INSERT of a new session row that does nothing when it exists (built once)."""
+    stmt = _CREATE.get(engine.dialect.name)
+    if stmt is None:
+        columns = [*_NEW_SESSION, *_CREATED_WITH]
+        stmt = _CREATE[engine.dialect.name] = (
+            insert_ignore(engine)(S)
+            .values({c: bindparam(c) for c in columns})
+            .on_conflict_do_nothing(index_elements=["tenant_id", "client_id"])
+        )
+    return stmt
 
 
 def _apply_profile(conn: Connection, row: Any, profile: Profile) -> None:
@@ -276,11 +345,7 @@ def window_messages(conn: Connection, session_pk: int, version: int) -> list[dic
     """
     if version == 0:
         return []
-    rows = conn.execute(
-        select(TT.c.role, TT.c.content)
-        .where(TT.c.session_id == session_pk, TT.c.seq > version - WINDOW_TURNS)
-        .order_by(TT.c.seq)
-    ).all()
+    rows = conn.execute(_WINDOW, {"pk": session_pk, "after": version - WINDOW_TURNS}).all()
     i = len(rows)
     while i and rows[i - 1].role == "user":
         i -= 1
@@ -312,13 +377,8 @@ class Stored:
 
 def last_message(engine: Engine, tenant_id: int, client_id: str) -> Stored | None:
     """The session's last stored message, None before its first append."""
-    query = (
-        select(S.c.id, TT.c.role, TT.c.content)
-        .select_from(S.join(TT, (TT.c.session_id == S.c.id) & (TT.c.seq == S.c.version)))
-        .where(S.c.tenant_id == tenant_id, S.c.client_id == client_id)
-    )
     with read_tx(engine) as conn:
-        row = conn.execute(query).first()
+        row = conn.execute(_LAST_MESSAGE, {"tenant_id": tenant_id, "client_id": client_id}).first()
     return None if row is None else Stored(row.id, row.role, tuple(orjson.loads(row.content)))
 
 
