@@ -123,22 +123,37 @@ CHAINS = chains(KEY, [_user("a"), _assistant("b"), _user("c"), _assistant("d"), 
 )
 def test_reconcile_plans(record: Record | None, n: int, kind: str, start: int, session: str) -> None:
     """New, retried, extended, edited and truncated histories get the plan the docs promise."""
-    p = plan(record, CHAINS[: n + 1], "conv")
+    p = plan([] if record is None else [record], CHAINS[: n + 1], "conv")
     assert (p.kind, p.start) == (kind, start)
     assert p.session_id.startswith(session)
     assert p.after == Record(p.session_id, n, CHAINS[n])
-    assert p.expected == record
     if kind == "diverged":
-        assert p.parent_session_id == "conv" and p.fresh
+        # a new branch gets a record of its own; the old branch keeps its record
+        assert p.expected is None and p.parent_session_id == "conv" and p.fresh
+    else:
+        assert p.expected == record
+
+
+def test_alternating_histories_each_keep_their_branch() -> None:
+    """Two histories that alternate under one key each extend their own branch, never fork again."""
+    left = chains(KEY, [_user("a"), _assistant("b"), _user("c"), _assistant("left"), _user("go left")])
+    right = chains(KEY, [_user("a"), _assistant("b"), _user("c"), _assistant("right"), _user("go right")])
+    branches = [Record("conv.r", 5, right[5]), Record("conv", 5, left[5])]
+    assert plan(branches, left, "conv").kind == "same"
+    assert plan(branches, left, "conv").session_id == "conv"
+    assert plan(branches, right, "conv").session_id == "conv.r"
+    # the longest branch a history extends wins
+    longer = [Record("conv", 3, left[3]), Record("conv.l", 5, left[5])]
+    assert plan(longer, left, "conv").session_id == "conv.l"
 
 
 def test_diverged_names_are_stable_and_move_on_when_taken() -> None:
     """A retried divergence names the same session; a taken name gets another; a new one first uses the key."""
     record = Record("conv", 5, CHAINS[5])
-    names = {plan(record, CHAINS[:4], "conv", attempt).session_id for attempt in range(3)}
+    names = {plan([record], CHAINS[:4], "conv", attempt).session_id for attempt in range(3)}
     assert len(names) == 3
-    assert plan(record, CHAINS[:4], "conv").session_id == plan(record, CHAINS[:4], "conv").session_id
-    taken = plan(None, CHAINS[:2], "conv", 1)
+    assert plan([record], CHAINS[:4], "conv").session_id == plan([record], CHAINS[:4], "conv").session_id
+    taken = plan([], CHAINS[:2], "conv", 1)
     assert taken.session_id != "conv" and taken.parent_session_id == "conv" and taken.fresh
     assert restart(record, CHAINS[:6], "conv").parent_session_id is None
 
@@ -288,7 +303,7 @@ def test_a_history_always_extends_its_own_prefix(messages: list[dict[str, Any]])
     """For any conversation, the record after k messages plans an extension (or a retry) of the whole."""
     all_chains = chains(KEY, messages)
     for k in range(len(messages) + 1):
-        p = plan(Record("s", k, all_chains[k]), all_chains, "s")
+        p = plan([Record("s", k, all_chains[k])], all_chains, "s")
         assert p.kind == ("same" if k == len(messages) else "extend") and p.start == k
     assert all(normalize_message(m)["role"] in ("user", "assistant") for m in messages)
 

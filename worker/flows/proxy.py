@@ -25,7 +25,7 @@ from worker.proxy import fingerprints
 from worker.proxy.conversations import Conversation, stable_system_text
 from worker.proxy.reconcile import Plan, Record, plan, restart
 from worker.resources import Resources
-from worker.store.proxy import SessionGone, SessionTaken, StalePlan, claim, load_record
+from worker.store.proxy import SessionGone, SessionTaken, StalePlan, claim, load_records
 
 log = structlog.get_logger("compactd.proxy")
 
@@ -101,11 +101,11 @@ def reconcile(req: Proxied, chains: list[str], missing: bool = False) -> Reconci
     taken = 0
     gone = missing
     for _ in range(ATTEMPTS):
-        record = load_record(req.res.engine, req.tenant_id, key)
-        p = plan(record, chains, key, taken)
-        if gone and record is not None and p.kind in ("same", "extend"):
-            # the record's session was deleted: the whole history starts a new one (not linked)
-            p = restart(record, chains, key, taken)
+        records = load_records(req.res.engine, req.tenant_id, key)
+        p = plan(records, chains, key, taken)
+        if gone and p.expected is not None and p.kind in ("same", "extend"):
+            # the branch's session was deleted: the whole history starts a new one (not linked)
+            p = restart(p.expected, chains, key, taken)
         if p.kind == "same":
             return Reconciled(p, 0)
         try:

@@ -1,13 +1,17 @@
 """Reconcile: what a request's history means for the stored session (a pure plan).
 
-The record says which session the conversation lives in and the chain of the client messages it
-covers. The history either extends it (append the rest; nothing when it is the same), or it does
-not (the client edited, truncated or compacted its history, /clear, a fork): then the conversation
-continues in a new session, linked to the old one, that starts with the client's whole history.
+A conversation has one record per session it has lived in (its branches): the session and the
+chain of the client messages that session covers. A history that extends one of them is appended
+there (nothing when it is the same); one that extends none (the client edited, truncated or
+compacted its history, /clear, a fork) continues in a new session, linked to the newest branch,
+that starts with the client's whole history. Because every branch keeps its record, two histories
+that alternate under one key (two sub-agents with the same start, a fork retried) each keep
+landing in their own session instead of forking a new one at every switch.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -24,7 +28,7 @@ class Record:
 @dataclass(frozen=True, slots=True)
 class Plan:
     """What to store: the client messages from `start` on go to `session_id`; `expected` is the
-    record this plan was made against (None: a new conversation), `after` the record once stored."""
+    branch record this plan moves (None: a new branch is recorded), `after` the record once stored."""
 
     kind: Literal["new", "same", "extend", "diverged"]
     session_id: str
@@ -39,30 +43,27 @@ class Plan:
         return self.kind in ("new", "diverged")
 
 
-def plan(record: Record | None, chains: list[str], key: str, attempt: int = 0) -> Plan:
-    """The plan for a history whose chain values (after 0..N messages) are `chains`.
+def plan(records: Sequence[Record], chains: list[str], key: str, attempt: int = 0) -> Plan:
+    """The plan for a history whose chain values (after 0..N messages) are `chains`, given the
+    conversation's branch records, newest first.
 
     `attempt` > 0 after the chosen fresh session turned out to exist already: another name.
     """
     n = len(chains) - 1
-    if record is None:
+    covering = [r for r in records if r.messages <= n and chains[r.messages] == r.chain]
+    if covering:
+        record = max(covering, key=lambda r: r.messages)
+        kind: Literal["same", "extend"] = "same" if record.messages == n else "extend"
+        return Plan(kind, record.session_id, record.messages, record, Record(record.session_id, n, chains[n]))
+    if not records:
         if attempt == 0:
             return Plan("new", key, 0, None, Record(key, n, chains[n]))
         # a session by that name holds turns compactd did not store (the turns API): linked to it
         name = _branch(key, chains[n], attempt - 1)
         return Plan("new", name, 0, None, Record(name, n, chains[n]), parent_session_id=key)
-    covered = record.messages
-    if covered <= n and chains[covered] == record.chain:
-        kind: Literal["same", "extend"] = "same" if covered == n else "extend"
-        return Plan(kind, record.session_id, covered, record, Record(record.session_id, n, chains[n]))
-    after_name = _branch(key, chains[n], attempt)
+    name = _branch(key, chains[n], attempt)
     return Plan(
-        "diverged",
-        after_name,
-        0,
-        record,
-        Record(after_name, n, chains[n]),
-        parent_session_id=record.session_id,
+        "diverged", name, 0, None, Record(name, n, chains[n]), parent_session_id=records[0].session_id
     )
 
 

@@ -1,8 +1,9 @@
 """Proxied conversations: which session each lives in and how much of the client's history it covers.
 
-The record moves only inside the append that stores the messages it describes (`claim`, run by
+A conversation has one record per session it lives in (worker/proxy/reconcile.py). A record moves
+(or is made) only inside the append that stores the messages it describes (`claim`, run by
 append_turns with the session row locked), so a session and its record never disagree, and two
-requests racing on one conversation cannot both append: the second one's plan is stale.
+requests racing on one branch cannot both append: the second one's plan is stale.
 """
 
 from __future__ import annotations
@@ -30,14 +31,21 @@ class SessionGone(Exception):
     """Raised when the record's session no longer exists (deleted): the history starts a new one."""
 
 
-def load_record(engine: Engine, tenant_id: int, key: str) -> Record | None:
+def load_records(engine: Engine, tenant_id: int, key: str) -> list[Record]:
+    """The conversation's branch records, the most recently moved first."""
     with read_tx(engine) as conn:
-        row = conn.execute(
-            select(P.c.session_client_id, P.c.messages, P.c.chain).where(
-                P.c.tenant_id == tenant_id, P.c.key == key
-            )
-        ).first()
-    return None if row is None else Record(row.session_client_id, row.messages, row.chain)
+        rows = conn.execute(
+            select(P.c.session_client_id, P.c.messages, P.c.chain)
+            .where(P.c.tenant_id == tenant_id, P.c.key == key)
+            .order_by(P.c.updated_at.desc(), P.c.id.desc())
+        ).all()
+    return [Record(r.session_client_id, r.messages, r.chain) for r in rows]
+
+
+def load_record(engine: Engine, tenant_id: int, key: str) -> Record | None:
+    """The conversation's most recently moved branch record; None for an unknown conversation."""
+    records = load_records(engine, tenant_id, key)
+    return records[0] if records else None
 
 
 def claim(tenant_id: int, key: str, plan: Plan) -> Any:
@@ -50,7 +58,11 @@ def claim(tenant_id: int, key: str, plan: Plan) -> Any:
             raise SessionGone(plan.session_id)
         after = plan.after
         if plan.expected is None:
-            exists = conn.execute(select(P.c.id).where(P.c.tenant_id == tenant_id, P.c.key == key)).first()
+            exists = conn.execute(
+                select(P.c.id).where(
+                    P.c.tenant_id == tenant_id, P.c.key == key, P.c.session_client_id == after.session_id
+                )
+            ).first()
             if exists is not None:
                 raise StalePlan(key)
             conn.execute(

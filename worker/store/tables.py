@@ -204,11 +204,11 @@ class MemoryEvent(SQLModel, table=True):
 
 
 class ProxyConversation(SQLModel, table=True):
-    """Where a conversation proxied through POST /v1/messages lives: its current session and the
-    keyed chain hash of the client messages that session covers (worker/proxy/fingerprints.py)."""
+    """A session a conversation proxied through POST /v1/messages lives in (one row per branch) and
+    the keyed chain hash of the client messages it covers (worker/proxy/fingerprints.py)."""
 
     __tablename__ = "proxy_conversations"
-    __table_args__ = (UniqueConstraint("tenant_id", "key"),)
+    __table_args__ = (UniqueConstraint("tenant_id", "key", "session_client_id"),)
 
     id: int | None = Field(default=None, primary_key=True)
     tenant_id: int = Field(foreign_key="tenants.id")

@@ -48,7 +48,7 @@ from worker.proxy.sse import EventSplitter, Relay, encode_event
 from worker.proxy.system_turns import fold_system_messages
 from worker.resources import Resources
 from worker.settings import Settings
-from worker.store.proxy import load_record
+from worker.store.proxy import load_records
 
 router = APIRouter(tags=["messages"])
 log = structlog.get_logger("compactd.proxy")
@@ -473,8 +473,8 @@ async def _as_sent(call: Call, conversation: Conversation) -> dict[str, Any] | N
     (it is counted as the client sent it)."""
     res, body = call.res, call.body
     chains = await run_in_threadpool(fingerprints.chains, call.request.app.state.proxy_key, body["messages"])
-    record = await run_in_threadpool(load_record, res.engine, call.tenant, conversation.key)
-    p = plan(record, chains, conversation.key)
+    records = await run_in_threadpool(load_records, res.engine, call.tenant, conversation.key)
+    p = plan(records, chains, conversation.key)
     if p.kind not in ("same", "extend"):
         return None
     try:
