@@ -234,6 +234,7 @@ async def _reconcile_and_build(call: Call, named: str | None) -> None:
     """Reconcile the history with its session and build the upstream request from the ready prompt."""
     res, body = call.res, call.body
     key: bytes = call.request.app.state.proxy_key
+    memo: fingerprints.ChainMemo = call.request.app.state.proxy_chains
     call.conversation = identify(key, body, named)
     chains: list[str] = []
     tools = _compactd_tools()
@@ -252,7 +253,7 @@ async def _reconcile_and_build(call: Call, named: str | None) -> None:
     for missing in (False, True):
         try:
             # one thread hop for the hashing and the append
-            call.reconciled = await run_in_threadpool(_reconciled, call.proxied, key, chains, missing)
+            call.reconciled = await run_in_threadpool(_reconciled, call.proxied, memo, chains, missing)
         except (InvalidTranscript, BrokenConversation) as exc:
             problems = getattr(exc, "problems", [])
             detail = "; ".join(problems[:3]) if problems else str(exc)
@@ -271,10 +272,14 @@ async def _reconcile_and_build(call: Call, named: str | None) -> None:
     call.upstream_raw, call.hidden = upstream_bytes(body, served.body, tools)
 
 
-def _reconciled(proxied: Proxied, key: bytes, chains: list[str], missing: bool) -> Reconciled:
-    """reconcile, the history's chain computed first (once: kept in `chains` for a second try)."""
+def _reconciled(
+    proxied: Proxied, memo: fingerprints.ChainMemo, chains: list[str], missing: bool
+) -> Reconciled:
+    """reconcile, the history's chain computed first (once: kept in `chains` for a second try;
+    only the messages past the conversation's last request's unchanged prefix are hashed)."""
     if not chains:
-        chains.extend(fingerprints.chains(key, proxied.body["messages"]))
+        memo_key = (proxied.tenant_id, proxied.conversation.key)
+        chains.extend(memo.chains(memo_key, proxied.body["messages"]))
     return reconcile(proxied, chains, missing)
 
 
@@ -472,7 +477,8 @@ async def _as_sent(call: Call, conversation: Conversation) -> dict[str, Any] | N
     session plus the messages not stored yet, without storing them; None for an unknown history
     (it is counted as the client sent it)."""
     res, body = call.res, call.body
-    chains = await run_in_threadpool(fingerprints.chains, call.request.app.state.proxy_key, body["messages"])
+    memo: fingerprints.ChainMemo = call.request.app.state.proxy_chains
+    chains = await run_in_threadpool(memo.chains, (call.tenant, conversation.key), body["messages"])
     record = await run_in_threadpool(load_record, res.engine, call.tenant, conversation.key)
     p = plan(record, chains, conversation.key)
     if p.kind not in ("same", "extend"):
