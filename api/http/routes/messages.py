@@ -8,6 +8,7 @@ Errors are in the Anthropic shape, since the callers are Anthropic clients.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Mapping
 from dataclasses import dataclass
@@ -38,7 +39,7 @@ from worker.compaction.assemble import merge_roles
 from worker.compaction.errors import InvalidTranscript
 from worker.compaction.tools import tool_definitions
 from worker.flows.append import BrokenConversation
-from worker.flows.proxy import Proxied, Reconciled, Unreconciled, reconcile, record_reply
+from worker.flows.proxy import HeldJobs, Proxied, Reconciled, Unreconciled, reconcile, record_reply
 from worker.memory.tool import memory_tool_definitions
 from worker.proxy import fingerprints
 from worker.proxy.conversations import SESSION_ID, Conversation, identify, is_side_request
@@ -206,8 +207,13 @@ async def _create(request: Request) -> Response:
     if is_side_request(body, named is not None):
         log.info("proxy.passed_through", tenant_id=tenant, reason="side_request")
         return await _pass_through(call, raw, "/v1/messages")
-    await _reconcile_and_build(call, named)
-    response = await _open(call, "/v1/messages", call.upstream_raw)
+    jobs = HeldJobs(request.app.state.enqueue)
+    try:
+        await _reconcile_and_build(call, named, jobs)
+        response = await _open(call, "/v1/messages", call.upstream_raw)
+    finally:
+        # the compaction the appends asked for, once the upstream call is under way (HeldJobs)
+        _release_soon(jobs)
     if response.status_code != 200:
         return await _upstream_error(response)
     if body.get("stream"):
@@ -230,7 +236,15 @@ async def _create(request: Request) -> Response:
     )
 
 
-async def _reconcile_and_build(call: Call, named: str | None) -> None:
+def _release_soon(jobs: HeldJobs) -> None:
+    """jobs.release() in a worker thread, not awaited: the response does not wait for the enqueue."""
+    if jobs.holding:
+        asyncio.get_running_loop().run_in_executor(None, jobs.release)
+    else:
+        jobs.release()
+
+
+async def _reconcile_and_build(call: Call, named: str | None, jobs: HeldJobs) -> None:
     """Reconcile the history with its session and build the upstream request from the ready prompt."""
     res, body = call.res, call.body
     key: bytes = call.request.app.state.proxy_key
@@ -247,7 +261,7 @@ async def _reconcile_and_build(call: Call, named: str | None) -> None:
         body,
         [*client_tools, *tools],
         call.context_window,
-        call.request.app.state.enqueue,
+        jobs,
     )
     served = None
     for missing in (False, True):
