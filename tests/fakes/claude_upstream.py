@@ -33,7 +33,9 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from worker.compaction.tokens import count_request, json_tokens
+import orjson
+
+from worker.compaction.tokens import count_request, count_text
 from worker.compaction.validate import request_problems
 
 # what Claude Code's own compaction request says (docs/claude-code.md)
@@ -133,7 +135,11 @@ def request_tokens(body: dict[str, Any]) -> int:
         {**m, "content": [{"type": "text", "text": c}] if isinstance(c := m.get("content"), str) else c}
         for m in body.get("messages") or []
     ]
-    return count_request({**body, "messages": messages}) + (json_tokens(tools) if tools else 0) + max_tokens
+    return (
+        count_request({**body, "messages": messages})
+        + (count_text(orjson.dumps(tools).decode()) if tools else 0)
+        + max_tokens
+    )
 
 
 def text_of(value: Any) -> str:
