@@ -24,6 +24,7 @@ from worker.contracts import Enqueue
 from worker.enqueue import CeleryEnqueue
 from worker.flows.proxy import proxy_key
 from worker.logs import configure_logging
+from worker.proxy.fingerprints import ChainMemo
 from worker.resources import Resources, redaction_key
 from worker.settings import Settings
 
@@ -51,6 +52,7 @@ def create_app(settings: Settings, *, enqueue: Enqueue | None = None, log_setup:
             app.state.enqueue = owned or enqueue
             app.state.upstream = upstream_client(settings)
             app.state.proxy_key = proxy_key(redaction_key(settings))
+            app.state.proxy_chains = ChainMemo(app.state.proxy_key)
             app.state.metrics.attach(res)
             # start-up garbage is long-lived: move it out of the collector's way (cuts p99)
             gc.collect()

@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import orjson
+
 from worker.compaction.tokens import count_request, count_text
 from worker.compaction.validate import request_problems
 
@@ -135,7 +137,7 @@ def request_tokens(body: dict[str, Any]) -> int:
     ]
     return (
         count_request({**body, "messages": messages})
-        + (count_text(json.dumps(tools, separators=(",", ":"), ensure_ascii=False)) if tools else 0)
+        + (count_text(orjson.dumps(tools).decode()) if tools else 0)
         + max_tokens
     )
 

@@ -229,6 +229,9 @@ class FakeMessagesAPI:
 def _handler_for(api: FakeMessagesAPI) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # TCP_NODELAY, as real API servers set it: else each small event waits for the client's
+        # delayed ACK of the one before (a 40 ms stall before the first event, Nagle's algorithm)
+        disable_nagle_algorithm = True
 
         def do_POST(self) -> None:
             raw = self.rfile.read(int(self.headers.get("content-length") or 0))

@@ -360,3 +360,36 @@ def test_the_spliced_request_is_the_built_one() -> None:
         + b"}"
     )
     assert len(breakpoints(orjson.loads(upstream_bytes(client, body, TOOLS)[0]))) == 4
+
+
+_TEXTS = st.sampled_from(["a", "b", "hi", "ok", ""])
+_MESSAGE = st.one_of(
+    _TEXTS.map(_user),
+    _TEXTS.map(_assistant),
+    _TEXTS.map(lambda t: {"role": "user", "content": [{"type": "text", "text": t, **MARKED}]}),
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.lists(_MESSAGE, max_size=8), min_size=1, max_size=6))
+def test_the_chain_memo_is_the_full_computation(requests: list[list[dict[str, Any]]]) -> None:
+    """Whatever histories a conversation's requests carry (grown, edited, truncated, re-marked), the
+    memo's chains are exactly the full computation's."""
+    from worker.proxy.fingerprints import ChainMemo
+
+    memo, tiny = ChainMemo(KEY, size=2), ChainMemo(KEY, size=1)
+    for messages in requests:
+        assert memo.chains("c", messages) == chains(KEY, messages)
+        assert memo.chains("other", messages[:1]) == chains(KEY, messages[:1])
+        assert tiny.chains("c", messages) == tiny.chains("other", messages) == chains(KEY, messages)
+
+
+def test_the_chain_memo_sees_an_edit_deep_in_the_history() -> None:
+    """An edit of an early message, the rest unchanged, changes every chain value from it on."""
+    from worker.proxy.fingerprints import ChainMemo
+
+    memo = ChainMemo(KEY)
+    history = [_user("a"), _assistant("b"), _user("c"), _assistant("d"), _user("e")]
+    first = memo.chains("c", history)
+    edited = memo.chains("c", [_user("a"), _assistant("B"), *history[2:]])
+    assert edited[:2] == first[:2] and all(x != y for x, y in zip(edited[2:], first[2:], strict=True))

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Sequence
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 import orjson
@@ -120,6 +122,51 @@ def chains(key: bytes, messages: Sequence[Any]) -> list[str]:
         value = extend(value, m)
         out.append(value.hex())
     return out
+
+
+class ChainMemo:
+    """The chains of each conversation's last request, with a digest of each of its messages as
+    sent: the next request of a conversation hashes only the messages from the first one that
+    differs from the last request's (usually the reply and the new user turn, plus the turns whose
+    cache_control moved), not its whole history.
+
+    Exact: a message whose serialization (orjson, key order kept) is byte-for-byte the one seen
+    before has the same fingerprint, so the chain up to the first differing message is the one
+    computed then; an edit anywhere in the history shows as a differing digest there. Only sha256
+    digests are kept, never a message's text; bounded, least recently used first out; in-process
+    (each API process has its own, a miss only costs the full computation).
+    """
+
+    def __init__(self, key: bytes, size: int = 64) -> None:
+        self._seed = seed(key).hex()
+        self._size = size
+        self._entries: OrderedDict[Hashable, tuple[list[bytes], list[str]]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def chains(self, conversation: Hashable, messages: Sequence[Any]) -> list[str]:
+        """chains(key, messages), reusing the conversation's last request's prefix where it is the same."""
+        digests = [hashlib.sha256(orjson.dumps(m)).digest() for m in messages]
+        with self._lock:
+            entry = self._entries.get(conversation)
+        same = 0
+        if entry is None:
+            out = [self._seed]
+        else:
+            seen, seen_chains = entry
+            limit = min(len(seen), len(digests))
+            while same < limit and seen[same] == digests[same]:
+                same += 1
+            out = seen_chains[: same + 1]
+        value = bytes.fromhex(out[-1])
+        for m in messages[same:]:
+            value = extend(value, m)
+            out.append(value.hex())
+        with self._lock:
+            self._entries[conversation] = (digests, out)
+            self._entries.move_to_end(conversation)
+            while len(self._entries) > self._size:
+                self._entries.popitem(last=False)
+        return list(out)
 
 
 def extend_hex(chain_hex: str, message: Any) -> str:

@@ -8,6 +8,7 @@ Errors are in the Anthropic shape, since the callers are Anthropic clients.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Mapping
 from dataclasses import dataclass
@@ -38,7 +39,7 @@ from worker.compaction.assemble import merge_roles
 from worker.compaction.errors import InvalidTranscript
 from worker.compaction.tools import tool_definitions
 from worker.flows.append import BrokenConversation
-from worker.flows.proxy import Proxied, Reconciled, Unreconciled, reconcile, record_reply
+from worker.flows.proxy import HeldJobs, Proxied, Reconciled, Unreconciled, reconcile, record_reply
 from worker.memory.tool import memory_tool_definitions
 from worker.proxy import fingerprints
 from worker.proxy.conversations import SESSION_ID, Conversation, identify, is_side_request
@@ -206,8 +207,13 @@ async def _create(request: Request) -> Response:
     if is_side_request(body, named is not None):
         log.info("proxy.passed_through", tenant_id=tenant, reason="side_request")
         return await _pass_through(call, raw, "/v1/messages")
-    await _reconcile_and_build(call, named)
-    response = await _open(call, "/v1/messages", call.upstream_raw)
+    jobs = HeldJobs(request.app.state.enqueue)
+    try:
+        await _reconcile_and_build(call, named, jobs)
+        response = await _open(call, "/v1/messages", call.upstream_raw)
+    finally:
+        # the compaction the appends asked for, once the upstream call is under way (HeldJobs)
+        _release_soon(jobs)
     if response.status_code != 200:
         return await _upstream_error(response)
     if body.get("stream"):
@@ -230,10 +236,19 @@ async def _create(request: Request) -> Response:
     )
 
 
-async def _reconcile_and_build(call: Call, named: str | None) -> None:
+def _release_soon(jobs: HeldJobs) -> None:
+    """jobs.release() in a worker thread, not awaited: the response does not wait for the enqueue."""
+    if jobs.holding:
+        asyncio.get_running_loop().run_in_executor(None, jobs.release)
+    else:
+        jobs.release()
+
+
+async def _reconcile_and_build(call: Call, named: str | None, jobs: HeldJobs) -> None:
     """Reconcile the history with its session and build the upstream request from the ready prompt."""
     res, body = call.res, call.body
     key: bytes = call.request.app.state.proxy_key
+    memo: fingerprints.ChainMemo = call.request.app.state.proxy_chains
     call.conversation = identify(key, body, named)
     chains: list[str] = []
     tools = _compactd_tools()
@@ -246,13 +261,13 @@ async def _reconcile_and_build(call: Call, named: str | None) -> None:
         body,
         [*client_tools, *tools],
         call.context_window,
-        call.request.app.state.enqueue,
+        jobs,
     )
     served = None
     for missing in (False, True):
         try:
             # one thread hop for the hashing and the append
-            call.reconciled = await run_in_threadpool(_reconciled, call.proxied, key, chains, missing)
+            call.reconciled = await run_in_threadpool(_reconciled, call.proxied, memo, chains, missing)
         except (InvalidTranscript, BrokenConversation) as exc:
             problems = getattr(exc, "problems", [])
             detail = "; ".join(problems[:3]) if problems else str(exc)
@@ -271,10 +286,14 @@ async def _reconcile_and_build(call: Call, named: str | None) -> None:
     call.upstream_raw, call.hidden = upstream_bytes(body, served.body, tools)
 
 
-def _reconciled(proxied: Proxied, key: bytes, chains: list[str], missing: bool) -> Reconciled:
-    """reconcile, the history's chain computed first (once: kept in `chains` for a second try)."""
+def _reconciled(
+    proxied: Proxied, memo: fingerprints.ChainMemo, chains: list[str], missing: bool
+) -> Reconciled:
+    """reconcile, the history's chain computed first (once: kept in `chains` for a second try;
+    only the messages past the conversation's last request's unchanged prefix are hashed)."""
     if not chains:
-        chains.extend(fingerprints.chains(key, proxied.body["messages"]))
+        memo_key = (proxied.tenant_id, proxied.conversation.key)
+        chains.extend(memo.chains(memo_key, proxied.body["messages"]))
     return reconcile(proxied, chains, missing)
 
 
@@ -472,7 +491,8 @@ async def _as_sent(call: Call, conversation: Conversation) -> dict[str, Any] | N
     session plus the messages not stored yet, without storing them; None for an unknown history
     (it is counted as the client sent it)."""
     res, body = call.res, call.body
-    chains = await run_in_threadpool(fingerprints.chains, call.request.app.state.proxy_key, body["messages"])
+    memo: fingerprints.ChainMemo = call.request.app.state.proxy_chains
+    chains = await run_in_threadpool(memo.chains, (call.tenant, conversation.key), body["messages"])
     records = await run_in_threadpool(load_records, res.engine, call.tenant, conversation.key)
     p = plan(records, chains, conversation.key)
     if p.kind not in ("same", "extend"):

@@ -12,7 +12,7 @@ from api.http.errors import NotFound
 
 router = APIRouter(include_in_schema=False)
 
-UI_DIR = Path(__file__).resolve().parent.parent / "ui"
+UI_DIR = Path(__file__).resolve().parents[2] / "ui"  # api/ui
 ASSETS = {
     "inspector.js": "text/javascript; charset=utf-8",
     "inspector.css": "text/css; charset=utf-8",
