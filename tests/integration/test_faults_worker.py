@@ -239,7 +239,7 @@ def in_flight(broker: redis.Redis) -> int:
 def running_jobs(cache: redis.Redis, prefix: str) -> set[bytes]:
     """The tokens of the session locks held now: one per job executing (jobs.compact holds its
     session's lock from start to end; a killed job's stays until it expires)."""
-    return {t for k in cache.scan_iter(f"{prefix}lock:*") if (t := cache.prompts.get(k)) is not None}
+    return {t for k in cache.scan_iter(f"{prefix}lock:*") if (t := cache.get(k)) is not None}
 
 
 @pytest.fixture(scope="module")
