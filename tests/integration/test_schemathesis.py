@@ -82,12 +82,20 @@ CASES = [(GenerationMode.POSITIVE, op) for op in operations(False)] + [
 ]
 
 
+def negative_data_rejection(ctx: Any, response: Any, case: Any) -> bool | None:
+    """schemathesis' check, with a 413 also counted as refusing invalid data: a generated body past
+    COMPACTD_MAX_REQUEST_BYTES is refused by the size limit before its schema is read."""
+    if response.status_code == 413:
+        return None
+    return st_checks.negative_data_rejection(ctx, response, case)
+
+
 CHECKS = [
     st_checks.not_a_server_error,
     st_checks.status_code_conformance,
     st_checks.content_type_conformance,
     st_checks.response_schema_conformance,
-    st_checks.negative_data_rejection,
+    negative_data_rejection,
 ]
 
 
