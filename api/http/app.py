@@ -93,8 +93,9 @@ def create_app(settings: Settings, *, enqueue: Enqueue | None = None, log_setup:
     )
     app.add_middleware(prompt.PromptFastPath, handlers=app.exception_handlers, route=prompt_route)
     app.add_middleware(JsonOnly)
-    app.add_middleware(BearerRequired)
     app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
+    # outside the body limit: an anonymous request is a 401 whatever its size (it learns nothing)
+    app.add_middleware(BearerRequired)
     app.add_middleware(RequestLog, metrics=app.state.metrics)
     return app
 

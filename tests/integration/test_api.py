@@ -94,6 +94,14 @@ def test_missing_or_bad_key_is_401_problem(api: Api) -> None:
     assert_problem(api.get("/v1/sessions/x/prompt", key="cpd_nope"), 401)
 
 
+def test_an_anonymous_body_over_the_size_limit_is_401_not_413(api: Api) -> None:
+    """Without a key, even a body past the request-size limit is a 401: the caller learns nothing
+    about the limit (with a key it is the limit's 413)."""
+    big = {"messages": [{"role": "user", "content": "x" * 300_000}]}
+    assert_problem(api.client.post("/v1/sessions/s/turns", json=big), 401)
+    assert_problem(api.client.post("/v1/sessions/s/turns", json=big, headers=api.auth), 413)
+
+
 _ids = st.sampled_from(["toolu_1", "toolu_2", "call_x", ""])
 _text = st.text(max_size=20) | st.just(MARKER)
 _block = st.one_of(
