@@ -1,11 +1,12 @@
 """Contracts shared by every way in (the HTTP route and the `compactd.append` task): the append
-request, the session-id rule and the client's activity. Pydantic only: no FastAPI, no Celery."""
+request, the session-id rule and the client's activity; the memory patch (PATCH …/memory and the
+proxy's update_working_memory tool). Pydantic only: no FastAPI, no Celery."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
@@ -13,6 +14,9 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 SESSION_ID_PATTERN = r"^[A-Za-z0-9._:@-]+$"
 SESSION_ID_MAX_LENGTH = 200
 SessionId = Annotated[str, Field(min_length=1, max_length=SESSION_ID_MAX_LENGTH, pattern=SESSION_ID_PATTERN)]
+
+# the largest number the database's integer columns hold (a sequence number, an event id)
+DB_INT_MAX = 2**63 - 1
 
 # enqueue(tenant id, session pk, version): make sure one compaction job is pending (worker/enqueue.py)
 Enqueue = Callable[[int, int, int], object]
@@ -57,3 +61,24 @@ class AppendRequest(BaseModel):
     system: str | None = None
     parent_session_id: str | None = Field(default=None, max_length=200)
     parent_tool_use_id: str | None = Field(default=None, max_length=200)
+
+
+class MemoryOpIn(BaseModel):
+    """One operation, as the update_working_memory tool sends it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    op: str = Field(max_length=20, description="set, add, remove or resolve")
+    section: str = Field(max_length=40)
+    key: str | None = Field(default=None, min_length=1, max_length=500)
+    value: str | None = Field(default=None, max_length=20_000)
+    seq: int | None = Field(default=None, ge=0, le=DB_INT_MAX)
+    pinned: bool | None = None
+
+
+class MemoryPatch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    ops: list[MemoryOpIn] = Field(min_length=1, max_length=100)
+    origin: Literal["agent", "user"] = "agent"
+    reason: str = Field(default="", max_length=500)

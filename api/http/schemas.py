@@ -1,5 +1,6 @@
-"""Wire models of the HTTP API (never table classes). The append request, shared with the
-`compactd.append` task, is in worker/contracts.py."""
+"""Wire models of the HTTP API (never table classes). The append request (shared with the
+`compactd.append` task) and the memory patch (shared with the proxy's tools) are in
+worker/contracts.py."""
 
 from __future__ import annotations
 
@@ -7,10 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from worker.contracts import Activity
-
-# the largest number the database's integer columns hold (a sequence number, an event id)
-DB_INT_MAX = 2**63 - 1
+from worker.contracts import DB_INT_MAX, Activity
 
 
 class AppendResponse(BaseModel):
@@ -153,27 +151,6 @@ class MemoryResponse(BaseModel):
     tokens: int  # of the rendered block
     budget_tokens: int
     hard_cap_tokens: int
-
-
-class MemoryOpIn(BaseModel):
-    """One operation, as the update_working_memory tool sends it."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    op: str = Field(max_length=20, description="set, add, remove or resolve")
-    section: str = Field(max_length=40)
-    key: str | None = Field(default=None, min_length=1, max_length=500)
-    value: str | None = Field(default=None, max_length=20_000)
-    seq: int | None = Field(default=None, ge=0, le=DB_INT_MAX)
-    pinned: bool | None = None
-
-
-class MemoryPatch(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    ops: list[MemoryOpIn] = Field(min_length=1, max_length=100)
-    origin: Literal["agent", "user"] = "agent"
-    reason: str = Field(default="", max_length=500)
 
 
 class MemoryRestore(BaseModel):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any
 
 from fastapi import APIRouter, Query
 
@@ -18,16 +18,15 @@ from api.http.schemas import (
     MemoryEventOut,
     MemoryHistory,
     MemoryItemOut,
-    MemoryPatch,
     MemoryPut,
     MemoryResponse,
     MemoryRestore,
     MemoryVersionOut,
 )
 from worker.compaction.tokens import count_text
-from worker.flows import serve as prompts
-from worker.memory.model import SECTIONS, Change, Item, MemoryOpError, Op, item_tokens, key_of
-from worker.redaction import Redactor
+from worker.contracts import MemoryPatch
+from worker.flows.memory import redacted_change, redacted_item, republish
+from worker.memory.model import SECTIONS, Change, Item, MemoryOpError, item_tokens, key_of
 from worker.resources import Resources
 from worker.store import memory, sessions
 from worker.store.db import read_tx
@@ -133,7 +132,7 @@ def _change(
     except MemoryOpError as exc:
         raise _op_problem(exc, field_of) from None
     if events:
-        _republish(res, tenant, sid, row, enqueue)
+        republish(res, tenant, sid, row, enqueue)
 
 
 def _op_problem(exc: MemoryOpError, field_of: Any) -> InvalidMemoryOp:
@@ -170,7 +169,7 @@ def put_memory(
     changes = [
         Change("set", "notes", value, key=key, pinned=i.pinned)
         for i in body.items
-        for key, value in [_redacted_item(res.redactor, i.key, i.value)]
+        for key, value in [redacted_item(res.redactor, i.key, i.value)]
     ]
     _change(res, tenant, sid, row, changes, origin="user", reason="", scope=scope, enqueue=enqueue)
     return _response(res, sid, row, scope)
@@ -187,7 +186,7 @@ def patch_memory(
 ) -> MemoryResponse:
     """Apply small operations (set, add, remove, resolve) all or nothing: the update_working_memory tool's input."""
     row = _session(res, tenant, sid, scope)
-    changes = [_redacted_change(res.redactor, op) for op in body.ops]
+    changes = [redacted_change(res.redactor, op) for op in body.ops]
     _change(
         res,
         tenant,
@@ -327,29 +326,5 @@ def restore_memory(
     except MemoryOpError as exc:
         raise InvalidMemoryOp(str(exc), field="event", loc=["body", "event"]) from None
     if events:
-        _republish(res, tenant, sid, row, enqueue)
+        republish(res, tenant, sid, row, enqueue)
     return _response(res, sid, row, scope)
-
-
-def _redacted_item(redactor: Redactor, key: str, value: str) -> tuple[str, str]:
-    """(key, value) redacted like a tool argument: both scanned, the value also judged by its key."""
-    ((red_key, red_value),) = redactor.redact_value({key: value}).items()
-    return red_key, red_value
-
-
-def _redacted_change(redactor: Redactor, op: Any) -> Change:
-    key, value = op.key, op.value
-    if value is not None:
-        key, value = _redacted_item(redactor, key or op.section, value)
-        key = key if op.key is not None else None
-    elif key is not None:
-        key = redactor.redact_text(key)
-    # an unknown op is refused by the model, naming ops[i].op
-    return Change(cast(Op, op.op), op.section, value, key=key, seq=op.seq, pinned=op.pinned)
-
-
-def _republish(res: Resources, tenant: int, sid: str, row: object, enqueue: object) -> None:
-    # the cached prompt now has old memory: fetches assemble from the DB until the worker republishes
-    res.cache.invalidate(row.id)  # type: ignore[attr-defined]
-    prompts.forget(res.cache, tenant, sid)
-    enqueue(tenant, row.id, row.version)  # type: ignore[attr-defined,operator]

@@ -24,7 +24,6 @@ from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 from starlette.types import Receive, Scope, Send
 
-from api.http import proxy_tools
 from api.http.deps import tenant_for
 from api.http.errors import ApiError, NotFound, TooManyRequests
 from api.http.routes.prompt import serve_prompt
@@ -38,6 +37,7 @@ from api.http.upstream import (
 from worker.compaction.assemble import merge_roles
 from worker.compaction.errors import InvalidTranscript
 from worker.compaction.tools import tool_definitions
+from worker.flows import proxy_tools
 from worker.flows.append import BrokenConversation
 from worker.flows.proxy import HeldJobs, Proxied, Reconciled, Unreconciled, reconcile, record_reply
 from worker.memory.tool import memory_tool_definitions

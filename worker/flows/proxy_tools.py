@@ -7,9 +7,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from api.http.routes.memory import _redacted_change, _republish
-from api.http.schemas import MemoryPatch
 from worker.compaction.reading import BadRead, grep, read_lines
+from worker.contracts import MemoryPatch
+from worker.flows.memory import redacted_change, republish
 from worker.flows.serve import refresh_status_files
 from worker.memory.model import MemoryOpError
 from worker.resources import Resources
@@ -52,12 +52,12 @@ def answer(res: Resources, tenant_id: int, sid: str, name: str, args: dict[str, 
         raise LookupError("no such session")
     if name == "update_working_memory":
         patch = MemoryPatch.model_validate({"ops": args.get("ops") or []})
-        changes = [_redacted_change(res.redactor, op) for op in patch.ops]
+        changes = [redacted_change(res.redactor, op) for op in patch.ops]
         version, events = memory.change(
             res.engine, row.id, changes, origin="agent", hard_cap_tokens=res.settings.memory_hard_cap_tokens
         )
         if events:
-            _republish(res, tenant_id, sid, row, enqueue)
+            republish(res, tenant_id, sid, row, enqueue)
         return f"working memory updated (version {version})"
     ref = str(args.get("ref", ""))
     found = files.read_file(res.engine, row.id, ref)
