@@ -20,12 +20,10 @@ from functools import lru_cache
 from typing import Any
 
 import redis
-from sqlalchemy import select
 
 from worker.redaction import Redactor
-from worker.store.db import read_tx
-from worker.store.sessions import TT
 from worker.store.tables import utcnow
+from worker.store.turns import appended_at
 
 COUNTER, HISTOGRAM, GAUGE = "counter", "histogram", "gauge"
 SEP = "\x1f"  # between a field's metric name and its label values (never inside a label value)
@@ -296,16 +294,9 @@ def record_publish(
     if cause is not None:
         rec.inc("compactd_epochs", labels=(cause,))
     if first_new_seq is not None:
-        appended = _appended_at(res.engine, session_pk, first_new_seq)
+        appended = appended_at(res.engine, session_pk, first_new_seq)
         if appended is not None:
             rec.observe("compactd_queue_lag_seconds", max(0.0, (utcnow() - appended).total_seconds()))
-
-
-def _appended_at(engine: Any, session_pk: int, seq: int) -> Any:
-    with read_tx(engine) as conn:
-        return conn.execute(
-            select(TT.c.created_at).where(TT.c.session_id == session_pk, TT.c.seq == seq)
-        ).scalar()
 
 
 def record_usage(cache: Any, input_tokens: int, output_tokens: int, cost_usd: float | None) -> None:

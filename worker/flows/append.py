@@ -94,6 +94,7 @@ def append_messages(
     break) or IdempotencyMismatch (the key was used with another body); nothing is written then.
     """
     profile = profile_of(body, res)
+    stored_key, body_hash = _idempotency(res, body, idempotency_key)
     for attempt in range(1, READ_ATTEMPTS + 1):
         counting = CountingRedactor.of(res.redactor)
         # the stored message this append follows: a secret cut between it and the first new message
@@ -112,12 +113,8 @@ def append_messages(
                 files=ingested.files,
                 profile=profile,
                 activity=activity,
-                # stored: redacted like content (the same key always maps to the same stored value)
-                idempotency_key=res.redactor.redact_text(idempotency_key)
-                if idempotency_key
-                else idempotency_key,
-                # the body as validated, so the same key over HTTP and over the task hashes the same
-                body_hash=request_hash(body.model_dump(mode="json")) if idempotency_key else "",
+                idempotency_key=stored_key,
+                body_hash=body_hash,
                 validate=check_window,
                 locked=locked,
                 seam=_seam(
@@ -145,6 +142,14 @@ READ_ATTEMPTS = 3
 
 class _StaleRead(Exception):
     """The session's last stored message changed after the append read it."""
+
+
+def _idempotency(res: Resources, body: AppendRequest, key: str | None) -> tuple[str | None, str]:
+    """The key as stored, redacted like content (the same key always maps to the same stored value),
+    and the body's hash as validated (the same key over HTTP and over the task hashes the same)."""
+    if not key:
+        return key, ""
+    return res.redactor.redact_text(key), request_hash(body.model_dump(mode="json"))
 
 
 def seam_view(res: Resources, stored: Stored | None) -> tuple[Message | None, bool]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
-from sqlalchemy import Connection, Engine, and_, bindparam, select
+from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
 from worker.cache.cache import Cache
@@ -34,10 +34,11 @@ from worker.compaction.assemble import (
 from worker.compaction.codec import transcript_from_json
 from worker.compaction.fit import fit
 from worker.compaction.model import Policy, Transcript
+from worker.store import fetch as reads
 from worker.store.db import read_tx
 from worker.store.files import file_infos, last_read_id, save_files
 from worker.store.memory import changes_since, load_items, render
-from worker.store.sessions import TT, S, load_turns
+from worker.store.sessions import load_turns
 from worker.store.snapshots import latest_snapshot, load
 
 
@@ -163,26 +164,6 @@ def _served(
     return Served(body, source, entry.epoch, version, total, stable, tokens, policy.budget_tokens, fallback)
 
 
-# Built once: constructing a select per request costs more than running it.
-_TAIL = (
-    select(
-        S.c.id,
-        S.c.version,
-        S.c.epoch,
-        S.c.memory_version,
-        S.c.context_window,
-        S.c.output_reserve,
-        TT.c.role,
-        TT.c.content,
-        TT.c.tokens,
-    )
-    .select_from(S.outerjoin(TT, and_(TT.c.session_id == S.c.id, TT.c.seq > bindparam("after"))))
-    .where(S.c.tenant_id == bindparam("tenant_id"), S.c.client_id == bindparam("client_id"))
-    .order_by(TT.c.seq)
-)
-_PK = select(S.c.id).where(S.c.tenant_id == bindparam("tenant_id"), S.c.client_id == bindparam("client_id"))
-
-
 def fetch(
     engine: Engine, cache: Cache | None, tenant_id: int, client_id: str, policy_for: Any
 ) -> Served | None:
@@ -215,7 +196,7 @@ def fetch_ready(
     after = entry.through if entry else 0
     if entry is not None:
         try:
-            rows = _tail_rows(engine, tenant_id, client_id, after)
+            rows = reads.tail_rows(engine, tenant_id, client_id, after)
         except DBAPIError:
             # the database is down: the cached entry alone, if it provably holds every append
             served = _from_cache_alone(cache, pk, client_id, entry, policy_for)  # type: ignore[arg-type]
@@ -230,7 +211,7 @@ def fetch_ready(
             tail = [(r[6], orjson.loads(r[7]), r[8]) for r in rows if r[6] is not None]
             return _served(client_id, head[1], entry, tail, policy, "cache")
     with read_tx(engine) as conn:
-        rows = conn.execute(_TAIL, {"tenant_id": tenant_id, "client_id": client_id, "after": after}).all()
+        rows = reads.tail_rows_in(conn, tenant_id, client_id, after)
         if not rows:
             return None
         head = rows[0]
@@ -255,7 +236,7 @@ def fallback(
     pk = session_pk(engine, tenant_id, client_id, cache) if cache is not None else None
     pending = cache.pending.entry(pk) if cache is not None and pk is not None else None
     if pending is not None:
-        rows = _tail_rows(engine, tenant_id, client_id, pending.through)
+        rows = reads.tail_rows(engine, tenant_id, client_id, pending.through)
         if rows and rows[0][0] == pk and pending.memver >= rows[0][3]:
             head = rows[0]
             tail = [(r[6], orjson.loads(r[7]), r[8]) for r in rows if r[6] is not None]
@@ -266,7 +247,7 @@ def fallback(
                 return served
     if pk is None:
         with read_tx(engine) as conn:
-            pk = conn.execute(_PK, {"tenant_id": tenant_id, "client_id": client_id}).scalar()
+            pk = reads.find_pk(conn, tenant_id, client_id)
     loaded = load(engine, pk, policy_for(None, None).memory_budget_tokens) if pk is not None else None
     # the pk may come from the API process's memo: it must still be this tenant's session
     if loaded is None or (loaded.session.tenant_id, loaded.session.client_id) != (tenant_id, client_id):
@@ -292,49 +273,15 @@ def fallback(
     return _served(client_id, row.version, entry, [], policy, "fit", "fit")
 
 
-def _tail_rows(engine: Engine, tenant_id: int, client_id: str, after: int) -> Sequence[Any]:
-    """The session row joined with its turns after `after`: one query on a pooled DBAPI connection.
-
-    The hot path: SQLAlchemy's statement execution costs more than the query itself here.
-    """
-    sql = _RAW_TAIL.get(engine.dialect.paramstyle)
-    if sql is None:
-        sql = _RAW_TAIL[engine.dialect.paramstyle] = str(
-            _TAIL.compile(dialect=engine.dialect, compile_kwargs={"render_postcompile": True})
-        )
-    params: Any
-    if engine.dialect.paramstyle == "qmark":
-        params = (after, tenant_id, client_id)
-    else:
-        params = {"after": after, "tenant_id": tenant_id, "client_id": client_id}
-    dbapi_error = engine.dialect.loaded_dbapi.Error
-    try:
-        raw = engine.raw_connection()
-        try:
-            cur = raw.cursor()
-            cur.execute(sql, params)
-            rows = cur.fetchall()
-            cur.close()
-        finally:
-            raw.close()
-    except dbapi_error as exc:
-        # the raw path skips SQLAlchemy's wrapping: wrap here, so callers see one kind of error
-        raise DBAPIError.instance(sql, params, exc, dbapi_error) from exc
-    return rows
-
-
-_RAW_TAIL: dict[str, str] = {}
-
-
 def _from_db(conn: Connection, client_id: str, session: Any, policy: Policy) -> Served:
     snap = latest_snapshot(conn, session.id)
-    row = conn.execute(select(S.c.system).where(S.c.id == session.id)).one()
+    system = reads.system_of(conn, session.id)
     if snap is None:
         memory = render(load_items(conn, session.id), policy.memory_budget_tokens)
-        state, through, epoch, note = Transcript(system=row.system, memory=memory, turns=()), 0, 0, ""
+        state, through, epoch, note = Transcript(system=system, memory=memory, turns=()), 0, 0, ""
     else:
         # the snapshot's pinned memory block stays (the cached prefix); what changed since is noted
-        state = replace(transcript_from_json(orjson.loads(snap.state)), system=row.system)
+        state = replace(transcript_from_json(orjson.loads(snap.state)), system=system)
         through, epoch = snap.through_seq, snap.epoch
         note = changes_since(conn, session.id, snap.pinned_memory_version, MEMORY_NOTE_TOKENS)
     tokens = served_tokens(state)
@@ -363,9 +310,7 @@ def session_pk(engine: Engine, tenant_id: int, client_id: str, cache: Cache) -> 
     pk = pks.get(key)
     if pk is None:
         with read_tx(engine) as conn:
-            pk = conn.execute(
-                select(S.c.id).where(S.c.tenant_id == tenant_id, S.c.client_id == client_id)
-            ).scalar()
+            pk = reads.find_pk(conn, tenant_id, client_id)
         if pk is None:
             return None
         if len(pks) > 100_000:
