@@ -6,7 +6,8 @@ import argparse
 
 import pytest
 
-from api.cli.command import _settings, build_parser
+from api.cli.command import build_parser
+from api.cli.processes import settings_of
 
 
 def subparsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
@@ -37,8 +38,8 @@ def test_host_and_port_options_override_the_environment(
     """--host/--port win over COMPACTD_HOST/COMPACTD_PORT, which stay the defaults without them."""
     monkeypatch.setenv("COMPACTD_HOST", "127.0.0.2")
     monkeypatch.setenv("COMPACTD_PORT", "9001")
-    given = _settings(build_parser().parse_args([command, "--host", "0.0.0.0", "--port", "9100"]))
-    default = _settings(build_parser().parse_args([command]))
+    given = settings_of(build_parser().parse_args([command, "--host", "0.0.0.0", "--port", "9100"]))
+    default = settings_of(build_parser().parse_args([command]))
     assert (given.host, given.port) == ("0.0.0.0", 9100)
     assert (default.host, default.port) == ("127.0.0.2", 9001)
 
