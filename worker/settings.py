@@ -11,6 +11,8 @@ from worker.compaction.model import DEFAULT_POLICY, Policy
 from worker.memory.prune import parse_at
 from worker.redaction import kingfisher
 
+ANTHROPIC_URL = "https://api.anthropic.com"  # the proxy's upstream and the summarizer's API by default
+
 
 class Settings(BaseSettings):
     """Built once at start-up (API, worker, CLI) and passed down; tests build their own."""
@@ -77,7 +79,7 @@ class Settings(BaseSettings):
 
     # POST /v1/messages (docs/proxy.md): where requests go on, and the provider key compactd holds
     # (used when the client's own key is its compactd key); no retries (the client retries)
-    upstream_url: str = "https://api.anthropic.com"
+    upstream_url: str = ANTHROPIC_URL
     upstream_api_key: SecretStr | None = None
     upstream_connect_timeout_seconds: float = 10.0
     upstream_read_timeout_seconds: float = 600.0  # between two bytes of a response (a long thinking pause)

@@ -18,9 +18,9 @@ from typing import Any
 
 from worker.compaction.ports import Summarizer, SummarizerError, SummaryRequest, SummaryResult
 from worker.redaction import Redactor
-from worker.settings import Settings
+from worker.settings import ANTHROPIC_URL, Settings
 
-DEFAULT_BASE_URL = "https://api.anthropic.com"
+DEFAULT_BASE_URL = ANTHROPIC_URL
 
 # USD per million tokens (input, output), by model id prefix; dated ids match their alias.
 PRICES_PER_MTOK: dict[str, tuple[float, float]] = {
@@ -196,8 +196,8 @@ class AnthropicSummarizer:
         redactor: Redactor,
         model: str = Settings.model_fields["anthropic_model"].default,
         base_url: str | None = None,
-        timeout_seconds: float = 60.0,
-        max_retries: int = 3,
+        timeout_seconds: float = Settings.model_fields["anthropic_timeout_seconds"].default,
+        max_retries: int = Settings.model_fields["anthropic_max_retries"].default,
         backoff: Backoff = Backoff(),
         sleep: Callable[[float], None] = time.sleep,
         jitter: Callable[[], float] = random.random,

@@ -14,7 +14,10 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
-DEFAULT_URL = "http://127.0.0.1:8700"
+from worker.settings import Settings
+
+_LISTEN = Settings.model_fields
+DEFAULT_URL = f"http://{_LISTEN['host'].default}:{_LISTEN['port'].default}"
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

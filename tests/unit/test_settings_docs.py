@@ -1,4 +1,5 @@
-"""docs/configuration.md's table and `Settings` agree: every setting, its default, and nothing else."""
+"""docs/configuration.md's table and `Settings` agree: the table is what ops/settings_table.py
+generates from Settings, and read back it names every setting, its default, and nothing else."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from ops import settings_table
 from tests.conftest import REPO
 from worker.settings import Settings
 
@@ -59,3 +61,30 @@ def test_the_docs_state_each_default(name: str) -> None:
     assert matches(cell, Settings.model_fields[name].default), (
         f"{name.upper()}: docs/configuration.md says {cell!r}"
     )
+
+
+def test_the_docs_table_is_the_generated_one() -> None:
+    """The block between the markers is exactly what `python -m ops.settings_table` prints."""
+    text = (REPO / "docs" / "configuration.md").read_text()
+    assert settings_table.in_doc(text) == settings_table.block(), (
+        "docs/configuration.md's settings table is stale: run `python -m ops.settings_table --write`"
+    )
+
+
+def test_a_hand_edited_default_is_caught() -> None:
+    """The comparison can fail: a default changed by hand in the block no longer matches."""
+    text = (REPO / "docs" / "configuration.md").read_text()
+    edited = text.replace("| 200,000 / 8,192 |", "| 100,000 / 8,192 |")
+    assert edited != text
+    assert settings_table.in_doc(edited) != settings_table.block()
+
+
+def test_every_setting_is_in_exactly_one_row() -> None:
+    listed = [name for names, _ in settings_table.ROWS for name in names]
+    assert sorted(listed) == sorted(Settings.model_fields)
+
+
+def test_an_unset_default_needs_words() -> None:
+    """A new setting defaulting to None must say in words what unset means."""
+    with pytest.raises(ValueError, match="needs words"):
+        settings_table.shown("new_setting", None)

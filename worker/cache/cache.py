@@ -11,12 +11,18 @@ from worker.cache.compact_requests import CompactRequests
 from worker.cache.counters import Counters
 from worker.cache.pending import PendingSummaries
 from worker.cache.prompts import PromptEntries
+from worker.settings import Settings
 
 
 class Cache:
     """Everything compactd keeps in Redis for a session, under one key prefix."""
 
-    def __init__(self, client: redis.Redis, prefix: str = "compactd:", cooldown_seconds: float = 1.0):
+    def __init__(
+        self,
+        client: redis.Redis,
+        prefix: str = Settings.model_fields["redis_prefix"].default,
+        cooldown_seconds: float = 1.0,
+    ):
         self.r = GuardedRedis(client, prefix, cooldown_seconds)
         self.client, self.prefix, self.breaker = client, prefix, self.r.breaker
         self.pks: dict[tuple[int, str], int] = {}  # (tenant, client session id) -> session pk

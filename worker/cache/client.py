@@ -11,12 +11,15 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from worker.cache.breaker import Breaker
+from worker.settings import Settings
 
 log = structlog.get_logger("compactd.cache")
 T = TypeVar("T")
 
 
-def make_redis(url: str, timeout_seconds: float = 0.25) -> redis.Redis:
+def make_redis(
+    url: str, timeout_seconds: float = Settings.model_fields["redis_socket_timeout_seconds"].default
+) -> redis.Redis:
     """A client that fails fast: short timeouts, no retries (redis-py's defaults take seconds)."""
     return redis.Redis.from_url(
         url,
