@@ -202,17 +202,16 @@ def _bad_read(request: Request, exc: Exception) -> Response:
     return problem(422, "Invalid read", detail[:300])
 
 
+# Starlette's own errors (an unknown path, a wrong method...) under the titles our errors use
+_HTTP_TITLES = {e.status: e.title for e in (ApiError, Unauthorized, NotFound, PayloadTooLarge)} | {
+    405: "Method not allowed",
+    415: "Unsupported media type",
+}
+
+
 def _http(_: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
-    titles = {
-        400: "Bad request",
-        404: "Not found",
-        405: "Method not allowed",
-        401: "Unauthorized",
-        413: "Request body too large",
-        415: "Unsupported media type",
-    }
-    return problem(exc.status_code, titles.get(exc.status_code, "HTTP error"))
+    return problem(exc.status_code, _HTTP_TITLES.get(exc.status_code, "HTTP error"))
 
 
 def _database_unavailable(request: Request, exc: Exception) -> Response:

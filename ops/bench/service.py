@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,6 +23,8 @@ import orjson
 import redis
 
 from ops.bench.common import table
+from tests.services import answers
+from tests.services import free_port as _free_port  # also ops/bench/proxy.py's and load.py's
 
 SIZES = (10, 100, 1_000, 10_000)
 FETCHES = 2000
@@ -34,22 +35,14 @@ WRK_LATENCY_SECONDS = 3.0  # wrk on one connection, per size: latency with a cli
 COMPACTED_WINDOW = 32_000
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise SystemExit(f"bench: process exited with {proc.returncode}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)
+        if answers("127.0.0.1", port):
+            return
+        time.sleep(0.05)
     raise SystemExit(f"bench: nothing answers on port {port}")
 
 

@@ -42,12 +42,6 @@ def load_records(engine: Engine, tenant_id: int, key: str) -> list[Record]:
     return [Record(r.session_client_id, r.messages, r.chain) for r in rows]
 
 
-def load_record(engine: Engine, tenant_id: int, key: str) -> Record | None:
-    """The conversation's most recently moved branch record; None for an unknown conversation."""
-    records = load_records(engine, tenant_id, key)
-    return records[0] if records else None
-
-
 def claim(tenant_id: int, key: str, plan: Plan) -> Any:
     """append_turns' `locked` hook: move the record from plan.expected to plan.after, or raise."""
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Depends, Query
 
 from api.http.deps import ResourcesDep, SenderDep, TenantDep
 from api.http.errors import InvalidMemoryOp, NotFound
@@ -40,15 +41,38 @@ ScopeQuery = Query(
 )
 
 
-def _session(res: Resources, tenant: int, sid: str, scope: str = "") -> Any:
-    if not memory.valid_scope(scope):
-        raise InvalidMemoryOp(
-            "scope must be '', 'tenant' or 'key:<name>'", field="scope", loc=["query", "scope"]
-        )
-    row = sessions.get_session(res.engine, tenant, sid)
-    if row is None:
-        raise NotFound("no such session")
-    return row
+@dataclass(frozen=True, slots=True)
+class Target:
+    """What every memory route is given: the session named in the path, in the caller's tenant, at
+    one scope, with the resources and the job sender. Nothing is read until `session()`."""
+
+    res: Resources
+    tenant: int
+    sid: str
+    scope: str
+    enqueue: Any
+
+    def session(self) -> Any:
+        """The session row: 422 for an unknown scope, 404 when the tenant has no such session."""
+        if not memory.valid_scope(self.scope):
+            raise InvalidMemoryOp(
+                "scope must be '', 'tenant' or 'key:<name>'", field="scope", loc=["query", "scope"]
+            )
+        row = sessions.get_session(self.res.engine, self.tenant, self.sid)
+        if row is None:
+            raise NotFound("no such session")
+        return row
+
+
+async def _target(
+    sid: SessionId, res: ResourcesDep, tenant: TenantDep, enqueue: SenderDep, scope: str = ScopeQuery
+) -> Target:
+    # async and reading nothing: resolved inline, the session read stays in the route (after the
+    # body is validated, as before)
+    return Target(res, tenant, sid, scope, enqueue)
+
+
+TargetDep = Annotated[Target, Depends(_target)]
 
 
 def _stamp(at: Any) -> str:
@@ -70,7 +94,8 @@ def _entry(i: Item) -> MemoryEntryOut:
     )
 
 
-def _response(res: Resources, sid: str, row: Any, scope: str) -> MemoryResponse:
+def _response(t: Target, row: Any) -> MemoryResponse:
+    res, scope = t.res, t.scope
     if scope:
         items, shown = memory.load(res.engine, row.id, scope=scope), None
     else:
@@ -84,7 +109,7 @@ def _response(res: Resources, sid: str, row: Any, scope: str) -> MemoryResponse:
         sections[i.section].append(_entry(i))
     notes = sorted((i for i in items if i.section == "notes"), key=lambda i: i.key)
     return MemoryResponse(
-        session_id=sid,
+        session_id=t.sid,
         scope=scope,
         version=memory.version_of(res.engine, row.id, scope=scope),
         sections=sections,
@@ -106,33 +131,23 @@ def _response(res: Resources, sid: str, row: Any, scope: str) -> MemoryResponse:
 
 
 def _change(
-    res: Resources,
-    tenant: int,
-    sid: str,
-    row: Any,
-    changes: Sequence[Change],
-    *,
-    origin: str,
-    reason: str,
-    scope: str,
-    enqueue: Any,
-    field_of: Any = None,
+    t: Target, row: Any, changes: Sequence[Change], *, origin: str, reason: str, field_of: Any = None
 ) -> None:
     """Apply and republish; an operation that cannot apply is a 422 naming the request's field."""
     try:
         _, events = memory.change(
-            res.engine,
+            t.res.engine,
             row.id,
             changes,
             origin=origin,
             reason=reason,
-            scope=scope,
-            hard_cap_tokens=res.settings.memory_hard_cap_tokens,
+            scope=t.scope,
+            hard_cap_tokens=t.res.settings.memory_hard_cap_tokens,
         )
     except MemoryOpError as exc:
         raise _op_problem(exc, field_of) from None
     if events:
-        republish(res, tenant, sid, row, enqueue)
+        republish(t.res, t.tenant, t.sid, row, t.enqueue)
 
 
 def _op_problem(exc: MemoryOpError, field_of: Any) -> InvalidMemoryOp:
@@ -147,74 +162,43 @@ def _patch_field(exc: MemoryOpError) -> tuple[str, list[Any]]:
 
 
 @router.get("/v1/sessions/{sid}/memory", response_model=MemoryResponse)
-def get_memory(
-    sid: SessionId, res: ResourcesDep, tenant: TenantDep, scope: str = ScopeQuery
-) -> MemoryResponse:
+def get_memory(t: TargetDep) -> MemoryResponse:
     """The session's working memory: every section's items, the rendered block, its version."""
-    row = _session(res, tenant, sid, scope)
-    return _response(res, sid, row, scope)
+    return _response(t, t.session())
 
 
 @router.put("/v1/sessions/{sid}/memory", response_model=MemoryResponse)
-def put_memory(
-    sid: SessionId,
-    body: MemoryPut,
-    res: ResourcesDep,
-    tenant: TenantDep,
-    enqueue: SenderDep,
-    scope: str = ScopeQuery,
-) -> MemoryResponse:
+def put_memory(t: TargetDep, body: MemoryPut) -> MemoryResponse:
     """Upsert `notes` items {key, value, pinned} (redacted like turns); 422 past memory_hard_cap_tokens."""
-    row = _session(res, tenant, sid, scope)
+    row = t.session()
     changes = [
         Change("set", "notes", value, key=key, pinned=i.pinned)
         for i in body.items
-        for key, value in [redacted_item(res.redactor, i.key, i.value)]
+        for key, value in [redacted_item(t.res.redactor, i.key, i.value)]
     ]
-    _change(res, tenant, sid, row, changes, origin="user", reason="", scope=scope, enqueue=enqueue)
-    return _response(res, sid, row, scope)
+    _change(t, row, changes, origin="user", reason="")
+    return _response(t, row)
 
 
 @router.patch("/v1/sessions/{sid}/memory", response_model=MemoryResponse)
-def patch_memory(
-    sid: SessionId,
-    body: MemoryPatch,
-    res: ResourcesDep,
-    tenant: TenantDep,
-    enqueue: SenderDep,
-    scope: str = ScopeQuery,
-) -> MemoryResponse:
+def patch_memory(t: TargetDep, body: MemoryPatch) -> MemoryResponse:
     """Apply small operations (set, add, remove, resolve) all or nothing: the update_working_memory tool's input."""
-    row = _session(res, tenant, sid, scope)
-    changes = [redacted_change(res.redactor, op) for op in body.ops]
-    _change(
-        res,
-        tenant,
-        sid,
-        row,
-        changes,
-        origin=body.origin,
-        reason=res.redactor.redact_text(body.reason),
-        scope=scope,
-        enqueue=enqueue,
-        field_of=_patch_field,
-    )
-    return _response(res, sid, row, scope)
+    row = t.session()
+    changes = [redacted_change(t.res.redactor, op) for op in body.ops]
+    reason = t.res.redactor.redact_text(body.reason)
+    _change(t, row, changes, origin=body.origin, reason=reason, field_of=_patch_field)
+    return _response(t, row)
 
 
 @router.delete("/v1/sessions/{sid}/memory", response_model=MemoryResponse)
 def delete_memory(
-    sid: SessionId,
-    res: ResourcesDep,
-    tenant: TenantDep,
-    enqueue: SenderDep,
+    t: TargetDep,
     key: str | None = Query(default=None, max_length=500),
     section: str = Query(default="notes", max_length=40),
     every: bool = Query(default=False, alias="all", description="required to delete every item"),
-    scope: str = ScopeQuery,
 ) -> MemoryResponse:
     """Delete one item (?key=, in ?section=, notes by default) or, with ?all=true, every item; recorded."""
-    row = _session(res, tenant, sid, scope)
+    row = t.session()
     if section not in SECTIONS:
         raise InvalidMemoryOp(
             f"unknown section {section!r}; one of {', '.join(SECTIONS)}",
@@ -227,30 +211,28 @@ def delete_memory(
             field="all",
             loc=["query", "all"],
         )
-    present = memory.load(res.engine, row.id, scope=scope)
+    present = memory.load(t.res.engine, row.id, scope=t.scope)
     if key is None:
         doomed = present
     else:
         # items are stored under their redacted key, named as the block shows them (key_of)
-        stored_key = key_of(Change("remove", section, key=res.redactor.redact_text(key)))
+        stored_key = key_of(Change("remove", section, key=t.res.redactor.redact_text(key)))
         doomed = [i for i in present if i.section == section and i.key == stored_key]
     changes = [Change("remove", i.section, key=i.key) for i in doomed]
     if changes:
-        _change(res, tenant, sid, row, changes, origin="user", reason=DELETED, scope=scope, enqueue=enqueue)
-    return _response(res, sid, row, scope)
+        _change(t, row, changes, origin="user", reason=DELETED)
+    return _response(t, row)
 
 
 @router.get("/v1/sessions/{sid}/memory/history", response_model=MemoryHistory | MemoryDiffOut)
 def get_history(
-    sid: SessionId,
-    res: ResourcesDep,
-    tenant: TenantDep,
+    t: TargetDep,
     from_version: int | None = Query(default=None, alias="from", ge=0, le=DB_INT_MAX),
     to_version: int | None = Query(default=None, alias="to", ge=0, le=DB_INT_MAX),
-    scope: str = ScopeQuery,
 ) -> MemoryHistory | MemoryDiffOut:
     """Every version with its events; with ?from=A&to=B the diff between the two versions."""
-    row = _session(res, tenant, sid, scope)
+    res, sid, scope = t.res, t.sid, t.scope
+    row = t.session()
     if (from_version is None) != (to_version is None):
         missing = "to" if to_version is None else "from"
         raise InvalidMemoryOp(
@@ -274,7 +256,7 @@ def get_history(
         )
     records = memory.history(res.engine, row.id, scope=scope)
     written = {r.written_by for r in records if r.written_by is not None}
-    writers = memory.client_ids(res.engine, tenant, written) if scope else {}
+    writers = memory.client_ids(res.engine, t.tenant, written) if scope else {}
     versions: dict[int, list[MemoryEventOut]] = {}
     for r in records:
         e = r.event
@@ -302,29 +284,22 @@ def get_history(
 
 
 @router.post("/v1/sessions/{sid}/memory/restore", response_model=MemoryResponse)
-def restore_memory(
-    sid: SessionId,
-    body: MemoryRestore,
-    res: ResourcesDep,
-    tenant: TenantDep,
-    enqueue: SenderDep,
-    scope: str = ScopeQuery,
-) -> MemoryResponse:
+def restore_memory(t: TargetDep, body: MemoryRestore) -> MemoryResponse:
     """Put back the value an event removed (or replaced): every pruned or deleted item is recoverable."""
-    row = _session(res, tenant, sid, scope)
+    row = t.session()
     try:
         _, events = memory.restore(
-            res.engine,
+            t.res.engine,
             row.id,
             body.event,
             origin="user",
-            scope=scope,
-            hard_cap_tokens=res.settings.memory_hard_cap_tokens,
+            scope=t.scope,
+            hard_cap_tokens=t.res.settings.memory_hard_cap_tokens,
         )
     except memory.EventNotFound:
         raise NotFound(f"no memory event {body.event} in this session's history") from None
     except MemoryOpError as exc:
         raise InvalidMemoryOp(str(exc), field="event", loc=["body", "event"]) from None
     if events:
-        republish(res, tenant, sid, row, enqueue)
-    return _response(res, sid, row, scope)
+        republish(t.res, t.tenant, t.sid, row, t.enqueue)
+    return _response(t, row)

@@ -181,6 +181,24 @@ class _Base:
             model=chosen, max_tokens=max_tokens or self.max_tokens, tools=[*(tools or ()), *compactd_tools]
         )
 
+    def _wait_after_error(self, call: Call, attempt: int, exc: httpx.TransportError) -> float:
+        """Seconds to wait before sending `call` again after a transport error; UnreachableError
+        when it is not retried (attempts used up, or a request that may have been received)."""
+        if not self._should_retry(call, attempt, status=None, exc=exc):
+            raise UnreachableError(f"{call.method} {call.path}: {type(exc).__name__}: {exc}") from exc
+        return self._logged(call, attempt, self.retry.wait(attempt, None))
+
+    def _wait_after_response(self, call: Call, attempt: int, response: httpx.Response) -> float | None:
+        """Seconds to wait before sending `call` again (429, 503...), or None: the response is the answer."""
+        if not self._should_retry(call, attempt, status=response.status_code, exc=None):
+            return None
+        return self._logged(call, attempt, self.retry.wait(attempt, response.headers.get("retry-after")))
+
+    @staticmethod
+    def _logged(call: Call, attempt: int, wait: float) -> float:
+        log.info("compactd.retry %s %s attempt=%d wait=%.2fs", call.method, call.path, attempt + 1, wait)
+        return wait
+
     def _should_retry(self, call: Call, attempt: int, *, status: int | None, exc: Exception | None) -> bool:
         if attempt + 1 >= self.retry.attempts:
             return False
@@ -229,14 +247,12 @@ class Compactd(_Base):
                     call.method, call.path, params=call.params, json=call.json, headers=call.headers
                 )
             except httpx.TransportError as exc:
-                if not self._should_retry(call, attempt, status=None, exc=exc):
-                    raise UnreachableError(f"{call.method} {call.path}: {type(exc).__name__}: {exc}") from exc
-                wait = self.retry.wait(attempt, None)
+                wait = self._wait_after_error(call, attempt, exc)
             else:
-                if not self._should_retry(call, attempt, status=response.status_code, exc=None):
+                answer = self._wait_after_response(call, attempt, response)
+                if answer is None:
                     return _decode(response)
-                wait = self.retry.wait(attempt, response.headers.get("retry-after"))
-            log.info("compactd.retry %s %s attempt=%d wait=%.2fs", call.method, call.path, attempt + 1, wait)
+                wait = answer
             time.sleep(wait)
             attempt += 1
 
@@ -354,14 +370,12 @@ class AsyncCompactd(_Base):
                     call.method, call.path, params=call.params, json=call.json, headers=call.headers
                 )
             except httpx.TransportError as exc:
-                if not self._should_retry(call, attempt, status=None, exc=exc):
-                    raise UnreachableError(f"{call.method} {call.path}: {type(exc).__name__}: {exc}") from exc
-                wait = self.retry.wait(attempt, None)
+                wait = self._wait_after_error(call, attempt, exc)
             else:
-                if not self._should_retry(call, attempt, status=response.status_code, exc=None):
+                answer = self._wait_after_response(call, attempt, response)
+                if answer is None:
                     return _decode(response)
-                wait = self.retry.wait(attempt, response.headers.get("retry-after"))
-            log.info("compactd.retry %s %s attempt=%d wait=%.2fs", call.method, call.path, attempt + 1, wait)
+                wait = answer
             await asyncio.sleep(wait)
             attempt += 1
 
