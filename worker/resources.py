@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import os
-import secrets
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 
 import structlog
 from sqlalchemy import Engine
@@ -15,6 +12,7 @@ from worker.cache.cache import Cache
 from worker.cache.client import make_redis
 from worker.compaction.model import Policy
 from worker.compaction.ports import Summarizer
+from worker.keyfile import redaction_key
 from worker.redaction import Redactor, kingfisher
 from worker.redaction.scanner import ALL, STRICT
 from worker.settings import Settings
@@ -35,19 +33,6 @@ def engine_for(settings: Settings) -> Engine:
         lock_timeout=settings.db_lock_timeout_seconds,
         idle_transaction_timeout=settings.db_idle_transaction_timeout_seconds,
     )
-
-
-def redaction_key(settings: Settings) -> bytes:
-    """Settings.redaction_key, or a key generated once into var_dir (mode 0600) and reused."""
-    if settings.redaction_key:
-        return settings.redaction_key.encode()
-    path = Path(settings.var_dir) / "redaction.key"
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(secrets.token_hex(32))
-    return path.read_text().strip().encode()
 
 
 def redis_url(settings: Settings) -> str:
