@@ -79,10 +79,11 @@ def sender(settings: Settings) -> Celery:
 
 
 def resources() -> Resources:
-    """This process's resources, built on first use (after the fork, never at import)."""
+    """This process's resources, built on first use (after the fork, never at import). The rule
+    catalog is the parent's when it loaded one before forking, else loaded on the first redaction."""
     global _resources
     if _resources is None:
-        _resources = Resources.build(_settings or Settings(), run_migrations=False)
+        _resources = Resources.build(_settings or Settings(), run_migrations=False, warm_rules=False)
     return _resources
 
 

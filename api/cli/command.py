@@ -203,12 +203,13 @@ def run_worker(args: argparse.Namespace) -> int:
     settings = Settings()
     from worker.resources import Resources
 
-    res = Resources.build(settings)  # migrate once, before the pool forks
+    concurrency = args.concurrency or settings.worker_concurrency
+    # migrate once, before the pool forks; the rule catalog too when several pool processes share it
+    res = Resources.build(settings, warm_rules=concurrency > 1)
     _ = res.summarizer  # a misconfigured summarizer fails here, not in the first task
     res.close()
     app = _celery(settings)
     _shorten_superuser_warning()
-    concurrency = args.concurrency or settings.worker_concurrency
     if args.ready_file is not None:
         _touch_when_ready(args.ready_file)
     app.worker_main(
