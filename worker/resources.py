@@ -16,7 +16,8 @@ from worker.keyfile import redaction_key
 from worker.redaction import Redactor, kingfisher
 from worker.redaction.scanner import ALL, STRICT
 from worker.settings import Settings
-from worker.store.db import make_engine, migrate
+from worker.store.db import engine_for as engine_for  # where callers have always found it
+from worker.store.db import migrate
 
 log = structlog.get_logger("compactd.resources")
 
@@ -24,15 +25,6 @@ log = structlog.get_logger("compactd.resources")
 def redactor_for(settings: Settings) -> Redactor:
     """The deployment's Redactor: its key, and the strict rules when COMPACTD_REDACTION=strict."""
     return Redactor(redaction_key(settings), STRICT if settings.redaction == "strict" else ALL)
-
-
-def engine_for(settings: Settings) -> Engine:
-    """The deployment's database engine, with its lock and idle-transaction timeouts (make_engine)."""
-    return make_engine(
-        settings.database_url,
-        lock_timeout=settings.db_lock_timeout_seconds,
-        idle_transaction_timeout=settings.db_idle_transaction_timeout_seconds,
-    )
 
 
 def redis_url(settings: Settings) -> str:

@@ -134,8 +134,7 @@ def child_env(settings: Settings, *, terminal: bool) -> dict[str, str]:
 
 def migrate_and_key(settings: Settings) -> str | None:
     """Migrate the database and make the default tenant: its new key on the first start, else None."""
-    from worker.resources import engine_for
-    from worker.store.db import migrate
+    from worker.store.db import engine_for, migrate
     from worker.store.tenants import ensure_tenant
 
     engine = engine_for(settings)

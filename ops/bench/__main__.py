@@ -9,7 +9,19 @@ import importlib
 import sys
 import time
 
-PARTS = ("engine", "fidelity", "replay", "paced", "memory", "secrets", "configs", "service", "load", "proxy", "startup")
+PARTS = (
+    "engine",
+    "fidelity",
+    "replay",
+    "paced",
+    "memory",
+    "secrets",
+    "configs",
+    "service",
+    "load",
+    "proxy",
+    "startup",
+)
 
 
 def main(argv: list[str]) -> None:
