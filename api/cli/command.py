@@ -212,20 +212,16 @@ def run_worker(args: argparse.Namespace) -> int:
     _shorten_superuser_warning()
     if args.ready_file is not None:
         _touch_when_ready(args.ready_file)
-    app.worker_main(
-        [
-            *(["--quiet"] if args.quiet else []),
-            "worker",
-            "-Q",
-            settings.queue,
-            f"--concurrency={concurrency}",
-            f"--pool={args.pool}",
-            f"--loglevel={settings.log_level}",
-            "--without-gossip",
-            "--without-mingle",
-        ]
+    from worker.celery_app import start_worker
+
+    return start_worker(
+        app,
+        queue=settings.queue,
+        concurrency=concurrency,
+        pool=args.pool,
+        loglevel=settings.log_level,
+        quiet=args.quiet,
     )
-    return 0
 
 
 def _touch_when_ready(path: Path) -> None:
