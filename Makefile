@@ -11,15 +11,21 @@ $(UV):
 	$(PY) -m venv .tools
 	.tools/bin/pip install -q uv
 
+# bytecode compiled at install, not by every process of every start (and never, where
+# PYTHONDONTWRITEBYTECODE is set): a warm `make up` imports, it does not compile (BENCHMARKS.md, issue 26)
+COMPILE := $(UV) run --frozen --no-sync python -m compileall -q api worker
+
 # the service and its test/lint tools
 $(VENV)/.synced: $(UV) pyproject.toml uv.lock
-	$(UV) sync --frozen
+	$(UV) sync --frozen --compile-bytecode
+	$(COMPILE)
 	$(UV) run --frozen compactd prewarm
 	@touch $@
 
 # the service only (`make up`); --inexact keeps test tools a `make test` installed before
 $(VENV)/.synced-service: $(UV) pyproject.toml uv.lock
-	$(UV) sync --frozen --no-dev --inexact
+	$(UV) sync --frozen --no-dev --inexact --compile-bytecode
+	$(COMPILE)
 	$(UV) run --frozen --no-sync compactd prewarm
 	@touch $@
 

@@ -73,16 +73,36 @@ def configure(settings: Settings, target: Celery | None = None) -> Celery:
     return target
 
 
+def start_worker(
+    target: Celery, *, queue: str, concurrency: int, pool: str, loglevel: str, quiet: bool
+) -> int:
+    """Run a worker in this process until it stops; its exit code. What `celery worker -Q queue
+    --without-gossip --without-mingle` does, without Celery's command line (click and every
+    subcommand: about a fifth of a worker's start-up)."""
+    worker = target.Worker(
+        queues=[queue],
+        concurrency=concurrency,
+        pool_cls=pool,
+        loglevel=loglevel,
+        quiet=quiet,
+        without_gossip=True,
+        without_mingle=True,
+    )
+    worker.start()
+    return int(worker.exitcode or 0)
+
+
 def sender(settings: Settings) -> Celery:
     """A Celery instance for processes that only send tasks (the API)."""
     return configure(settings, Celery("compactd-sender", set_as_current=False))
 
 
 def resources() -> Resources:
-    """This process's resources, built on first use (after the fork, never at import)."""
+    """This process's resources, built on first use (after the fork, never at import). The rule
+    catalog is the parent's when it loaded one before forking, else loaded on the first redaction."""
     global _resources
     if _resources is None:
-        _resources = Resources.build(_settings or Settings(), run_migrations=False)
+        _resources = Resources.build(_settings or Settings(), run_migrations=False, warm_rules=False)
     return _resources
 
 

@@ -8,20 +8,12 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import orjson
-
-from api.cli.redaction_key import KeyFileError, default_key_file, load_or_create
-from worker.compaction.assemble import assemble
-from worker.compaction.errors import CompactionError
-from worker.compaction.model import FileWrite, Policy, Transcript
-from worker.compaction.pipeline import compact
-from worker.compaction.tokens import count_request
-from worker.compaction.validate import request_problems
-from worker.ingest import ingest
-from worker.redaction import Redactor
-from worker.redaction.scanner import ALL, STRICT, Ruleset
+# the engine is imported by the commands that run it, not by every `compactd` start (api, worker, up)
+if TYPE_CHECKING:
+    from worker.compaction.model import FileWrite, Policy
+    from worker.redaction.scanner import Ruleset
 
 # the names pointers.file_ref and pointers.archive_ref give: what `compact` writes and may remove
 _REF_NAME = re.compile(r"[fh]_[0-9a-f]{16}")
@@ -118,6 +110,8 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def policy_from(args: argparse.Namespace) -> Policy:
+    from worker.compaction.model import Policy
+
     base = Policy(
         context_window=args.context_window, output_reserve=min(args.output_reserve, args.context_window // 4)
     )
@@ -135,10 +129,13 @@ def policy_from(args: argparse.Namespace) -> Policy:
 
 def rules_from(args: argparse.Namespace) -> Ruleset:
     """The --redaction profile's rules."""
+    from worker.redaction.scanner import ALL, STRICT
+
     return STRICT if args.redaction == "strict" else ALL
 
 
 def _load(args: argparse.Namespace) -> Any:
+    from worker.compaction.errors import CompactionError
     from worker.compaction.formats import load_transcript
 
     try:
@@ -148,6 +145,17 @@ def _load(args: argparse.Namespace) -> Any:
 
 
 def run_compact(args: argparse.Namespace) -> int:
+    import orjson
+
+    from api.cli.redaction_key import KeyFileError, default_key_file, load_or_create
+    from worker.compaction.assemble import assemble
+    from worker.compaction.model import Transcript
+    from worker.compaction.pipeline import compact
+    from worker.compaction.tokens import count_request
+    from worker.compaction.validate import request_problems
+    from worker.ingest import ingest
+    from worker.redaction import Redactor
+
     policy = policy_from(args)
     imported = _load(args)
     started = time.perf_counter()
@@ -239,7 +247,10 @@ def _require_matplotlib() -> None:
 
 
 def run_replay(args: argparse.Namespace) -> int:
+    import orjson
+
     from worker.flows.simulate import parse_pace, plot, replay
+    from worker.redaction import Redactor
 
     if args.plot:
         _require_matplotlib()

@@ -116,28 +116,25 @@ def run_worker(args: argparse.Namespace) -> int:
     settings = Settings()
     from worker.resources import Resources
 
-    res = Resources.build(settings)  # migrate once, before the pool forks
+    concurrency = args.concurrency or settings.worker_concurrency
+    # migrate once, before the pool forks; the rule catalog too when several pool processes share it
+    res = Resources.build(settings, warm_rules=concurrency > 1)
     _ = res.summarizer  # a misconfigured summarizer fails here, not in the first task
     res.close()
     app = _celery(settings)
     _shorten_superuser_warning()
-    concurrency = args.concurrency or settings.worker_concurrency
     if args.ready_file is not None:
         _touch_when_ready(args.ready_file)
-    app.worker_main(
-        [
-            *(["--quiet"] if args.quiet else []),
-            "worker",
-            "-Q",
-            settings.queue,
-            f"--concurrency={concurrency}",
-            f"--pool={args.pool}",
-            f"--loglevel={settings.log_level}",
-            "--without-gossip",
-            "--without-mingle",
-        ]
+    from worker.celery_app import start_worker
+
+    return start_worker(
+        app,
+        queue=settings.queue,
+        concurrency=concurrency,
+        pool=args.pool,
+        loglevel=settings.log_level,
+        quiet=args.quiet,
     )
-    return 0
 
 
 def _touch_when_ready(path: Path) -> None:

@@ -15,11 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
-import orjson
-from sqlalchemy import select
-from sqlalchemy.exc import SQLAlchemyError
-
-from worker.settings import Settings
+# SQLAlchemy and the store are imported by `import`/`export` when they run, not by every `compactd` start
 
 CHUNK_MESSAGES = 50
 PAGE_TURNS = 500
@@ -148,8 +144,11 @@ def chunks(messages: list[dict[str, Any]], size: int) -> list[list[dict[str, Any
 @contextmanager
 def _store(command: str) -> Iterator[Any]:
     """The service's resources, closed after; an unreachable store is one line, not a traceback."""
+    from sqlalchemy.exc import SQLAlchemyError
+
     from api.cli.embedded_redis import with_redis
     from worker.resources import Resources
+    from worker.settings import Settings
 
     settings = with_redis(Settings(), command)
     try:
@@ -165,6 +164,8 @@ def _store(command: str) -> Iterator[Any]:
 
 
 def _tenant_id(res: Any, name: str | None, command: str) -> tuple[int, str]:
+    from sqlalchemy import select
+
     from worker.store.tables import Tenant
 
     name = name or res.settings.default_tenant
@@ -249,6 +250,8 @@ def run_import(args: argparse.Namespace) -> int:
 
 
 def run_export(args: argparse.Namespace) -> int:
+    import orjson
+
     from worker.flows.serve import fetch
     from worker.store.sessions import get_session
 
@@ -284,6 +287,9 @@ def run_export(args: argparse.Namespace) -> int:
 
 def archive_messages(engine: Any, session_pk: int, bar: Progress) -> Iterator[dict[str, Any]]:
     """Every stored turn as an Anthropic message, in seq order, read a page at a time."""
+    import orjson
+    from sqlalchemy import select
+
     from worker.store.sessions import TT
 
     after = 0

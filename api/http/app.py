@@ -23,9 +23,10 @@ from api.http.upstream import upstream_client
 from worker.contracts import Enqueue
 from worker.enqueue import CeleryEnqueue
 from worker.flows.proxy import proxy_key
+from worker.keyfile import redaction_key
 from worker.logs import configure_logging
 from worker.proxy.fingerprints import ChainMemo
-from worker.resources import Resources, redaction_key
+from worker.resources import Resources
 from worker.settings import Settings
 
 log = structlog.get_logger("compactd.api")

@@ -1,6 +1,6 @@
 """`make bench`: every benchmark in turn, figures printed (copy them into BENCHMARKS.md).
 
-Run one part with: python -m ops.bench [engine|fidelity|replay|paced|memory|secrets|configs|service|load|proxy]
+Run one part with: python -m ops.bench [engine|fidelity|replay|paced|memory|secrets|configs|service|load|proxy|startup]
 """
 
 from __future__ import annotations
@@ -9,7 +9,19 @@ import importlib
 import sys
 import time
 
-PARTS = ("engine", "fidelity", "replay", "paced", "memory", "secrets", "configs", "service", "load", "proxy")
+PARTS = (
+    "engine",
+    "fidelity",
+    "replay",
+    "paced",
+    "memory",
+    "secrets",
+    "configs",
+    "service",
+    "load",
+    "proxy",
+    "startup",
+)
 
 
 def main(argv: list[str]) -> None:

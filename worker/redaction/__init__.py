@@ -23,6 +23,21 @@ catalog (kingfisher.py). Our detectors are one RE2 pattern per format, confirmed
 TUNING.md records which sample families each change was tuned on.
 """
 
-from worker.redaction.redact import THINKING_REMOVED, Finding, Redactor
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from worker.redaction.redact import THINKING_REMOVED, Finding, Redactor
 
 __all__ = ["THINKING_REMOVED", "Finding", "Redactor"]
+
+
+def __getattr__(name: str) -> Any:
+    """The detectors (hundreds of compiled patterns) load on first use: `from worker.redaction
+    import kingfisher` (Settings, so every process and `compactd --help`) does not pay for them."""
+    if name in __all__:
+        from worker.redaction import redact
+
+        return getattr(redact, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -5,12 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
 from sqlmodel import SQLModel
 
 from worker.store import tables
+
+if TYPE_CHECKING:
+    from worker.settings import Settings
 
 # memory_items {key, value, pinned} become 'notes' entries written by the user, each with the
 # event that set it (so history replays to them); then memory_items goes. The CREATE makes the
@@ -83,6 +86,15 @@ def normalize_url(url: str) -> str:
         if url.startswith(prefix):
             return "postgresql+psycopg://" + url[len(prefix) :]
     return url
+
+
+def engine_for(settings: Settings) -> Engine:
+    """The deployment's database engine, with its lock and idle-transaction timeouts (make_engine)."""
+    return make_engine(
+        settings.database_url,
+        lock_timeout=settings.db_lock_timeout_seconds,
+        idle_transaction_timeout=settings.db_idle_transaction_timeout_seconds,
+    )
 
 
 def make_engine(
