@@ -22,7 +22,7 @@ from api.http.routes import files, health, memory, messages, prompt, sessions, t
 from api.http.upstream import upstream_client
 from worker.contracts import Enqueue
 from worker.enqueue import CeleryEnqueue
-from worker.flows.proxy import proxy_key
+from worker.flows.proxy import RecordMemo, proxy_key
 from worker.logs import configure_logging
 from worker.proxy.fingerprints import ChainMemo
 from worker.resources import Resources, redaction_key
@@ -53,6 +53,7 @@ def create_app(settings: Settings, *, enqueue: Enqueue | None = None, log_setup:
             app.state.upstream = upstream_client(settings)
             app.state.proxy_key = proxy_key(redaction_key(settings))
             app.state.proxy_chains = ChainMemo(app.state.proxy_key)
+            app.state.proxy_records = RecordMemo()
             app.state.metrics.attach(res)
             # start-up garbage is long-lived: move it out of the collector's way (cuts p99)
             gc.collect()

@@ -219,6 +219,35 @@ def test_two_conversations_under_one_client_session_at_once(proxy: Proxy) -> Non
     assert sorted(sessions.values()) == [4, 4], sessions
 
 
+def test_a_sub_agent_is_linked_to_the_main_conversation(proxy: Proxy) -> None:
+    """Under one client session, the conversation that started first is the main one; each later
+    one (a sub-agent) is its own session, linked to the main one's (parent_session_id); another
+    client session's conversations are not linked to it."""
+    client_session, other = str(uuid.uuid4()), str(uuid.uuid4())
+    proxy.upstream.script(*[reply("ok") for _ in range(4)])
+
+    def start(session: str, task: str) -> None:
+        metadata = {"user_id": json.dumps({"device_id": "d" * 16, "session_id": session})}
+        with proxy.client() as client:
+            client.messages.create(
+                model=MODEL,
+                max_tokens=64,
+                tools=[BASH],
+                messages=[{"role": "user", "content": task}],
+                metadata=metadata,
+            )
+
+    start(client_session, "fix the parser")
+    (main,) = _sessions(proxy, f"cc-{client_session}-")
+    start(client_session, "search the repository for TODOs and report them")
+    start(other, "fix the parser")
+    sub = next(s for s in _sessions(proxy, f"cc-{client_session}-") if s != main)
+    (alone,) = _sessions(proxy, f"cc-{other}-")
+    assert _session(proxy, main)["parent_session_id"] is None
+    assert _session(proxy, sub)["parent_session_id"] == main
+    assert _session(proxy, alone)["parent_session_id"] is None
+
+
 def test_an_upstream_error_mid_stream_reaches_the_client(proxy: Proxy) -> None:
     """An overloaded_error event in the stream is passed on; nothing of the reply is stored."""
     sid = f"s-{uuid.uuid4().hex[:8]}"
@@ -269,6 +298,31 @@ def test_a_client_disconnect_cancels_the_upstream_call(proxy: Proxy) -> None:
             got += chunk
             if got.count(b"content_block_delta") >= 3:
                 break
+    wait_for(lambda: proxy.upstream.disconnects == 1, timeout=5)
+    assert time.monotonic() - started < 5
+    assert proxy.upstream.completed == 0
+    _version(proxy, sid, 1)
+
+
+def test_a_client_disconnect_cancels_a_non_streaming_call(proxy: Proxy) -> None:
+    """A non-streaming request (compactd streams it from the upstream and answers it whole): the
+    client giving up before the answer closes the upstream call at once, and nothing of the reply
+    is stored."""
+    sid = f"s-{uuid.uuid4().hex[:8]}"
+    proxy.upstream.script(slow("x" * 16 * 200, delay_seconds=0.05))  # ~10 s if read to the end
+    body = {
+        "model": MODEL,
+        "max_tokens": 64,
+        "tools": [BASH],
+        "messages": [{"role": "user", "content": "long"}],
+    }
+    headers = {"x-api-key": proxy.key, "x-compactd-session": sid, "anthropic-version": "2023-06-01"}
+    started = time.monotonic()
+    with (
+        httpx.Client(base_url=proxy.url, timeout=httpx.Timeout(5, read=1.0)) as c,
+        pytest.raises(httpx.ReadTimeout),
+    ):
+        c.post("/v1/messages", json=body, headers=headers)
     wait_for(lambda: proxy.upstream.disconnects == 1, timeout=5)
     assert time.monotonic() - started < 5
     assert proxy.upstream.completed == 0

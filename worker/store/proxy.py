@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, Engine, insert, select, update
+from sqlalchemy import Connection, Engine, bindparam, insert, select, update
 
 from worker.proxy.reconcile import Plan, Record
 from worker.store.db import read_tx
@@ -31,15 +31,40 @@ class SessionGone(Exception):
     """Raised when the record's session no longer exists (deleted): the history starts a new one."""
 
 
+_RECORDS = (
+    select(P.c.session_client_id, P.c.messages, P.c.chain)
+    .where(P.c.tenant_id == bindparam("tenant_id"), P.c.key == bindparam("key"))
+    .order_by(P.c.updated_at.desc(), P.c.id.desc())
+)
+
+
 def load_records(engine: Engine, tenant_id: int, key: str) -> list[Record]:
     """The conversation's branch records, the most recently moved first."""
     with read_tx(engine) as conn:
-        rows = conn.execute(
-            select(P.c.session_client_id, P.c.messages, P.c.chain)
-            .where(P.c.tenant_id == tenant_id, P.c.key == key)
-            .order_by(P.c.updated_at.desc(), P.c.id.desc())
-        ).all()
+        rows = conn.execute(_RECORDS, {"tenant_id": tenant_id, "key": key}).all()
     return [Record(r.session_client_id, r.messages, r.chain) for r in rows]
+
+
+def main_session(engine: Engine, tenant_id: int, prefix: str, other_than: str) -> str | None:
+    """The session of the first conversation whose key starts with `prefix` (one client session's
+    conversations), other than `other_than`: its most recently moved branch. None: there is none."""
+    with read_tx(engine) as conn:
+        first = conn.execute(
+            select(P.c.key)
+            .where(
+                P.c.tenant_id == tenant_id, P.c.key.startswith(prefix, autoescape=True), P.c.key != other_than
+            )
+            .order_by(P.c.id)
+            .limit(1)
+        ).scalar()
+        if first is None:
+            return None
+        return conn.execute(
+            select(P.c.session_client_id)
+            .where(P.c.tenant_id == tenant_id, P.c.key == first)
+            .order_by(P.c.updated_at.desc(), P.c.id.desc())
+            .limit(1)
+        ).scalar()
 
 
 def load_record(engine: Engine, tenant_id: int, key: str) -> Record | None:

@@ -224,8 +224,9 @@ async def _create(request: Request) -> Response:
             background=BackgroundTask(_record, call),
         )
     relay = Relay(call.hidden)
-    async for _ in _rounds(call, relay, response):
-        pass
+    if not await _collected(call, relay, response):
+        log.info("proxy.client_disconnected", tenant_id=tenant, streaming=False)
+        return Response(status_code=499)  # nobody reads it; nothing is recorded
     if relay.rounds and relay.current.error:
         return anthropic_error(502, "the upstream stream ended with an error")
     return Response(
@@ -234,6 +235,31 @@ async def _create(request: Request) -> Response:
         headers=returned_headers(response.headers),
         background=BackgroundTask(_record, call),
     )
+
+
+async def _collected(call: Call, relay: Relay, response: httpx.Response) -> bool:
+    """Every round of a non-streaming answer read into `relay`; False when the client disconnected
+    first: the upstream call is then closed at once (_rounds closes it), as for a stream."""
+    done = False
+    async with anyio.create_task_group() as group:
+
+        async def collect() -> None:
+            nonlocal done
+            async for _ in _rounds(call, relay, response):
+                pass
+            done = True
+            group.cancel_scope.cancel()
+
+        group.start_soon(collect)
+        await _disconnected(call.request)
+        group.cancel_scope.cancel()
+    return done
+
+
+async def _disconnected(request: Request) -> None:
+    """Return once the client has gone (the body is read: what comes next is http.disconnect)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 def _release_soon(jobs: HeldJobs) -> None:
@@ -262,6 +288,7 @@ async def _reconcile_and_build(call: Call, named: str | None, jobs: HeldJobs) ->
         [*client_tools, *tools],
         call.context_window,
         jobs,
+        call.request.app.state.proxy_records,
     )
     served = None
     for missing in (False, True):
