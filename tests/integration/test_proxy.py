@@ -22,7 +22,7 @@ from sqlalchemy import create_engine, text
 
 from tests.conftest import REPO
 from tests.fakes.messages_api import drop, error, reply, slow, stream_error, tool_call
-from tests.integration.conftest import wait_for
+from tests.integration.conftest import settings_env, wait_for
 from tests.integration.proxy_service import PROVIDER_KEY, Proxy, proxy
 
 pytestmark = [pytest.mark.services]
@@ -458,6 +458,52 @@ def test_compactds_own_errors_are_in_the_anthropic_shape(
     assert bad.status_code == 400 and bad.json()["error"]["type"] == "invalid_request_error"
 
 
+TENANT_PROVIDER_KEY = "sk-ant-api03-" + "Tn7" * 30 + "ZZ"  # the key compactd holds for one tenant
+
+
+def test_a_tenant_holds_its_own_provider_key(proxy: Proxy) -> None:
+    """Set with the CLI (from stdin) or the API, the tenant's own provider key goes upstream instead
+    of the deployment's (at once on the API that set it; within 10 s on the others); the database
+    holds it sealed; cleared, the deployment's key applies again."""
+    tenant = proxy.settings.default_tenant
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "api.cli.command", "tenant", "provider-key", tenant],
+            input=TENANT_PROVIDER_KEY + "\n",
+            env=settings_env(proxy.settings),
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        assert TENANT_PROVIDER_KEY not in done.stdout + done.stderr
+        kid = re.search(r"provider key ([0-9a-f]{12}) held", done.stdout)
+        assert kid, done.stdout
+        with _api(proxy) as c:
+            assert c.get("/v1/provider-key").json() == {"key_id": kid.group(1)}
+            # the API process's cache may predate the CLI's change: the API's own PUT is seen at once
+            put = c.put("/v1/provider-key", json={"api_key": TENANT_PROVIDER_KEY})
+            assert put.json() == {"key_id": kid.group(1)}
+            assert c.put("/v1/provider-key", json={"api_key": "has space"}).status_code == 422
+        proxy.upstream.script(reply("ok"), reply("ok"))
+        with proxy.client() as client:
+            _ask(client, [{"role": "user", "content": "billed to the tenant"}])
+        assert proxy.upstream.requests[-1].headers.get("x-api-key") == TENANT_PROVIDER_KEY
+        engine = create_engine(proxy.settings.database_url)
+        with engine.connect() as conn:
+            (sealed,) = conn.execute(text("SELECT sealed FROM tenant_provider_keys")).one()
+        engine.dispose()
+        assert sealed.startswith("v1:") and "Tn7" not in sealed
+    finally:
+        with _api(proxy) as c:
+            assert c.delete("/v1/provider-key").status_code == 204
+            assert c.get("/v1/provider-key").json() == {"key_id": None}
+    with proxy.client() as client:
+        _ask(client, [{"role": "user", "content": "billed to the deployment"}])
+    assert proxy.upstream.requests[-1].headers.get("x-api-key") == PROVIDER_KEY
+
+
 def test_no_provider_key_is_logged_or_stored(proxy: Proxy) -> None:
     """After every test above, neither provider key is in a log line, a database row or a Redis value."""
     own = "sk-ant-api03-" + "Cl1" * 30 + "QQ"
@@ -485,7 +531,7 @@ def test_no_provider_key_is_logged_or_stored(proxy: Proxy) -> None:
             values += b"".join(client_redis.lrange(key, 0, -1))
     client_redis.close()
     assert rows and logs
-    for secret in (PROVIDER_KEY, own):
+    for secret in (PROVIDER_KEY, own, TENANT_PROVIDER_KEY):
         assert secret not in logs and secret[:24] not in logs
         assert secret not in rows
         assert secret.encode() not in values

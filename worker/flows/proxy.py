@@ -12,22 +12,32 @@ import hashlib
 import hmac
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
 import orjson
 import structlog
+from sqlalchemy import Engine
 
 from worker.compaction.tokens import count_text
 from worker.contracts import AppendRequest, Enqueue
 from worker.flows.append import append_messages
-from worker.proxy import fingerprints
+from worker.proxy import fingerprints, provider_keys
 from worker.proxy.conversations import Conversation, client_prefix, stable_system_text
 from worker.proxy.reconcile import Plan, Record, plan, restart
 from worker.resources import Resources
-from worker.store.proxy import SessionGone, SessionTaken, StalePlan, claim, load_records, main_session
+from worker.store.proxy import (
+    SessionGone,
+    SessionTaken,
+    StalePlan,
+    claim,
+    load_records,
+    main_session,
+    sealed_provider_key,
+    store_provider_key,
+)
 
 log = structlog.get_logger("compactd.proxy")
 
@@ -37,6 +47,37 @@ ATTEMPTS = 5
 def proxy_key(redaction_key: bytes) -> bytes:
     """The key of the proxy's chain hashes and conversation digests (derived: never the redaction key itself)."""
     return hmac.new(redaction_key, b"compactd.proxy", hashlib.sha256).digest()
+
+
+class ProviderKeyUnreadable(Exception):
+    """The provider key held for a tenant does not open (the deployment's redaction key changed)."""
+
+
+def provider_key_reader(engine: Engine, master: bytes) -> Callable[[int], str | None]:
+    """HeldKeys' read: the tenant's provider key, unsealed; None when it holds none."""
+
+    def read(tenant_id: int) -> str | None:
+        sealed = sealed_provider_key(engine, tenant_id)
+        if sealed is None:
+            return None
+        try:
+            return provider_keys.unseal(master, tenant_id, sealed)
+        except provider_keys.SealError:
+            # never fall back to the deployment's key: the tenant's calls would be billed elsewhere
+            log.error("proxy.provider_key_unreadable", tenant_id=tenant_id)
+            raise ProviderKeyUnreadable(tenant_id) from None
+
+    return read
+
+
+def set_provider_key(engine: Engine, master: bytes, tenant_id: int, key: str | None) -> str | None:
+    """Hold `key` (sealed) for the tenant, or none (None); its public key id."""
+    if key is None:
+        store_provider_key(engine, tenant_id, None)
+        return None
+    kid = provider_keys.key_id(master, key)
+    store_provider_key(engine, tenant_id, provider_keys.seal(master, tenant_id, key), kid)
+    return kid
 
 
 @dataclass(frozen=True, slots=True)

@@ -205,6 +205,7 @@ def _tables() -> list[Any]:
             "MemoryEntry",
             "MemoryEvent",
             "ProxyConversation",
+            "TenantProviderKey",
             "SchemaVersion",
         )
     ]

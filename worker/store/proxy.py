@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, Engine, bindparam, insert, select, update
+from sqlalchemy import Connection, Engine, bindparam, delete, insert, select, update
 
 from worker.proxy.reconcile import Plan, Record
-from worker.store.db import read_tx
-from worker.store.tables import ProxyConversation, utcnow
+from worker.store.db import read_tx, write_tx
+from worker.store.tables import ProxyConversation, TenantProviderKey, utcnow
 
 P = ProxyConversation.__table__  # type: ignore[attr-defined]
+K = TenantProviderKey.__table__  # type: ignore[attr-defined]
 
 
 class StalePlan(Exception):
@@ -122,3 +123,25 @@ def claim(tenant_id: int, key: str, plan: Plan) -> Any:
             raise StalePlan(key)
 
     return locked
+
+
+def sealed_provider_key(engine: Engine, tenant_id: int) -> str | None:
+    """The tenant's sealed provider key (worker/proxy/provider_keys.py), or None."""
+    with read_tx(engine) as conn:
+        return conn.execute(select(K.c.sealed).where(K.c.tenant_id == tenant_id)).scalar()
+
+
+def provider_key_id(engine: Engine, tenant_id: int) -> str | None:
+    """The public id of the tenant's provider key, or None when it holds none."""
+    with read_tx(engine) as conn:
+        return conn.execute(select(K.c.key_id).where(K.c.tenant_id == tenant_id)).scalar()
+
+
+def store_provider_key(engine: Engine, tenant_id: int, sealed: str | None, key_id: str = "") -> None:
+    """Set (sealed) or clear (None) the tenant's provider key."""
+    with write_tx(engine) as conn:
+        conn.execute(delete(K).where(K.c.tenant_id == tenant_id))
+        if sealed is not None:
+            conn.execute(
+                insert(K).values(tenant_id=tenant_id, sealed=sealed, key_id=key_id, updated_at=utcnow())
+            )
