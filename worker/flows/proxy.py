@@ -173,21 +173,27 @@ class RecordMemo:
     the append's claim moves the record only if the database still holds it exactly as remembered
     (same session, length and chain), with the session row locked; else StalePlan and the records
     are read again. Any other plan (same, new, diverged) is made from the database's records.
-    Bounded, least recently used out; chain values only, never text.
+    A conversation whose remembered plan went stale once (another API process serves it too, or
+    two of its histories race) is planned from the database from then on: a stale plan costs an
+    ingest and a transaction rolled back, more than the read it saves. Bounded, least recently
+    used out; chain values only, never text.
     """
 
     def __init__(self, size: int = 256) -> None:
         self._size = size
-        self._entries: OrderedDict[Hashable, tuple[Record, ...]] = OrderedDict()
+        self._entries: OrderedDict[Hashable, tuple[tuple[Record, ...], bool]] = OrderedDict()
         self._lock = threading.Lock()
 
     def get(self, conversation: Hashable) -> tuple[Record, ...] | None:
+        """The remembered records; None when unknown or no longer trusted."""
         with self._lock:
-            return self._entries.get(conversation)
+            entry = self._entries.get(conversation)
+        return entry[0] if entry is not None and entry[1] else None
 
     def put(self, conversation: Hashable, records: Sequence[Record]) -> None:
         with self._lock:
-            self._entries[conversation] = tuple(records)
+            trusted = self._entries.get(conversation, ((), True))[1]
+            self._entries[conversation] = (tuple(records), trusted)
             self._entries.move_to_end(conversation)
             while len(self._entries) > self._size:
                 self._entries.popitem(last=False)
@@ -197,9 +203,19 @@ class RecordMemo:
         rest = [r for r in records if r != p.expected and r.session_id != p.after.session_id]
         self.put(conversation, [p.after, *rest])
 
-    def forget(self, conversation: Hashable) -> None:
+    def distrust(self, conversation: Hashable) -> None:
+        """Plan this conversation from the database from now on."""
         with self._lock:
-            self._entries.pop(conversation, None)
+            self._entries[conversation] = ((), False)
+            self._entries.move_to_end(conversation)
+            while len(self._entries) > self._size:
+                self._entries.popitem(last=False)
+
+    def known(self, conversation: Hashable) -> tuple[Record, ...]:
+        """The remembered records, trusted or not (to move on after a reply)."""
+        with self._lock:
+            entry = self._entries.get(conversation)
+        return entry[0] if entry is not None else ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,15 +243,18 @@ def reconcile(req: Proxied, chains: list[str], missing: bool = False) -> Reconci
     taken = 0
     gone = missing
     remembered = req.records.get(memo_key) if req.records is not None and not missing else None
+    from_memory = False
     for _ in range(ATTEMPTS):
         p = None
         if remembered is not None:
             records: Sequence[Record] = remembered
             p = plan(records, chains, key)
             remembered = None  # trusted for one extend at most: after that the database decides
-            if p.kind != "extend":
+            from_memory = p.kind == "extend"
+            if not from_memory:
                 p = None
         if p is None:
+            from_memory = False
             records = load_records(req.res.engine, req.tenant_id, key)
             p = plan(records, chains, key, taken)
             if gone and p.expected is not None and p.kind in ("same", "extend"):
@@ -249,6 +268,9 @@ def reconcile(req: Proxied, chains: list[str], missing: bool = False) -> Reconci
         try:
             _store(req, p, messages[p.start :])
         except StalePlan:
+            if from_memory and req.records is not None:
+                req.records.distrust(memo_key)
+            from_memory = False
             continue
         except SessionTaken:
             taken += 1
@@ -259,8 +281,6 @@ def reconcile(req: Proxied, chains: list[str], missing: bool = False) -> Reconci
         _remember(req, memo_key, records, p)
         _log_plan(req, p, len(messages))
         return Reconciled(p, len(messages) - p.start)
-    if req.records is not None:
-        req.records.forget(memo_key)
     raise Unreconciled(key)
 
 
@@ -340,5 +360,5 @@ def record_reply(
         return False
     if req.records is not None:
         memo_key = (req.tenant_id, req.conversation.key)
-        req.records.moved(memo_key, req.records.get(memo_key) or (), moved)
+        req.records.moved(memo_key, req.records.known(memo_key), moved)
     return True
