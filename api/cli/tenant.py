@@ -51,6 +51,15 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     tk = tsub.add_parser("keys", help="list a tenant's keys: ids, prefixes, state and dates (never the keys)")
     tk.add_argument("name", help="the tenant's name")
     tk.set_defaults(func=run_tenant_keys)
+    pk = tsub.add_parser(
+        "provider-key",
+        help="hold a provider key for a tenant (read from stdin, stored sealed; POST /v1/messages uses it)",
+    )
+    pk.add_argument("name", help="the tenant's name")
+    pk.add_argument(
+        "--clear", action="store_true", help="hold none (COMPACTD_UPSTREAM_API_KEY applies again)"
+    )
+    pk.set_defaults(func=run_tenant_provider_key)
 
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -188,4 +197,29 @@ def run_tenant_keys(args: argparse.Namespace, engine: Engine) -> int:
             f"{k.key_id:<14}{k.prefix or '-':<14}{k.state(now):<10}"
             f"{k.created_at.isoformat(' ', 'seconds'):<21}{shown}"
         )
+    return 0
+
+
+@_tenant_command
+def run_tenant_provider_key(args: argparse.Namespace, engine: Engine) -> int:
+    """The key comes on stdin (never argv: the process list shows arguments); only its id is printed."""
+    from worker.flows.proxy import set_provider_key
+    from worker.keyfile import redaction_key
+    from worker.proxy.provider_keys import valid_key
+    from worker.store.tenants import TenantError, tenant_id_named
+
+    tenant = tenant_id_named(engine, args.name)
+    key = None
+    if not args.clear:
+        if sys.stdin.isatty():
+            import getpass
+
+            key = getpass.getpass("provider key: ").strip()
+        else:
+            key = sys.stdin.readline().strip()
+        if not valid_key(key):
+            raise TenantError("the provider key on stdin must be 1-500 printable characters, no spaces")
+    kid = set_provider_key(engine, redaction_key(Settings()), tenant, key)
+    print(f"provider key {kid} held for {args.name}" if kid else f"no provider key held for {args.name}")
+    print("API processes use the change within 10 s", file=sys.stderr)
     return 0

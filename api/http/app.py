@@ -22,10 +22,11 @@ from api.http.routes import files, health, memory, messages, prompt, sessions, t
 from api.http.upstream import upstream_client
 from worker.contracts import Enqueue
 from worker.enqueue import CeleryEnqueue
-from worker.flows.proxy import proxy_key
+from worker.flows.proxy import RecordMemo, provider_key_reader, proxy_key
 from worker.keyfile import redaction_key
 from worker.logs import configure_logging
 from worker.proxy.fingerprints import ChainMemo
+from worker.proxy.provider_keys import HeldKeys
 from worker.resources import Resources
 from worker.settings import Settings
 
@@ -53,7 +54,9 @@ def create_app(settings: Settings, *, enqueue: Enqueue | None = None, log_setup:
             app.state.enqueue = owned or enqueue
             app.state.upstream = upstream_client(settings)
             app.state.proxy_key = proxy_key(redaction_key(settings))
+            app.state.provider_keys = HeldKeys(provider_key_reader(res.engine, redaction_key(settings)))
             app.state.proxy_chains = ChainMemo(app.state.proxy_key)
+            app.state.proxy_records = RecordMemo()
             app.state.metrics.attach(res)
             # start-up garbage is long-lived: move it out of the collector's way (cuts p99)
             gc.collect()

@@ -213,5 +213,123 @@ def main() -> dict[str, Any]:
     return {"sizes": rows, "steps": STEPS, "cores": os.cpu_count()}
 
 
+PHASES = ("parse", "chain", "reconcile", "prompt", "build")
+
+
+def _clock() -> tuple[float, float]:
+    return time.perf_counter(), time.thread_time()
+
+
+def phases(steps: int = 30) -> list[dict[str, Any]]:
+    """In-process phase timings (wall and CPU, one thread, no HTTP, no upstream) of what the edge
+    does before the upstream call, in the route's order: parse the body, the chain of the history,
+    reconcile (the record read, the append and its commit), the ready prompt, the upstream body.
+    The worker's job runs inline after each step (it publishes the snapshot the prompt is served
+    from), outside the timed phases, as does the reply's append."""
+    from api.http.routes.messages import _compactd_tools, parse_body
+    from worker.flows.compact import run_job
+    from worker.flows.proxy import Proxied, RecordMemo, proxy_key, reconcile, record_reply
+    from worker.flows.serve import fetch_ready
+    from worker.proxy.conversations import identify
+    from worker.proxy.fingerprints import ChainMemo
+    from worker.proxy.outbound import upstream_bytes
+    from worker.proxy.system_turns import fold_system_messages
+    from worker.resources import Resources
+    from worker.settings import Settings
+    from worker.store.tenants import create_tenant
+
+    workdir = Path(tempfile.mkdtemp(prefix="compactd-bench-phases-"))
+    redis_port = _free_port()
+    binary = shutil.which("redis-server") or "redis-server"
+    redis_proc = subprocess.Popen(
+        [binary, "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+    )
+    rows = []
+    try:
+        _wait_port(redis_port, redis_proc)
+        settings = Settings(  # type: ignore[call-arg]
+            database_url=f"sqlite:///{workdir / 'bench.db'}",
+            redis_url=f"redis://127.0.0.1:{redis_port}/0",
+            var_dir=str(workdir / "var"),
+            log_level="WARNING",
+            redaction_key="bench",
+        )
+        res = Resources.build(settings)
+        tenant, _ = create_tenant(res.engine, "bench")
+        key = proxy_key(b"bench")
+        memo, tools = ChainMemo(key), _compactd_tools()
+        records = RecordMemo() if os.environ.get("COMPACTD_BENCH_RECORD_MEMO", "1") == "1" else None
+        jobs: list[tuple[int, int, int]] = []
+        for target in TARGETS:
+            messages, tokens, _ = history(target)
+            body: dict[str, Any] = {
+                "model": "claude-sonnet-4-6",
+                "max_tokens": 1024,
+                "stream": True,
+                "tools": [BASH],
+                "messages": messages,
+            }
+            wall: dict[str, list[float]] = {p: [] for p in PHASES}
+            cpu: dict[str, list[float]] = {p: [] for p in PHASES}
+            for step in range(steps + 1):
+                raw = orjson.dumps(body)
+                marks = [_clock()]
+                parsed = parse_body(raw)
+                parsed["messages"] = fold_system_messages(parsed["messages"])
+                conversation = identify(key, parsed, f"bench-{target}")
+                marks.append(_clock())
+                proxied = Proxied(
+                    res,
+                    tenant,
+                    conversation,
+                    parsed,
+                    [BASH, *tools],
+                    1_000_000,
+                    lambda *job: jobs.append(job),
+                    records,
+                )
+                chain = memo.chains((tenant, conversation.key), parsed["messages"])
+                marks.append(_clock())
+                done = reconcile(proxied, chain)
+                marks.append(_clock())
+                served = fetch_ready(res.engine, res.cache, tenant, done.plan.session_id, res.policy_for)
+                marks.append(_clock())
+                upstream_bytes(parsed, served.body, tools)  # type: ignore[union-attr]
+                marks.append(_clock())
+                if step:  # step 0 adopts the history: not timed
+                    for i, p in enumerate(PHASES):
+                        wall[p].append(marks[i + 1][0] - marks[i][0])
+                        cpu[p].append(marks[i + 1][1] - marks[i][1])
+                answer = {"role": "assistant", "content": [{"type": "text", "text": f"done {step}"}]}
+                record_reply(proxied, done.plan, [answer], answer)
+                for job in jobs:
+                    run_job(job[0], job[1], res, None)
+                jobs.clear()
+                body["messages"] = [*body["messages"], answer, {"role": "user", "content": f"go on {step}"}]
+            ms = lambda v: round(v * 1000, 2)  # noqa: E731
+            row: dict[str, Any] = {"history_tokens": tokens}
+            for p in PHASES:
+                row[f"{p}_ms"] = f"{ms(pct(wall[p], 0.5))} / {ms(pct(cpu[p], 0.5))}"
+            total_wall = [sum(wall[p][i] for p in PHASES) for i in range(steps)]
+            total_cpu = [sum(cpu[p][i] for p in PHASES) for i in range(steps)]
+            row["total_ms"] = f"{ms(pct(total_wall, 0.5))} / {ms(pct(total_cpu, 0.5))}"
+            row["total_p99_ms"] = f"{ms(pct(total_wall, 0.99))} / {ms(pct(total_cpu, 0.99))}"
+            rows.append(row)
+        res.close()
+    finally:
+        redis_proc.terminate()
+        redis_proc.wait(timeout=15)
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(f"in-process phases before the upstream call, {steps} steps per size, p50 ms wall / CPU:")
+    print(table(rows, list(rows[0])))
+    return rows
+
+
 if __name__ == "__main__":
-    stand_in() if sys.argv[1:] == ["--stand-in"] else main()
+    if sys.argv[1:] == ["--stand-in"]:
+        stand_in()
+    elif sys.argv[1:] == ["--phases"]:
+        phases()
+    else:
+        main()

@@ -190,6 +190,7 @@ def test_tenant_commands_fail_in_one_line(tmp_path: Path) -> None:
         (("tenant", "rotate", "nobody"), 1, "no tenant named 'nobody'"),
         (("tenant", "revoke", "acme", "--key-id", "000000000000"), 1, "no unrevoked key"),
         (("tenant", "keys", "nobody"), 1, "no tenant named 'nobody'"),
+        (("tenant", "provider-key", "nobody", "--clear"), 1, "no tenant named 'nobody'"),
         (("tenant", "rotate", "acme", "--overlap", "soon"), 2, "not a duration"),
     ]
     for args, code, words in cases:

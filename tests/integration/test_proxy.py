@@ -22,7 +22,7 @@ from sqlalchemy import create_engine, text
 
 from tests.conftest import REPO
 from tests.fakes.messages_api import drop, error, reply, slow, stream_error, tool_call
-from tests.integration.conftest import wait_for
+from tests.integration.conftest import settings_env, wait_for
 from tests.integration.proxy_service import PROVIDER_KEY, Proxy, proxy
 
 pytestmark = [pytest.mark.services]
@@ -219,6 +219,35 @@ def test_two_conversations_under_one_client_session_at_once(proxy: Proxy) -> Non
     assert sorted(sessions.values()) == [4, 4], sessions
 
 
+def test_a_sub_agent_is_linked_to_the_main_conversation(proxy: Proxy) -> None:
+    """Under one client session, the conversation that started first is the main one; each later
+    one (a sub-agent) is its own session, linked to the main one's (parent_session_id); another
+    client session's conversations are not linked to it."""
+    client_session, other = str(uuid.uuid4()), str(uuid.uuid4())
+    proxy.upstream.script(*[reply("ok") for _ in range(4)])
+
+    def start(session: str, task: str) -> None:
+        metadata = {"user_id": json.dumps({"device_id": "d" * 16, "session_id": session})}
+        with proxy.client() as client:
+            client.messages.create(
+                model=MODEL,
+                max_tokens=64,
+                tools=[BASH],
+                messages=[{"role": "user", "content": task}],
+                metadata=metadata,
+            )
+
+    start(client_session, "fix the parser")
+    (main,) = _sessions(proxy, f"cc-{client_session}-")
+    start(client_session, "search the repository for TODOs and report them")
+    start(other, "fix the parser")
+    sub = next(s for s in _sessions(proxy, f"cc-{client_session}-") if s != main)
+    (alone,) = _sessions(proxy, f"cc-{other}-")
+    assert _session(proxy, main)["parent_session_id"] is None
+    assert _session(proxy, sub)["parent_session_id"] == main
+    assert _session(proxy, alone)["parent_session_id"] is None
+
+
 def test_an_upstream_error_mid_stream_reaches_the_client(proxy: Proxy) -> None:
     """An overloaded_error event in the stream is passed on; nothing of the reply is stored."""
     sid = f"s-{uuid.uuid4().hex[:8]}"
@@ -269,6 +298,31 @@ def test_a_client_disconnect_cancels_the_upstream_call(proxy: Proxy) -> None:
             got += chunk
             if got.count(b"content_block_delta") >= 3:
                 break
+    wait_for(lambda: proxy.upstream.disconnects == 1, timeout=5)
+    assert time.monotonic() - started < 5
+    assert proxy.upstream.completed == 0
+    _version(proxy, sid, 1)
+
+
+def test_a_client_disconnect_cancels_a_non_streaming_call(proxy: Proxy) -> None:
+    """A non-streaming request (compactd streams it from the upstream and answers it whole): the
+    client giving up before the answer closes the upstream call at once, and nothing of the reply
+    is stored."""
+    sid = f"s-{uuid.uuid4().hex[:8]}"
+    proxy.upstream.script(slow("x" * 16 * 200, delay_seconds=0.05))  # ~10 s if read to the end
+    body = {
+        "model": MODEL,
+        "max_tokens": 64,
+        "tools": [BASH],
+        "messages": [{"role": "user", "content": "long"}],
+    }
+    headers = {"x-api-key": proxy.key, "x-compactd-session": sid, "anthropic-version": "2023-06-01"}
+    started = time.monotonic()
+    with (
+        httpx.Client(base_url=proxy.url, timeout=httpx.Timeout(5, read=1.0)) as c,
+        pytest.raises(httpx.ReadTimeout),
+    ):
+        c.post("/v1/messages", json=body, headers=headers)
     wait_for(lambda: proxy.upstream.disconnects == 1, timeout=5)
     assert time.monotonic() - started < 5
     assert proxy.upstream.completed == 0
@@ -404,6 +458,52 @@ def test_compactds_own_errors_are_in_the_anthropic_shape(
     assert bad.status_code == 400 and bad.json()["error"]["type"] == "invalid_request_error"
 
 
+TENANT_PROVIDER_KEY = "sk-ant-api03-" + "Tn7" * 30 + "ZZ"  # the key compactd holds for one tenant
+
+
+def test_a_tenant_holds_its_own_provider_key(proxy: Proxy) -> None:
+    """Set with the CLI (from stdin) or the API, the tenant's own provider key goes upstream instead
+    of the deployment's (at once on the API that set it; within 10 s on the others); the database
+    holds it sealed; cleared, the deployment's key applies again."""
+    tenant = proxy.settings.default_tenant
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "api.cli.command", "tenant", "provider-key", tenant],
+            input=TENANT_PROVIDER_KEY + "\n",
+            env=settings_env(proxy.settings),
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        assert TENANT_PROVIDER_KEY not in done.stdout + done.stderr
+        kid = re.search(r"provider key ([0-9a-f]{12}) held", done.stdout)
+        assert kid, done.stdout
+        with _api(proxy) as c:
+            assert c.get("/v1/provider-key").json() == {"key_id": kid.group(1)}
+            # the API process's cache may predate the CLI's change: the API's own PUT is seen at once
+            put = c.put("/v1/provider-key", json={"api_key": TENANT_PROVIDER_KEY})
+            assert put.json() == {"key_id": kid.group(1)}
+            assert c.put("/v1/provider-key", json={"api_key": "has space"}).status_code == 422
+        proxy.upstream.script(reply("ok"), reply("ok"))
+        with proxy.client() as client:
+            _ask(client, [{"role": "user", "content": "billed to the tenant"}])
+        assert proxy.upstream.requests[-1].headers.get("x-api-key") == TENANT_PROVIDER_KEY
+        engine = create_engine(proxy.settings.database_url)
+        with engine.connect() as conn:
+            (sealed,) = conn.execute(text("SELECT sealed FROM tenant_provider_keys")).one()
+        engine.dispose()
+        assert sealed.startswith("v1:") and "Tn7" not in sealed
+    finally:
+        with _api(proxy) as c:
+            assert c.delete("/v1/provider-key").status_code == 204
+            assert c.get("/v1/provider-key").json() == {"key_id": None}
+    with proxy.client() as client:
+        _ask(client, [{"role": "user", "content": "billed to the deployment"}])
+    assert proxy.upstream.requests[-1].headers.get("x-api-key") == PROVIDER_KEY
+
+
 def test_no_provider_key_is_logged_or_stored(proxy: Proxy) -> None:
     """After every test above, neither provider key is in a log line, a database row or a Redis value."""
     own = "sk-ant-api03-" + "Cl1" * 30 + "QQ"
@@ -431,7 +531,7 @@ def test_no_provider_key_is_logged_or_stored(proxy: Proxy) -> None:
             values += b"".join(client_redis.lrange(key, 0, -1))
     client_redis.close()
     assert rows and logs
-    for secret in (PROVIDER_KEY, own):
+    for secret in (PROVIDER_KEY, own, TENANT_PROVIDER_KEY):
         assert secret not in logs and secret[:24] not in logs
         assert secret not in rows
         assert secret.encode() not in values

@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 
 from tests.integration.conftest import flush_prefix, make_settings
-from worker.flows.proxy import Proxied, Reconciled, reconcile, record_reply
+from worker.flows.proxy import Proxied, Reconciled, RecordMemo, reconcile, record_reply
 from worker.proxy.conversations import Conversation
 from worker.proxy.fingerprints import chains
+from worker.proxy.reconcile import Record
 from worker.resources import Resources
 from worker.store.proxy import load_records
 from worker.store.sessions import get_session
@@ -90,3 +91,37 @@ def test_a_reply_loses_to_a_request_that_came_first(res: Resources) -> None:
     _run(res, _req(res, tenant, key, [_u("task"), _a("answer"), _u("thanks")]))
     assert not record_reply(first, served.plan, [_a("answer")], _a("answer"))
     assert get_session(res.engine, tenant, key).version == 3
+
+
+def test_two_processes_memories_never_store_a_message_twice(res: Resources) -> None:
+    """Two API processes (a RecordMemo each) serving one conversation by turns: a remembered plan
+    gone stale (the other process moved the record) is caught by the claim and planned again from
+    the database; the session holds each message once, and that conversation is then planned from
+    the database in the process whose memory went stale."""
+    tenant = create_tenant(res.engine, f"t-{uuid.uuid4().hex[:6]}")[0]
+    key = f"k-{uuid.uuid4().hex[:8]}"
+    memos = (RecordMemo(), RecordMemo())
+    history = [_u("task")]
+    for step in range(6):
+        body = {"model": "claude-sonnet-4-6", "max_tokens": 100, "messages": list(history)}
+        req = Proxied(
+            res, tenant, Conversation(key, "header"), body, [], None, lambda *a: None, memos[step % 2]
+        )
+        done = _run(res, req)
+        assert done.plan.session_id == key and done.plan.kind in ("new", "extend")
+        history += [_a(f"answer {step}"), _u(f"next {step}")]
+    assert get_session(res.engine, tenant, key).version == len(history) - 2
+    assert memos[0].get((tenant, key)) is None  # went stale once (step 2): read from now on
+    # one process alone, its reply recorded: the next request plans from memory and extends
+    alone = RecordMemo()
+    body = {"model": "claude-sonnet-4-6", "max_tokens": 100, "messages": [_u("solo")]}
+    solo = f"k-{uuid.uuid4().hex[:8]}"
+    first = Proxied(res, tenant, Conversation(solo, "header"), body, [], None, lambda *a: None, alone)
+    served = _run(res, first)
+    assert record_reply(first, served.plan, [_a("hi")], _a("hi"))
+    assert alone.get((tenant, solo)) == (Record(solo, 2, chains(KEY, [_u("solo"), _a("hi")])[2]),)
+    body2 = {**body, "messages": [_u("solo"), _a("hi"), _u("more")]}
+    again = _run(
+        res, Proxied(res, tenant, Conversation(solo, "header"), body2, [], None, lambda *a: None, alone)
+    )
+    assert again.plan.kind == "extend" and get_session(res.engine, tenant, solo).version == 3

@@ -11,22 +11,33 @@ from __future__ import annotations
 import hashlib
 import hmac
 import threading
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
 import orjson
 import structlog
+from sqlalchemy import Engine
 
 from worker.compaction.tokens import count_text
 from worker.contracts import AppendRequest, Enqueue
 from worker.flows.append import append_messages
-from worker.proxy import fingerprints
-from worker.proxy.conversations import Conversation, stable_system_text
+from worker.proxy import fingerprints, provider_keys
+from worker.proxy.conversations import Conversation, client_prefix, stable_system_text
 from worker.proxy.reconcile import Plan, Record, plan, restart
 from worker.resources import Resources
-from worker.store.proxy import SessionGone, SessionTaken, StalePlan, claim, load_records
+from worker.store.proxy import (
+    SessionGone,
+    SessionTaken,
+    StalePlan,
+    claim,
+    load_records,
+    main_session,
+    sealed_provider_key,
+    store_provider_key,
+)
 
 log = structlog.get_logger("compactd.proxy")
 
@@ -36,6 +47,37 @@ ATTEMPTS = 5
 def proxy_key(redaction_key: bytes) -> bytes:
     """The key of the proxy's chain hashes and conversation digests (derived: never the redaction key itself)."""
     return hmac.new(redaction_key, b"compactd.proxy", hashlib.sha256).digest()
+
+
+class ProviderKeyUnreadable(Exception):
+    """The provider key held for a tenant does not open (the deployment's redaction key changed)."""
+
+
+def provider_key_reader(engine: Engine, master: bytes) -> Callable[[int], str | None]:
+    """HeldKeys' read: the tenant's provider key, unsealed; None when it holds none."""
+
+    def read(tenant_id: int) -> str | None:
+        sealed = sealed_provider_key(engine, tenant_id)
+        if sealed is None:
+            return None
+        try:
+            return provider_keys.unseal(master, tenant_id, sealed)
+        except provider_keys.SealError:
+            # never fall back to the deployment's key: the tenant's calls would be billed elsewhere
+            log.error("proxy.provider_key_unreadable", tenant_id=tenant_id)
+            raise ProviderKeyUnreadable(tenant_id) from None
+
+    return read
+
+
+def set_provider_key(engine: Engine, master: bytes, tenant_id: int, key: str | None) -> str | None:
+    """Hold `key` (sealed) for the tenant, or none (None); its public key id."""
+    if key is None:
+        store_provider_key(engine, tenant_id, None)
+        return None
+    kid = provider_keys.key_id(master, key)
+    store_provider_key(engine, tenant_id, provider_keys.seal(master, tenant_id, key), kid)
+    return kid
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +165,59 @@ class HeldJobs:
                 )
 
 
+class RecordMemo:
+    """Each conversation's branch records as this process last read or moved them, so the usual
+    request (its history extends the branch it extended last time) plans without reading them.
+
+    Only a plan that extends a branch is taken from it, and that plan is checked where it counts:
+    the append's claim moves the record only if the database still holds it exactly as remembered
+    (same session, length and chain), with the session row locked; else StalePlan and the records
+    are read again. Any other plan (same, new, diverged) is made from the database's records.
+    A conversation whose remembered plan went stale once (another API process serves it too, or
+    two of its histories race) is planned from the database from then on: a stale plan costs an
+    ingest and a transaction rolled back, more than the read it saves. Bounded, least recently
+    used out; chain values only, never text.
+    """
+
+    def __init__(self, size: int = 256) -> None:
+        self._size = size
+        self._entries: OrderedDict[Hashable, tuple[tuple[Record, ...], bool]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, conversation: Hashable) -> tuple[Record, ...] | None:
+        """The remembered records; None when unknown or no longer trusted."""
+        with self._lock:
+            entry = self._entries.get(conversation)
+        return entry[0] if entry is not None and entry[1] else None
+
+    def put(self, conversation: Hashable, records: Sequence[Record]) -> None:
+        with self._lock:
+            trusted = self._entries.get(conversation, ((), True))[1]
+            self._entries[conversation] = (tuple(records), trusted)
+            self._entries.move_to_end(conversation)
+            while len(self._entries) > self._size:
+                self._entries.popitem(last=False)
+
+    def moved(self, conversation: Hashable, records: Sequence[Record], p: Plan) -> None:
+        """Remember `records` with the plan's branch moved (or added), newest first."""
+        rest = [r for r in records if r != p.expected and r.session_id != p.after.session_id]
+        self.put(conversation, [p.after, *rest])
+
+    def distrust(self, conversation: Hashable) -> None:
+        """Plan this conversation from the database from now on."""
+        with self._lock:
+            self._entries[conversation] = ((), False)
+            self._entries.move_to_end(conversation)
+            while len(self._entries) > self._size:
+                self._entries.popitem(last=False)
+
+    def known(self, conversation: Hashable) -> tuple[Record, ...]:
+        """The remembered records, trusted or not (to move on after a reply)."""
+        with self._lock:
+            entry = self._entries.get(conversation)
+        return entry[0] if entry is not None else ()
+
+
 @dataclass(frozen=True, slots=True)
 class Proxied:
     """One proxied request, as the use case needs it."""
@@ -134,6 +229,7 @@ class Proxied:
     tools: Sequence[Any]  # every tool definition sent upstream (the client's and compactd's)
     context_window: int | None
     enqueue: Enqueue
+    records: RecordMemo | None = None  # this process's memo of branch records (None: always read)
 
 
 def reconcile(req: Proxied, chains: list[str], missing: bool = False) -> Reconciled:
@@ -143,19 +239,38 @@ def reconcile(req: Proxied, chains: list[str], missing: bool = False) -> Reconci
     or Unreconciled. `missing`: the record's session was found deleted (the history starts anew).
     """
     key, messages = req.conversation.key, req.body["messages"]
+    memo_key = (req.tenant_id, key)
     taken = 0
     gone = missing
+    remembered = req.records.get(memo_key) if req.records is not None and not missing else None
+    from_memory = False
     for _ in range(ATTEMPTS):
-        records = load_records(req.res.engine, req.tenant_id, key)
-        p = plan(records, chains, key, taken)
-        if gone and p.expected is not None and p.kind in ("same", "extend"):
-            # the branch's session was deleted: the whole history starts a new one (not linked)
-            p = restart(p.expected, chains, key, taken)
+        p = None
+        if remembered is not None:
+            records: Sequence[Record] = remembered
+            p = plan(records, chains, key)
+            remembered = None  # trusted for one extend at most: after that the database decides
+            from_memory = p.kind == "extend"
+            if not from_memory:
+                p = None
+        if p is None:
+            from_memory = False
+            records = load_records(req.res.engine, req.tenant_id, key)
+            p = plan(records, chains, key, taken)
+            if gone and p.expected is not None and p.kind in ("same", "extend"):
+                # the branch's session was deleted: the whole history starts a new one (not linked)
+                p = restart(p.expected, chains, key, taken)
+            if p.kind == "new" and not taken:
+                p = _linked(req, p)
         if p.kind == "same":
+            _remember(req, memo_key, records, None)
             return Reconciled(p, 0)
         try:
             _store(req, p, messages[p.start :])
         except StalePlan:
+            if from_memory and req.records is not None:
+                req.records.distrust(memo_key)
+            from_memory = False
             continue
         except SessionTaken:
             taken += 1
@@ -163,9 +278,29 @@ def reconcile(req: Proxied, chains: list[str], missing: bool = False) -> Reconci
         except SessionGone:
             gone = True
             continue
+        _remember(req, memo_key, records, p)
         _log_plan(req, p, len(messages))
         return Reconciled(p, len(messages) - p.start)
     raise Unreconciled(key)
+
+
+def _remember(req: Proxied, memo_key: Hashable, records: Sequence[Record], p: Plan | None) -> None:
+    if req.records is None:
+        return
+    if p is None:
+        req.records.put(memo_key, records)
+    else:
+        req.records.moved(memo_key, records, p)
+
+
+def _linked(req: Proxied, p: Plan) -> Plan:
+    """A new conversation under a client session that already has one (Claude Code's sub-agents,
+    started from the main conversation): its session is linked to that conversation's session."""
+    client = req.conversation.client_session
+    if client is None or p.parent_session_id is not None:
+        return p
+    parent = main_session(req.res.engine, req.tenant_id, client_prefix(client), req.conversation.key)
+    return p if parent is None else replace(p, parent_session_id=parent)
 
 
 def _store(req: Proxied, p: Plan, messages: list[Any]) -> None:
@@ -212,8 +347,9 @@ def record_reply(
     after = Record(
         before.session_id, before.messages + 1, fingerprints.extend_hex(before.chain, client_message)
     )
+    moved = Plan("extend", before.session_id, before.messages, before, after)
     try:
-        _store(req, Plan("extend", before.session_id, before.messages, before, after), stored)
+        _store(req, moved, stored)
     except (StalePlan, SessionGone, SessionTaken):
         log.info(
             "proxy.reply_unrecorded",
@@ -222,4 +358,7 @@ def record_reply(
             reason="conversation moved on",
         )
         return False
+    if req.records is not None:
+        memo_key = (req.tenant_id, req.conversation.key)
+        req.records.moved(memo_key, req.records.known(memo_key), moved)
     return True

@@ -97,6 +97,11 @@ def start_digest(key: bytes, body: dict[str, Any]) -> str:
     return keyed_digest(key, start.decode())
 
 
+def client_prefix(client_session: str) -> str:
+    """The start of every conversation key under one client session."""
+    return f"cc-{client_session}-"
+
+
 def identify(key: bytes, body: dict[str, Any], named: str | None) -> Conversation:
     """The request's conversation (see the module docstring); `named` is the header's value, checked."""
     if named is not None:
@@ -104,5 +109,5 @@ def identify(key: bytes, body: dict[str, Any], named: str | None) -> Conversatio
     digest = start_digest(key, body)
     client = client_session_id(body.get("metadata"))
     if client is not None:
-        return Conversation(f"cc-{client}-{digest[:16]}", "client_session", client)
+        return Conversation(f"{client_prefix(client)}{digest[:16]}", "client_session", client)
     return Conversation(f"conv-{digest[:32]}", "start")

@@ -217,6 +217,7 @@ def _tables() -> list[Any]:
             "MemoryEntry",
             "MemoryEvent",
             "ProxyConversation",
+            "TenantProviderKey",
             "SchemaVersion",
         )
     ]

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, Engine, insert, select, update
+from sqlalchemy import Connection, Engine, bindparam, delete, insert, select, update
 
 from worker.proxy.reconcile import Plan, Record
-from worker.store.db import read_tx
-from worker.store.tables import ProxyConversation, utcnow
+from worker.store.db import read_tx, write_tx
+from worker.store.tables import ProxyConversation, TenantProviderKey, utcnow
 
 P = ProxyConversation.__table__  # type: ignore[attr-defined]
+K = TenantProviderKey.__table__  # type: ignore[attr-defined]
 
 
 class StalePlan(Exception):
@@ -31,15 +32,40 @@ class SessionGone(Exception):
     """Raised when the record's session no longer exists (deleted): the history starts a new one."""
 
 
+_RECORDS = (
+    select(P.c.session_client_id, P.c.messages, P.c.chain)
+    .where(P.c.tenant_id == bindparam("tenant_id"), P.c.key == bindparam("key"))
+    .order_by(P.c.updated_at.desc(), P.c.id.desc())
+)
+
+
 def load_records(engine: Engine, tenant_id: int, key: str) -> list[Record]:
     """The conversation's branch records, the most recently moved first."""
     with read_tx(engine) as conn:
-        rows = conn.execute(
-            select(P.c.session_client_id, P.c.messages, P.c.chain)
-            .where(P.c.tenant_id == tenant_id, P.c.key == key)
-            .order_by(P.c.updated_at.desc(), P.c.id.desc())
-        ).all()
+        rows = conn.execute(_RECORDS, {"tenant_id": tenant_id, "key": key}).all()
     return [Record(r.session_client_id, r.messages, r.chain) for r in rows]
+
+
+def main_session(engine: Engine, tenant_id: int, prefix: str, other_than: str) -> str | None:
+    """The session of the first conversation whose key starts with `prefix` (one client session's
+    conversations), other than `other_than`: its most recently moved branch. None: there is none."""
+    with read_tx(engine) as conn:
+        first = conn.execute(
+            select(P.c.key)
+            .where(
+                P.c.tenant_id == tenant_id, P.c.key.startswith(prefix, autoescape=True), P.c.key != other_than
+            )
+            .order_by(P.c.id)
+            .limit(1)
+        ).scalar()
+        if first is None:
+            return None
+        return conn.execute(
+            select(P.c.session_client_id)
+            .where(P.c.tenant_id == tenant_id, P.c.key == first)
+            .order_by(P.c.updated_at.desc(), P.c.id.desc())
+            .limit(1)
+        ).scalar()
 
 
 def claim(tenant_id: int, key: str, plan: Plan) -> Any:
@@ -91,3 +117,25 @@ def claim(tenant_id: int, key: str, plan: Plan) -> Any:
             raise StalePlan(key)
 
     return locked
+
+
+def sealed_provider_key(engine: Engine, tenant_id: int) -> str | None:
+    """The tenant's sealed provider key (worker/proxy/provider_keys.py), or None."""
+    with read_tx(engine) as conn:
+        return conn.execute(select(K.c.sealed).where(K.c.tenant_id == tenant_id)).scalar()
+
+
+def provider_key_id(engine: Engine, tenant_id: int) -> str | None:
+    """The public id of the tenant's provider key, or None when it holds none."""
+    with read_tx(engine) as conn:
+        return conn.execute(select(K.c.key_id).where(K.c.tenant_id == tenant_id)).scalar()
+
+
+def store_provider_key(engine: Engine, tenant_id: int, sealed: str | None, key_id: str = "") -> None:
+    """Set (sealed) or clear (None) the tenant's provider key."""
+    with write_tx(engine) as conn:
+        conn.execute(delete(K).where(K.c.tenant_id == tenant_id))
+        if sealed is not None:
+            conn.execute(
+                insert(K).values(tenant_id=tenant_id, sealed=sealed, key_id=key_id, updated_at=utcnow())
+            )

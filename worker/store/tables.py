@@ -219,6 +219,18 @@ class ProxyConversation(SQLModel, table=True):
     updated_at: datetime = Field(default_factory=utcnow, sa_type=DateTime)
 
 
+class TenantProviderKey(SQLModel, table=True):
+    """The provider key compactd holds for a tenant (POST /v1/messages), sealed
+    (worker/proxy/provider_keys.py): never stored in plain text."""
+
+    __tablename__ = "tenant_provider_keys"
+
+    tenant_id: int = Field(foreign_key="tenants.id", primary_key=True)
+    sealed: str
+    key_id: str  # public: a keyed hash's first 12 hex digits
+    updated_at: datetime = Field(default_factory=utcnow, sa_type=DateTime)
+
+
 class SchemaVersion(SQLModel, table=True):
     __tablename__ = "schema_version"
 

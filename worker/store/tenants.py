@@ -92,6 +92,12 @@ def _tenant_id(conn: Connection, name: str) -> int:
     return int(tid)
 
 
+def tenant_id_named(engine: Engine, name: str) -> int:
+    """The tenant's id; NoSuchTenant when there is none by that name."""
+    with read_tx(engine) as conn:
+        return _tenant_id(conn, name)
+
+
 def create_tenant(engine: Engine, name: str, key: str | None = None) -> tuple[int, str]:
     """A new tenant; returns its id and its API key (shown once, stored hashed)."""
     key = key or new_key()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import anyio
@@ -20,11 +20,12 @@ import orjson
 import structlog
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
+from pydantic import BaseModel, Field
 from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 from starlette.types import Receive, Scope, Send
 
-from api.http.deps import tenant_for
+from api.http.deps import TenantDep, tenant_for
 from api.http.errors import ApiError, NotFound, TooManyRequests
 from api.http.routes.prompt import serve_prompt
 from api.http.upstream import (
@@ -39,17 +40,27 @@ from worker.compaction.errors import InvalidTranscript
 from worker.compaction.tools import tool_definitions
 from worker.flows import proxy_tools
 from worker.flows.append import BrokenConversation
-from worker.flows.proxy import HeldJobs, Proxied, Reconciled, Unreconciled, reconcile, record_reply
+from worker.flows.proxy import (
+    HeldJobs,
+    ProviderKeyUnreadable,
+    Proxied,
+    Reconciled,
+    Unreconciled,
+    reconcile,
+    record_reply,
+    set_provider_key,
+)
 from worker.memory.tool import memory_tool_definitions
 from worker.proxy import fingerprints
 from worker.proxy.conversations import SESSION_ID, Conversation, identify, is_side_request
 from worker.proxy.outbound import build_upstream, upstream_bytes
+from worker.proxy.provider_keys import HeldKeys
 from worker.proxy.reconcile import plan
 from worker.proxy.sse import EventSplitter, Relay, encode_event
 from worker.proxy.system_turns import fold_system_messages
-from worker.resources import Resources
+from worker.resources import Resources, redaction_key
 from worker.settings import Settings
-from worker.store.proxy import load_records
+from worker.store.proxy import load_records, provider_key_id
 
 router = APIRouter(tags=["messages"])
 log = structlog.get_logger("compactd.proxy")
@@ -150,6 +161,17 @@ async def authenticate(request: Request) -> tuple[int, Auth]:
         raise ProxyError(429, str(exc), {"retry-after": str(exc.extensions["retry_after_seconds"])}) from None
     except ApiError as exc:
         raise ProxyError(exc.status, exc.detail or exc.title) from None
+    if auth.mode == "api_key":
+        held: HeldKeys = request.app.state.provider_keys
+        found, key = held.cached(tenant)
+        try:
+            key = key if found else await run_in_threadpool(held.get, tenant)
+        except ProviderKeyUnreadable:
+            raise ProxyError(
+                500, "the provider key held for this tenant cannot be read; set it again"
+            ) from None
+        if key is not None:
+            auth = replace(auth, provider={"x-api-key": key})
     return tenant, auth
 
 
@@ -224,8 +246,9 @@ async def _create(request: Request) -> Response:
             background=BackgroundTask(_record, call),
         )
     relay = Relay(call.hidden)
-    async for _ in _rounds(call, relay, response):
-        pass
+    if not await _collected(call, relay, response):
+        log.info("proxy.client_disconnected", tenant_id=tenant, streaming=False)
+        return Response(status_code=499)  # nobody reads it; nothing is recorded
     if relay.rounds and relay.current.error:
         return anthropic_error(502, "the upstream stream ended with an error")
     return Response(
@@ -234,6 +257,31 @@ async def _create(request: Request) -> Response:
         headers=returned_headers(response.headers),
         background=BackgroundTask(_record, call),
     )
+
+
+async def _collected(call: Call, relay: Relay, response: httpx.Response) -> bool:
+    """Every round of a non-streaming answer read into `relay`; False when the client disconnected
+    first: the upstream call is then closed at once (_rounds closes it), as for a stream."""
+    done = False
+    async with anyio.create_task_group() as group:
+
+        async def collect() -> None:
+            nonlocal done
+            async for _ in _rounds(call, relay, response):
+                pass
+            done = True
+            group.cancel_scope.cancel()
+
+        group.start_soon(collect)
+        await _disconnected(call.request)
+        group.cancel_scope.cancel()
+    return done
+
+
+async def _disconnected(request: Request) -> None:
+    """Return once the client has gone (the body is read: what comes next is http.disconnect)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 def _release_soon(jobs: HeldJobs) -> None:
@@ -262,6 +310,7 @@ async def _reconcile_and_build(call: Call, named: str | None, jobs: HeldJobs) ->
         [*client_tools, *tools],
         call.context_window,
         jobs,
+        call.request.app.state.proxy_records,
     )
     served = None
     for missing in (False, True):
@@ -457,6 +506,44 @@ async def _stream(call: Call, response: httpx.Response) -> AsyncIterator[bytes]:
     relay = Relay(call.hidden)
     async for out in _rounds(call, relay, response):
         yield out
+
+
+class ProviderKeyIn(BaseModel):
+    # printable ASCII, no spaces: what an HTTP header value carries
+    api_key: str = Field(min_length=1, max_length=500, pattern=r"^[!-~]+$")
+
+
+class ProviderKeyOut(BaseModel):
+    key_id: str | None  # public id of the key compactd holds for the tenant; None: it holds none
+
+
+@router.put("/v1/provider-key", include_in_schema=False)
+async def put_provider_key(request: Request, tenant: TenantDep, body: ProviderKeyIn) -> ProviderKeyOut:
+    """Hold this provider key for the calling tenant (sealed; docs/proxy.md "Who is calling")."""
+    return ProviderKeyOut(key_id=await _set_provider_key(request, tenant, body.api_key))
+
+
+@router.get("/v1/provider-key", include_in_schema=False)
+async def get_provider_key(request: Request, tenant: TenantDep) -> ProviderKeyOut:
+    """Whether compactd holds a provider key for the calling tenant: its public id, never the key."""
+    res: Resources = request.app.state.resources
+    return ProviderKeyOut(key_id=await run_in_threadpool(provider_key_id, res.engine, tenant))
+
+
+@router.delete("/v1/provider-key", include_in_schema=False, status_code=204)
+async def delete_provider_key(request: Request, tenant: TenantDep) -> Response:
+    """Stop holding a provider key for the calling tenant (COMPACTD_UPSTREAM_API_KEY applies again)."""
+    await _set_provider_key(request, tenant, None)
+    return Response(status_code=204)
+
+
+async def _set_provider_key(request: Request, tenant: int, key: str | None) -> str | None:
+    res: Resources = request.app.state.resources
+    master = redaction_key(res.settings)
+    kid = await run_in_threadpool(set_provider_key, res.engine, master, tenant, key)
+    request.app.state.provider_keys.forget(tenant)
+    log.info("proxy.provider_key_set" if key else "proxy.provider_key_cleared", tenant_id=tenant, key_id=kid)
+    return kid
 
 
 # what the count_tokens endpoint takes of a Messages request
