@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -142,6 +144,39 @@ def _sqlite_begin(conn: Connection) -> None:
     # could both read the same version before either writes.
     write = conn.get_execution_options().get("write", False)
     conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+
+_READERS: weakref.WeakKeyDictionary[Engine, threading.local] = weakref.WeakKeyDictionary()
+_READERS_LOCK = threading.Lock()
+
+
+def sqlite_reader(engine: Engine) -> Any:
+    """This thread's own DBAPI connection to a SQLite engine's file, for single-statement reads on
+    the fetch path: a pool checkout and return cost ~4x the tail query itself (~18 of ~24 us).
+
+    Made by the engine (its connect pragmas applied) and detached from the pool, so it is never
+    handed to another thread or counted as checked out. The engine runs SQLite in autocommit mode
+    (isolation_level None): each SELECT is its own read snapshot, nothing stays open between them.
+    """
+    local = _READERS.get(engine)
+    if local is None:
+        with _READERS_LOCK:
+            local = _READERS.setdefault(engine, threading.local())
+    conn = getattr(local, "conn", None)
+    if conn is None:
+        fairy = engine.raw_connection()
+        fairy.detach()
+        conn = local.conn = fairy.dbapi_connection
+    return conn
+
+
+def drop_sqlite_reader(engine: Engine) -> None:
+    """Close this thread's reader (after an error: the next read opens a fresh one)."""
+    local = _READERS.get(engine)
+    conn = getattr(local, "conn", None)
+    if conn is not None:
+        local.conn = None  # type: ignore[union-attr]
+        conn.close()
 
 
 def is_sqlite(engine: Engine) -> bool:
