@@ -34,7 +34,7 @@ from worker.compaction.assemble import (
 from worker.compaction.codec import transcript_from_json
 from worker.compaction.fit import fit
 from worker.compaction.model import Policy, Transcript
-from worker.store.db import drop_sqlite_reader, is_sqlite, read_tx, sqlite_reader
+from worker.store.db import is_sqlite, read_tx, run_raw, sqlite_rows
 from worker.store.files import file_infos, last_read_id, save_files
 from worker.store.memory import changes_since, load_items, render
 from worker.store.sessions import TT, S, load_turns
@@ -298,49 +298,14 @@ def _tail_rows(engine: Engine, tenant_id: int, client_id: str, after: int) -> Se
 
     The hot path: SQLAlchemy's statement execution costs more than the query itself here.
     """
-    sql = _RAW_TAIL.get(engine.dialect.paramstyle)
-    if sql is None:
-        sql = _RAW_TAIL[engine.dialect.paramstyle] = str(
-            _TAIL.compile(dialect=engine.dialect, compile_kwargs={"render_postcompile": True})
-        )
-    params: Any
-    if engine.dialect.paramstyle == "qmark":
-        params = (after, tenant_id, client_id)
-    else:
-        params = {"after": after, "tenant_id": tenant_id, "client_id": client_id}
-    dbapi_error = engine.dialect.loaded_dbapi.Error
+    params = {"after": after, "tenant_id": tenant_id, "client_id": client_id}
+    if is_sqlite(engine):
+        return sqlite_rows(engine, _TAIL, params)
+    raw = engine.raw_connection()
     try:
-        if is_sqlite(engine):
-            rows = _sqlite_rows(engine, sql, params)
-        else:
-            raw = engine.raw_connection()
-            try:
-                cur = raw.cursor()
-                cur.execute(sql, params)
-                rows = cur.fetchall()
-                cur.close()
-            finally:
-                raw.close()
-    except dbapi_error as exc:
-        # the raw path skips SQLAlchemy's wrapping: wrap here, so callers see one kind of error
-        raise DBAPIError.instance(sql, params, exc, dbapi_error) from exc
-    return rows
-
-
-def _sqlite_rows(engine: Engine, sql: str, params: Any) -> list[Any]:
-    """One read on this thread's own SQLite connection (dropped after an error)."""
-    try:
-        cur = sqlite_reader(engine).cursor()
-        cur.execute(sql, params)
-        rows = cur.fetchall()
-        cur.close()
-    except Exception:
-        drop_sqlite_reader(engine)
-        raise
-    return rows
-
-
-_RAW_TAIL: dict[str, str] = {}
+        return run_raw(raw.dbapi_connection, engine.dialect, _TAIL, params)
+    finally:
+        raw.close()
 
 
 def _from_db(conn: Connection, client_id: str, session: Any, policy: Policy) -> Served:
