@@ -81,7 +81,7 @@ class Guard:
         pool = client.connection_pool
         self._conn = pool.connection_class(**pool.connection_kwargs)
         self._reader = _reader()
-        self._get_stamp = hiredis.pack_command(("GET", stamp_key(prefix)))
+        self._get_stamp = _pack(("GET", stamp_key(prefix)))
         # the event loop calls it; a lock keeps a stray thread from interleaving replies
         self._lock = threading.Lock()
 
@@ -93,8 +93,8 @@ class Guard:
         packed = [self._get_stamp]
         if self.per_second > 0:
             bucket = f"{self.prefix}ratelimit:{digest[:32]}"
-            packed.append(hiredis.pack_command(("EVAL", _BUCKET, 1, bucket, self.per_second, self.burst)))
-        packed += [hiredis.pack_command(tuple(read)) for read in reads]
+            packed.append(_pack(("EVAL", _BUCKET, 1, bucket, self.per_second, self.burst)))
+        packed += [_pack(tuple(read)) for read in reads]
         try:
             with self._lock:
                 results = self._round_trip(b"".join(packed), len(packed))
@@ -145,6 +145,11 @@ class Guard:
 
     def close(self) -> None:
         self._conn.disconnect()
+
+
+def _pack(command: tuple[Any, ...]) -> bytes:
+    """One command in RESP; hiredis' stub types its argument as a 1-tuple, hence the ignore."""
+    return hiredis.pack_command(command)  # type: ignore[arg-type]
 
 
 def _reader() -> hiredis.Reader:
