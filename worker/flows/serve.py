@@ -301,7 +301,12 @@ def _tail_rows(engine: Engine, tenant_id: int, client_id: str, after: int) -> Se
     params = {"after": after, "tenant_id": tenant_id, "client_id": client_id}
     if is_sqlite(engine):
         return sqlite_rows(engine, _TAIL, params)
-    raw = engine.raw_connection()
+    dbapi_error = engine.dialect.loaded_dbapi.Error
+    try:
+        raw = engine.raw_connection()
+    except dbapi_error as exc:
+        # the raw checkout skips SQLAlchemy's wrapping: wrap here, so callers see one kind of error
+        raise DBAPIError.instance(None, None, exc, dbapi_error) from exc
     try:
         return run_raw(raw.dbapi_connection, engine.dialect, _TAIL, params)
     finally:

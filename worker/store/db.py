@@ -195,8 +195,13 @@ def raw_rows(conn: Connection, stmt: Any, params: dict[str, Any]) -> list[tuple[
 
 def sqlite_rows(engine: Engine, stmt: Any, params: dict[str, Any]) -> list[tuple[Any, ...]]:
     """raw_rows of one statement outside any transaction, on this thread's sqlite_reader."""
+    dbapi_error = engine.dialect.loaded_dbapi.Error
     try:
-        return run_raw(sqlite_reader(engine), engine.dialect, stmt, params)
+        conn = sqlite_reader(engine)
+    except dbapi_error as exc:  # opening it: wrapped as the statement's errors are
+        raise DBAPIError.instance(None, None, exc, dbapi_error) from exc
+    try:
+        return run_raw(conn, engine.dialect, stmt, params)
     except Exception:
         drop_sqlite_reader(engine)
         raise
