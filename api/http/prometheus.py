@@ -28,6 +28,8 @@ from worker.metrics import (
     SPECS,
     Recorder,
     Spec,
+    field_of,
+    histogram_fields,
     parse_field,
     record_append,
 )
@@ -40,6 +42,8 @@ FLUSH_SECONDS = 0.5
 METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"})
 # kombu's Redis transport keeps priority messages in sibling lists: name + "\x06\x16" + priority
 _PRIORITY_SUFFIXES = ("", "\x06\x163", "\x06\x166", "\x06\x169")
+_LATENCY = SPECS["compactd_http_request_seconds"]
+_SHARE = SPECS["compactd_prompt_budget_share"]
 
 
 class _Series:
@@ -86,6 +90,7 @@ class Metrics:
         self._stop = threading.Event()
         self._flusher: threading.Thread | None = None
         self._queues: tuple[Any, str] | None = None
+        self._request_fields: dict[tuple[str, str, int], tuple[str, tuple[str, str]]] = {}
 
     def family(self, name: str) -> _Family:
         return _Family(self.recorder, name)
@@ -116,12 +121,27 @@ class Metrics:
         if self._queues is not None and self._queues[0] is not self.recorder.client:
             self._queues[0].close()
 
+    def record_request(self, method: str, route: str, status: int, seconds: float) -> None:
+        """A request was answered: its count and latency (what `requests` and `latency` record),
+        in one buffer update with the series' fields built once per (method, route, status)."""
+        fields = self._request_fields.get((method, route, status))
+        if fields is None:
+            shown = method if method in METHODS else "other"
+            fields = (field_of("compactd_http_requests", (shown, route, str(status))), (shown, route))
+            if len(self._request_fields) > 10_000:  # bounded anyway: routes are templates
+                self._request_fields.clear()
+            self._request_fields[(method, route, status)] = fields
+        deltas = histogram_fields(_LATENCY, fields[1], seconds)
+        deltas[fields[0]] = 1
+        self.recorder.add(deltas)
+
     def record_fetch(self, source: str, tokens: int, budget_tokens: int) -> None:
         """A prompt was served: its source, tokens, and how much of the budget it used."""
-        self.fetches.labels(source).inc()
-        self.recorder.inc("compactd_prompt_served_tokens", tokens)
-        if budget_tokens > 0:
-            self.recorder.observe("compactd_prompt_budget_share", tokens / budget_tokens)
+        deltas = histogram_fields(_SHARE, (), tokens / budget_tokens) if budget_tokens > 0 else {}
+        deltas[field_of("compactd_prompt_fetches", (source,))] = 1
+        if tokens:
+            deltas[field_of("compactd_prompt_served_tokens")] = tokens
+        self.recorder.add(deltas)
 
     def record_append(self, turns: int, redactions: Mapping[str, int]) -> None:
         """An append was stored: one append, its turns, and the secrets redacted by kind."""

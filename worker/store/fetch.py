@@ -1,7 +1,7 @@
 """The fetch path's SQL reads (worker/flows/serve.py): a function per query.
 
 `tail_rows` is the hot one: the session row joined with its turns after a position, one query on a
-pooled DBAPI connection. Each row is (session pk, version, epoch, memory_version, context_window,
+DBAPI connection. Each row is (session pk, version, epoch, memory_version, context_window,
 output_reserve, role, content, tokens); role is None when the session has no turn past `after`.
 """
 
@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, and_, bindparam, select
 from sqlalchemy.exc import DBAPIError
 
+from worker.store.db import is_sqlite, run_raw, sqlite_rows
 from worker.store.sessions import TT, S
 
 # Built once: constructing a select per request costs more than running it.
@@ -34,38 +35,27 @@ _TAIL = (
 )
 _PK = select(S.c.id).where(S.c.tenant_id == bindparam("tenant_id"), S.c.client_id == bindparam("client_id"))
 _SYSTEM = select(S.c.system).where(S.c.id == bindparam("pk"))
-_RAW_TAIL: dict[str, str] = {}
 
 
 def tail_rows(engine: Engine, tenant_id: int, client_id: str, after: int) -> Sequence[Any]:
-    """The session row joined with its turns after `after`: one query on a pooled DBAPI connection.
+    """The session row joined with its turns after `after`: one query on a DBAPI connection (SQLite:
+    the thread's own, see sqlite_reader; else a pooled one).
 
     The hot path: SQLAlchemy's statement execution costs more than the query itself here.
     """
-    sql = _RAW_TAIL.get(engine.dialect.paramstyle)
-    if sql is None:
-        sql = _RAW_TAIL[engine.dialect.paramstyle] = str(
-            _TAIL.compile(dialect=engine.dialect, compile_kwargs={"render_postcompile": True})
-        )
-    params: Any
-    if engine.dialect.paramstyle == "qmark":
-        params = (after, tenant_id, client_id)
-    else:
-        params = {"after": after, "tenant_id": tenant_id, "client_id": client_id}
+    params = {"after": after, "tenant_id": tenant_id, "client_id": client_id}
+    if is_sqlite(engine):
+        return sqlite_rows(engine, _TAIL, params)
     dbapi_error = engine.dialect.loaded_dbapi.Error
     try:
         raw = engine.raw_connection()
-        try:
-            cur = raw.cursor()
-            cur.execute(sql, params)
-            rows = cur.fetchall()
-            cur.close()
-        finally:
-            raw.close()
     except dbapi_error as exc:
-        # the raw path skips SQLAlchemy's wrapping: wrap here, so callers see one kind of error
-        raise DBAPIError.instance(sql, params, exc, dbapi_error) from exc
-    return rows
+        # the raw checkout skips SQLAlchemy's wrapping: wrap here, so callers see one kind of error
+        raise DBAPIError.instance(None, None, exc, dbapi_error) from exc
+    try:
+        return run_raw(raw.dbapi_connection, engine.dialect, _TAIL, params)
+    finally:
+        raw.close()
 
 
 def tail_rows_in(conn: Connection, tenant_id: int, client_id: str, after: int) -> Sequence[Any]:

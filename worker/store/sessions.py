@@ -17,7 +17,7 @@ from worker.compaction.tokens import count_message
 from worker.ingest import rewrite_turn_end
 from worker.redaction.seams import Reseamed
 from worker.store import memory as memory_store
-from worker.store.db import insert_ignore, is_sqlite, read_tx, write_tx
+from worker.store.db import insert_ignore, is_sqlite, raw_rows, read_tx, sqlite_rows, write_tx
 from worker.store.tables import Append, File, FileRead, Snapshot, SnapshotLog, utcnow
 from worker.store.tables import Session as SessionTable
 from worker.store.tables import Turn as TurnTable
@@ -112,13 +112,12 @@ def append_turns(
         if locked is not None:
             locked(conn, row)
         if idempotency_key is not None:
-            prior = conn.execute(_PRIOR, {"pk": pk, "key": idempotency_key}).first()
-            if prior is not None:
-                if prior.request_hash != body_hash:
+            prior = raw_rows(conn, _PRIOR, {"pk": pk, "key": idempotency_key})
+            if prior:
+                request_hash_, first_seq, last_seq = prior[0]
+                if request_hash_ != body_hash:
                     raise IdempotencyMismatch(idempotency_key)
-                return Appended(
-                    pk, tenant_id, prior.first_seq, prior.last_seq, prior.last_seq, True, row.context_window
-                )
+                return Appended(pk, tenant_id, first_seq, last_seq, last_seq, True, row.context_window)
         # only a real append changes the profile: a retry must not put back an older one
         _apply_profile(conn, row, profile)
         if validate is not None:
@@ -180,10 +179,11 @@ def _reseam(conn: Connection, row: Any, turns: list[Turn], seam: Seam) -> tuple[
     """A secret split between the stored last turn and this append's first: the stored turn is
     rewritten, and the text taken from it is scrubbed from the session's snapshots (it may already
     be compacted into one) when long enough not to match elsewhere by chance."""
-    stored = conn.execute(_STORED, {"pk": row.id, "seq": row.version}).first()
-    if stored is None:
+    found = raw_rows(conn, _STORED, {"pk": row.id, "seq": row.version})
+    if not found:
         return turns, False, 0
-    fixed = seam(tuple(orjson.loads(stored.content)), turns[0].content)
+    stored_content, stored_tokens = found[0]
+    fixed = seam(tuple(orjson.loads(stored_content)), turns[0].content)
     if fixed is None:
         return turns, False, 0
     content = list(fixed.previous)
@@ -214,7 +214,7 @@ def _reseam(conn: Connection, row: Any, turns: list[Turn], seam: Seam) -> tuple[
                 )
     first = turns[0]
     new_first = replace(first, content=fixed.first, tokens=count_message(fixed.first))
-    return [new_first, *turns[1:]], True, tokens - stored.tokens
+    return [new_first, *turns[1:]], True, tokens - stored_tokens
 
 
 def _lock_session(
@@ -251,7 +251,8 @@ def _lock_session(
     return conn.execute(query, ids).one()
 
 
-# Built once: constructing a statement per append costs more than running it (~0.25 ms each here).
+# Built once: constructing a statement per append costs more than running it (~0.25 ms each here);
+# the reads among them run through raw_rows (compiled once per dialect, ~50 us less each).
 _NEW_SESSION = {
     "version": 0,
     "epoch": 0,
@@ -345,16 +346,16 @@ def window_messages(conn: Connection, session_pk: int, version: int) -> list[dic
     """
     if version == 0:
         return []
-    rows = conn.execute(_WINDOW, {"pk": session_pk, "after": version - WINDOW_TURNS}).all()
+    rows = raw_rows(conn, _WINDOW, {"pk": session_pk, "after": version - WINDOW_TURNS})
     i = len(rows)
-    while i and rows[i - 1].role == "user":
+    while i and rows[i - 1][0] == "user":
         i -= 1
     j = i
-    while j and rows[j - 1].role == "assistant":
+    while j and rows[j - 1][0] == "assistant":
         j -= 1
     if i == j:  # no assistant message in the window: only the stand-in matters
         return [EARLIER]
-    return [EARLIER, *({"role": r.role, "content": orjson.loads(r.content)} for r in rows[j:])]
+    return [EARLIER, *({"role": role, "content": orjson.loads(content)} for role, content in rows[j:])]
 
 
 def find_session(conn: Connection, tenant_id: int, client_id: str) -> Any:
@@ -377,9 +378,17 @@ class Stored:
 
 def last_message(engine: Engine, tenant_id: int, client_id: str) -> Stored | None:
     """The session's last stored message, None before its first append."""
-    with read_tx(engine) as conn:
-        row = conn.execute(_LAST_MESSAGE, {"tenant_id": tenant_id, "client_id": client_id}).first()
-    return None if row is None else Stored(row.id, row.role, tuple(orjson.loads(row.content)))
+    ids = {"tenant_id": tenant_id, "client_id": client_id}
+    if is_sqlite(engine):
+        # one statement: on the thread's own connection, its own read snapshot (no BEGIN/COMMIT)
+        rows = sqlite_rows(engine, _LAST_MESSAGE, ids)
+    else:
+        with read_tx(engine) as conn:
+            rows = raw_rows(conn, _LAST_MESSAGE, ids)
+    if not rows:
+        return None
+    pk, role, content = rows[0]
+    return Stored(pk, role, tuple(orjson.loads(content)))
 
 
 def get_session_by_pk(engine: Engine, session_pk: int) -> Any:

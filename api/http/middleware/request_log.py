@@ -37,8 +37,7 @@ class RequestLog:
         finally:
             seconds = time.perf_counter() - started
             route = _route(scope)
-            self.metrics.requests.labels(scope["method"], route, str(status)).inc()
-            self.metrics.latency.labels(scope["method"], route).observe(seconds)
+            self.metrics.record_request(scope["method"], route, status, seconds)
             log.info(
                 "request.served",
                 method=scope["method"],

@@ -34,6 +34,11 @@ async def get_prompt(sid: SessionId, request: Request) -> Response:
     """{system, messages} ready for anthropic.messages.create, with every appended turn in it and
     never more than budget_tokens; `fallback` says when the worker had not kept up ("pending":
     the summary prepared ahead, "fit": compacted on the spot without an LLM)."""
+    return Response(await prompt_body(sid, request), media_type="application/json")
+
+
+async def prompt_body(sid: str, request: Request) -> bytes:
+    """get_prompt's answer: the response body (also sent as is by PromptFastPath)."""
     # the hot path: auth and resources without FastAPI's dependency solver (a third of the request's CPU)
     res: Resources = request.app.state.resources
     cache = res.cache
@@ -50,7 +55,7 @@ async def get_prompt(sid: SessionId, request: Request) -> Response:
     tenant, replies = await authorize(request, entry_read)
     prefetched = (known[0], entry_of(replies[0])) if replies and replies[0] is not None else None
     served = await serve_prompt(request, tenant, sid, prefetched)
-    return Response(served.body, media_type="application/json")
+    return served.body
 
 
 async def serve_prompt(
@@ -114,7 +119,7 @@ class PromptFastPath:
     """GET /v1/sessions/{sid}/prompt without FastAPI's routing, dependency solving and exception
     middleware: on a fetch those cost more CPU than the fetch itself (~0.25 of ~0.45 ms here).
 
-    The same handler runs (`get_prompt`), its errors go to the app's own exception handlers, and the
+    The same handler runs (`get_prompt`'s body, sent without building a Response), its errors go to the app's own exception handlers, and the
     route is put in the scope for the request log and metrics; the OpenAPI document still comes from
     the registered route. A request this path does not take whole (another method or path, an id
     the route would refuse, a body) goes on to the app unchanged. Installed innermost of the
@@ -133,7 +138,7 @@ class PromptFastPath:
         scope["route"] = self.route
         request = Request(scope, receive)
         try:
-            response = await get_prompt(sid, request)
+            body = await prompt_body(sid, request)
         except Exception as exc:
             handler = next((self.handlers[c] for c in _specific(type(exc)) if c in self.handlers), None)
             if handler is None:
@@ -141,7 +146,14 @@ class PromptFastPath:
             response = handler(request, exc)
             if inspect.isawaitable(response):
                 response = await response
-        await response(scope, receive, send)
+            return await response(scope, receive, send)
+        # the stored bytes as they are, with the headers Response(body, media_type=...) would send
+        await send({"type": "http.response.start", "status": 200, "headers": _headers(len(body))})
+        await send({"type": "http.response.body", "body": body})
+
+
+def _headers(length: int) -> list[tuple[bytes, bytes]]:
+    return [(b"content-length", b"%d" % length), (b"content-type", b"application/json")]
 
 
 def _specific(kind: type[BaseException]) -> tuple[type, ...]:
