@@ -110,6 +110,16 @@ class Transcript:
     handoff: Handoff | None = None
     memory: str = ""
     files: tuple[FileWrite, ...] = ()  # produced by stages, for the job to persist
+    # seq of the turn whose message end carries the snapshot's cache breakpoint: the last fetch
+    # boundary before this epoch's first rewritten turn, so the provider reads the previous
+    # epoch's prefix up to it (0: the snapshot's end, as before an epoch keeps anything)
+    cache_mark: int = 0
+    # seq of the turn whose message end carries a second breakpoint, kept for the next epoch: the
+    # end of the settled zone before the keep window, which the next structural round leaves alone
+    standing_mark: int = 0
+    # seq of the snapshot's last turn when its epoch began: fetches since ended at or after it, so
+    # the prefixes they cached carry this epoch's content (0: no epoch yet)
+    epoch_from: int = 0
 
     def with_turns(self, turns: tuple[Turn, ...] | list[Turn]) -> Transcript:
         return replace(self, turns=tuple(turns))
@@ -151,6 +161,9 @@ class Policy:
     turn_trigger: int = 0  # summarize past this many turns (0: off)
     pretrigger_share: float = 0.8  # prepare the summary ahead from this share of the summarize trigger
     memory_budget_tokens: int = 800  # the pinned working-memory block (worker/memory/model.render)
+    # a snapshot keeps a breakpoint before its keep window, so the next structural epoch reads the
+    # prompt up to there from the provider's cache instead of writing it again
+    standing_breakpoint: bool = True
 
     @property
     def budget_tokens(self) -> int:
