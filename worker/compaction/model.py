@@ -155,6 +155,7 @@ class Policy:
     preview_tokens: int = 1_000
     dedup_min_tokens: int = 200
     summary_target_share: float = 0.5  # after summarizing, aim for this share of the budget
+    summary_target_of_trigger: float = 0.6  # ... and at most this share of the summarize trigger
     handoff_max_share: float = 0.15  # the handoff note's own ceiling, as a share of the budget
     worth_it_tokens: int = 2_000
     worth_it_share: float = 0.25  # of the tokens a rewrite makes the provider cache again
@@ -212,7 +213,8 @@ class Policy:
     def summary_target_tokens(self) -> int:
         """Where summarization aims: well under the trigger, so the next rounds are spaced out."""
         return min(
-            int(self.budget_tokens * self.summary_target_share), int(0.6 * self.summarize_trigger_tokens)
+            int(self.budget_tokens * self.summary_target_share),
+            int(self.summary_target_of_trigger * self.summarize_trigger_tokens),
         )
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> Policy:
