@@ -63,6 +63,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "clip1000": {"clip_tokens": 1_000},
     "target0.35": {"summary_target_share": 0.35},
     "target0.4t": {"summary_target_share": 0.35, "summary_target_of_trigger": 0.4},
+    # with keep_share 0.05 as the default (chosen), the small-window knob on top of it
+    "chosen+target0.4t": {"summary_target_share": 0.35, "summary_target_of_trigger": 0.4},
 }
 
 

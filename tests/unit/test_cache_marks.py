@@ -10,7 +10,7 @@ import pytest
 
 from worker.compaction.assemble import assemble, merged_index
 from worker.compaction.epochs import cache_mark, first_changed, served_request, standing_mark
-from worker.compaction.model import Handoff, Transcript, Turn
+from worker.compaction.model import Handoff, Policy, Transcript, Turn
 from worker.compaction.pricing import PromptCache, breakpoints
 from worker.compaction.tokens import count_message
 
@@ -135,3 +135,18 @@ def test_a_structural_epoch_reads_the_kept_prefix_from_the_cache() -> None:
     kept = sum(t.tokens for t in before.turns if t.seq <= 13)
     assert billed.read_tokens >= kept - 50  # message overheads aside
     assert billed.write_tokens < sum(t.tokens for t in after.turns) - kept + 100
+
+
+@pytest.mark.parametrize(
+    ("share", "of_trigger", "expected"),
+    [
+        (0.5, 0.6, 8_571),  # 32k: 0.6 of the trigger (14,285) binds, not half the budget
+        (0.5, 0.4, 5_714),
+        (0.2, 0.6, 4_761),  # a small share of the budget binds first
+    ],
+)
+def test_summary_target_is_the_smaller_of_its_two_shares(
+    share: float, of_trigger: float, expected: int
+) -> None:
+    policy = Policy(context_window=32_000, summary_target_share=share, summary_target_of_trigger=of_trigger)
+    assert policy.summary_target_tokens == expected
