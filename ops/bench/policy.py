@@ -68,12 +68,15 @@ VARIANTS: dict[str, dict[str, Any]] = {
 }
 
 
-def _messages(root: Path, path: str, suffix: str = "") -> tuple[str, list[dict[str, Any]]]:
+Loaded = tuple[str, list[dict[str, Any]], list[float | None] | None]  # system, messages, times
+
+
+def _messages(root: Path, path: str, suffix: str = "") -> Loaded:
     imported = load_transcript(root / path)
     messages = imported.messages
     if suffix:
         messages = [_renamed(m, suffix) for m in messages]
-    return imported.system, messages
+    return imported.system, messages, imported.meta.get("timestamps")
 
 
 def _renamed(message: dict[str, Any], suffix: str) -> dict[str, Any]:
@@ -91,14 +94,15 @@ def _renamed(message: dict[str, Any], suffix: str) -> dict[str, Any]:
     return {**message, "content": out}
 
 
-def _joined(parts: list[tuple[str, list[dict[str, Any]]]]) -> tuple[str, list[dict[str, Any]]]:
+def _joined(parts: list[Loaded]) -> Loaded:
+    """One session of the parts in a row (no recorded times: replay it at a fixed pace)."""
     messages: list[dict[str, Any]] = []
-    for _, part in parts:
+    for _, part, _ in parts:
         messages += part
-    return parts[0][0], messages
+    return parts[0][0], messages, None
 
 
-SESSIONS: dict[str, Callable[[Path], tuple[str, list[dict[str, Any]]]]] = {
+SESSIONS: dict[str, Callable[[Path], Loaded]] = {
     "fa812bfe": lambda root: _messages(root, LONG["fa812bfe"]),
     "258c7280": lambda root: _messages(root, LONG["258c7280"]),
     "258c7280x2": lambda root: _joined(
@@ -118,9 +122,11 @@ def reading_previous(fetches: Sequence[Fetch]) -> float:
 
 
 def one(variant: str, session: str, window: int, pace: str, root: Path) -> dict[str, Any]:
-    system, messages = SESSIONS[session](root)
+    system, messages, times = SESSIONS[session](root)
     policy = Policy(context_window=window).with_overrides(VARIANTS[variant])
-    report = replay(system, messages, policy, pace=parse_pace(pace), job_seconds=JOB_SECONDS)
+    report = replay(
+        system, messages, policy, pace=parse_pace(pace), timestamps=times, job_seconds=JOB_SECONDS
+    )
     s = report.summary()
     return {
         "variant": variant,
