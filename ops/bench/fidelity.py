@@ -67,7 +67,9 @@ def span_items(turns: Iterable[Turn]) -> dict[str, list[str]]:
                 if b.get("is_error") and lines:
                     found["errors"].append(lines[0])
                 found["errors"].extend(ln for ln in lines if ERROR_START.match(ln))
-    root = os.path.commonpath(found["files"]) if len(found["files"]) > 1 else ""
+    # a common root of absolute paths only (SWE-agent's relative ones have none to strip)
+    absolute = len(found["files"]) > 1 and all(f.startswith("/") for f in found["files"])
+    root = os.path.commonpath(found["files"]) if absolute else ""
     found["files"] = [f[len(root) :].lstrip("/") or f if root.count("/") > 1 else f for f in found["files"]]
     found["commands"] = [c.strip().splitlines()[0] for c in found["commands"] if c.strip()]
     return {k: list(dict.fromkeys(fold(x)[:80] for x in v if x.strip())) for k, v in found.items()}

@@ -3,7 +3,9 @@ appended every 0.25 s with the worker simulated on the same clock (jobs take the
 
 Run: python -m ops.bench.replay [--plots DIR]   (over HTTP against the real service: ops.bench.paced)
 Per session and window: fetches over budget, epochs, switches, fallbacks, the largest prompt vs the
-budget, and the cost under the provider's cache prices against the uncompacted history.
+budget, the share of consecutive fetches reading a prefix from the provider's cache and reading
+the previous fetch's whole prefix, and the cost under its cache prices against the uncompacted
+history (`cost_ratio`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ops.bench.common import data_dir, table
+from ops.bench.policy import reading_previous
 from worker.compaction.formats import load_transcript
 from worker.compaction.model import Policy
 from worker.flows.simulate import Pace, plot, replay
@@ -30,7 +33,14 @@ def main(plots: Path | None = None) -> dict[str, Any]:
             report = replay(
                 imported.system, imported.messages, Policy(context_window=window), pace=Pace(0.25)
             )
-            rows.append({"session": name[:8], "window": window, **report.summary()})
+            rows.append(
+                {
+                    "session": name[:8],
+                    "window": window,
+                    **report.summary(),
+                    "fetches_reading_previous": reading_previous(report.fetches),
+                }
+            )
             if plots:
                 plots.mkdir(parents=True, exist_ok=True)
                 plot(
@@ -52,9 +62,11 @@ def main(plots: Path | None = None) -> dict[str, Any]:
         "max_prompt_tokens",
         "budget_tokens",
         "fetches_reading_cache",
+        "fetches_reading_previous",
         "cache_read_share",
         "cost_usd",
         "cost_usd_uncompacted",
+        "cost_ratio",
     ]
     print(table(rows, columns))
     return {"rows": rows}

@@ -5,8 +5,11 @@ The stable parts come first so the prefix stays byte-identical between epochs; t
 the only volatile part, is added at serving time to the last user message.
 
 Prompt-cache breakpoints (at most 4, the provider's limit): the end of the system prompt and
-memory, the end of the compacted snapshot (stored with it), and per fetch the newest message and
-the user message the previous fetch ended with, so each fetch reads the previous one's prefix.
+memory, one stored with the snapshot, and per fetch the newest message and the user message the
+previous fetch ended with, so each fetch reads the previous one's prefix. The snapshot's own is
+its end, or, when an epoch kept part of the previous prompt, the last message an earlier fetch
+ended with before the first rewritten turn (`Transcript.cache_mark`): the new epoch's first
+fetch then reads the kept prefix from the cache instead of writing it again.
 """
 
 from __future__ import annotations
@@ -28,18 +31,34 @@ _UNMARKABLE = {"thinking", "redacted_thinking"}
 
 
 def assemble(t: Transcript) -> dict[str, Any]:
-    """{"system": [text blocks], "messages": [...]}, with breakpoints after the system prompt and
-    memory and at the end of the messages (the stable prefix of everything served until the next epoch)."""
+    """{"system": [text blocks], "messages": [...]}, with the snapshot's breakpoints: after the
+    system prompt and memory, and at the end of the messages (the stable prefix of everything
+    served until the next epoch), or at the turns its epoch marked (`Transcript.cache_mark`,
+    `standing_mark`): with both, their prefixes hold the system prompt and it goes unmarked."""
+    marks = {t.cache_mark, t.standing_mark} - {0}
+    kept = [i for i, turn in enumerate(t.turns) if turn.seq in marks]
     system = system_blocks(t)
-    if system:
+    if system and len(kept) < 2:
         system[-1] = {**system[-1], "cache_control": CACHE_CONTROL}
     messages = [turn.as_message() for turn in t.turns]
+    if 0 in kept:
+        # the task: its own last block, which a note merged after it must not move
+        messages[0] = mark_message(messages[0])
     if t.handoff is not None:
         messages = _insert_handoff(messages, t.handoff.text)
     merged = merge_roles(messages)
-    if merged:
+    for i in kept:
+        if i > 0:
+            at = merged_index(messages, i + (1 if t.handoff is not None else 0))
+            merged[at] = mark_message(merged[at])
+    if merged and not kept:
         merged[-1] = mark_message(merged[-1])
     return {"system": system, "messages": merged}
+
+
+def merged_index(messages: Sequence[dict[str, Any]], k: int) -> int:
+    """Where messages[k] ends up once merge_roles has merged neighbours of the same role."""
+    return sum(1 for i in range(1, k + 1) if messages[i]["role"] != messages[i - 1]["role"])
 
 
 def system_blocks(t: Transcript) -> list[Block]:

@@ -25,6 +25,9 @@ def transcript_to_json(t: Transcript) -> dict[str, Any]:
             "output_tokens": t.handoff.output_tokens,
         },
         "turns": [turn_to_json(turn) for turn in t.turns],
+        "cache_mark": t.cache_mark,
+        "epoch_from": t.epoch_from,
+        "standing_mark": t.standing_mark,
     }
 
 
@@ -49,6 +52,9 @@ def transcript_from_json(data: dict[str, Any]) -> Transcript:
         memory=data.get("memory", ""),
         handoff=handoff,
         turns=tuple(turn_from_json(x) for x in data.get("turns", [])),
+        cache_mark=int(data.get("cache_mark", 0)),
+        epoch_from=int(data.get("epoch_from", 0)),
+        standing_mark=int(data.get("standing_mark", 0)),
     )
 
 

@@ -18,6 +18,7 @@ from worker.compaction.assemble import assemble, finish
 from worker.compaction.model import FileWrite, Policy, StageReport, Transcript, Turn, canonical_json
 from worker.compaction.pipeline import compact, summarized
 from worker.compaction.ports import Summarizer
+from worker.compaction.zones import keep_start
 
 
 class Decision(StrEnum):
@@ -48,6 +49,58 @@ def decide(current: Transcript, compacted: Transcript, policy: Policy) -> Verdic
         current, compacted
     )
     return Verdict(Decision.NEW_EPOCH if (must_shrink or worth_it) else Decision.SKIP, before, after)
+
+
+def first_changed(current: Transcript, compacted: Transcript) -> int:
+    """Index in current.turns of the first turn the compaction changed or removed (1 after a new
+    handoff note: only the task before it stays; len(current.turns) when none changed)."""
+    if compacted.handoff != current.handoff:
+        return min(1, len(current.turns))
+    new = {t.seq: t for t in compacted.turns}
+    return next((i for i, t in enumerate(current.turns) if new.get(t.seq) != t), len(current.turns))
+
+
+def fetch_boundaries(turns: Sequence[Turn], end: int) -> list[int]:
+    """Indexes before `end` of user turns an assistant turn follows, newest first: a fetch ended
+    with each (the agent fetches before every model call) and cached the prefix through it."""
+    return [
+        i
+        for i in range(min(end, len(turns) - 1) - 1, -1, -1)
+        if turns[i].role == "user" and turns[i + 1].role == "assistant"
+    ]
+
+
+def cache_mark(current: Transcript, compacted: Transcript) -> int:
+    """Where a new epoch's first fetch reads the previous prompt: the last prefix before the first
+    turn the compaction changed that the provider holds with this content. That is the newest of
+    the fetch boundaries since the current epoch began and the current snapshot's own marks
+    (written by every fetch since); 0: none."""
+    turns, first = current.turns, first_changed(current, compacted)
+    marks = {current.cache_mark, current.standing_mark} - {0}
+    return next(
+        (
+            turns[i].seq
+            for i in fetch_boundaries(turns, first)
+            if turns[i].seq >= current.epoch_from or turns[i].seq in marks
+        ),
+        0,
+    )
+
+
+def standing_mark(compacted: Transcript, keep_tokens: int, after: int) -> int:
+    """The breakpoint a snapshot keeps for the next epoch: the last fetch boundary before its keep
+    window (the turns the next structural round leaves alone), if it comes after `after`; 0: none."""
+    turns = compacted.turns
+    seq = next((turns[i].seq for i in fetch_boundaries(turns, keep_start(turns, keep_tokens))), 0)
+    return seq if seq > after else 0
+
+
+def new_epoch(current: Transcript, compacted: Transcript, policy: Policy) -> Transcript:
+    """The compacted transcript as a new epoch's snapshot: its breakpoints and where it began."""
+    last = compacted.turns[-1].seq if compacted.turns else 0
+    read = cache_mark(current, compacted)
+    keep = standing_mark(compacted, policy.keep_tokens, read) if policy.standing_breakpoint else 0
+    return replace(compacted, files=(), cache_mark=read, standing_mark=keep, epoch_from=last)
 
 
 def rewritten_tokens(current: Transcript, compacted: Transcript) -> int:
@@ -131,7 +184,7 @@ def step(
     switch = _switch(tokens, policy, quiet=quiet, force=force, over_turns=over_turns)
     if pending is not None and switch is not Switch.NONE:
         after = compact(catch_up(pending, current), policy)
-        new = replace(after.transcript, files=())
+        new = new_epoch(current, after.transcript, policy)
         verdict = Verdict(Decision.NEW_EPOCH, current.tokens(), new.tokens())
         files = (*prepared_files, *after.transcript.files)
         return Step(
@@ -149,7 +202,7 @@ def step(
         verdict = replace(verdict, decision=Decision.NEW_EPOCH)  # the user asked: even a small saving
     if verdict.decision is Decision.NEW_EPOCH:
         publish, files = (
-            replace(structural.transcript, files=()),
+            new_epoch(current, structural.transcript, policy),
             (*prepared_files, *structural.transcript.files),
         )
     else:

@@ -110,6 +110,16 @@ class Transcript:
     handoff: Handoff | None = None
     memory: str = ""
     files: tuple[FileWrite, ...] = ()  # produced by stages, for the job to persist
+    # seq of the turn whose message end carries the snapshot's cache breakpoint: the last fetch
+    # boundary before this epoch's first rewritten turn, so the provider reads the previous
+    # epoch's prefix up to it (0: the snapshot's end, as before an epoch keeps anything)
+    cache_mark: int = 0
+    # seq of the turn whose message end carries a second breakpoint, kept for the next epoch: the
+    # end of the settled zone before the keep window, which the next structural round leaves alone
+    standing_mark: int = 0
+    # seq of the snapshot's last turn when its epoch began: fetches since ended at or after it, so
+    # the prefixes they cached carry this epoch's content (0: no epoch yet)
+    epoch_from: int = 0
 
     def with_turns(self, turns: tuple[Turn, ...] | list[Turn]) -> Transcript:
         return replace(self, turns=tuple(turns))
@@ -137,7 +147,7 @@ class Policy:
     output_reserve: int = 8_192
     structural_trigger: float = 0.30
     summarize_trigger: float = 0.85
-    keep_share: float = 0.10
+    keep_share: float = 0.05  # issue 27's cost study: 0.10 cost 6-16% more at every window
     clip_tokens: int = 1_500
     clip_head_share: float = 0.6
     arg_clip_chars: int = 2_000
@@ -145,12 +155,16 @@ class Policy:
     preview_tokens: int = 1_000
     dedup_min_tokens: int = 200
     summary_target_share: float = 0.5  # after summarizing, aim for this share of the budget
+    summary_target_of_trigger: float = 0.6  # ... and at most this share of the summarize trigger
     handoff_max_share: float = 0.15  # the handoff note's own ceiling, as a share of the budget
     worth_it_tokens: int = 2_000
     worth_it_share: float = 0.25  # of the tokens a rewrite makes the provider cache again
     turn_trigger: int = 0  # summarize past this many turns (0: off)
     pretrigger_share: float = 0.8  # prepare the summary ahead from this share of the summarize trigger
     memory_budget_tokens: int = 800  # the pinned working-memory block (worker/memory/model.render)
+    # a snapshot keeps a breakpoint before its keep window, so the next structural epoch reads the
+    # prompt up to there from the provider's cache instead of writing it again
+    standing_breakpoint: bool = True
 
     @property
     def budget_tokens(self) -> int:
@@ -199,7 +213,8 @@ class Policy:
     def summary_target_tokens(self) -> int:
         """Where summarization aims: well under the trigger, so the next rounds are spaced out."""
         return min(
-            int(self.budget_tokens * self.summary_target_share), int(0.6 * self.summarize_trigger_tokens)
+            int(self.budget_tokens * self.summary_target_share),
+            int(self.summary_target_of_trigger * self.summarize_trigger_tokens),
         )
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> Policy:

@@ -136,6 +136,7 @@ class ReplayReport:
             "cache_read_share": round(bill.read_share, 3),
             "cost_usd": round(bill.cost_usd(self.price_per_mtok), 4),
             "cost_usd_uncompacted": round(raw_bill.cost_usd(self.price_per_mtok), 4),
+            "cost_ratio": round(bill.cost_usd(1) / max(1e-12, raw_bill.cost_usd(1)), 3),
             "uncompacted_cache_read_share": round(raw_bill.read_share, 3),
             "input_tokens": bill.input_tokens,
             "input_tokens_uncompacted": raw_bill.input_tokens,

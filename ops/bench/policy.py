@@ -1,0 +1,187 @@
+"""The cost policy study (issue 27): Policy variants replayed offline, judged by what the provider
+charges, on the shared long sessions and on long sessions generated from real turns.
+
+Run: python -m ops.bench.policy [--variants today,chosen] [--sessions fa812bfe,...]
+                                [--windows 200000,64000,32000] [--paces 0.25]
+Per (variant, session, window, pace): the cost under the provider's cache prices against the
+uncompacted history (`cost_ratio`), the share of consecutive fetches that read a prefix from the
+cache (`hit`) and that read the whole previous prompt (`whole`), the share of input tokens read
+from the cache, epochs, fetches over budget and the fidelity of the last prompt served.
+Jobs take a fixed JOB_SECONDS, so every figure is a token count, whatever the machine's load.
+
+Sessions (`SESSIONS`): the two long Claude Code sessions; `258c7280x2`, that session twice in a
+row (the second copy's tool ids renamed: a ~290k-token session that outgrows the 200k window);
+`medium`, every medium-sized shared transcript (Claude Code subagents and viewer, SWE-agent,
+OpenHands) one after the other as one session of consecutive tasks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ops.bench.common import data_dir, table
+from ops.bench.fidelity import final_fidelity
+from worker.compaction.formats import load_transcript
+from worker.compaction.model import Policy
+from worker.flows.simulate import Fetch, parse_pace, replay
+
+JOB_SECONDS = 0.05
+SPOTTER = "transcripts/claude-code/spotter/"
+LONG = {
+    "fa812bfe": SPOTTER + "fa812bfe-b295-4cca-9c2f-fdf01028cb46.jsonl",
+    "258c7280": SPOTTER + "258c7280-ae70-4798-800f-63464d01a85d.jsonl",
+}
+MEDIUM = (
+    SPOTTER + "fa812bfe-b295-4cca-9c2f-fdf01028cb46/subagents/agent-aa84377.jsonl",
+    SPOTTER + "fa812bfe-b295-4cca-9c2f-fdf01028cb46/subagents/agent-a93ccab.jsonl",
+    SPOTTER + "258c7280-ae70-4798-800f-63464d01a85d/subagents/agent-a881341.jsonl",
+    SPOTTER + "subagent.jsonl",
+    "transcripts/claude-code/claude-code-viewer/5c0375b4-57a5-4f26-b12d-d022ee4e51b7.jsonl",
+    "transcripts/swe-agent/marshmallow-1867__function_calling_replace_from_source.traj",
+    "transcripts/swe-agent/pydicom__pydicom-1458.traj",
+    "transcripts/swe-agent/ctf_web_i_got_id_demo.traj",
+    "transcripts/swe-agent/ctf_crypto_katy.traj",
+    "transcripts/openhands/basic_gui_mode.json",
+)
+
+# Policy overrides per variant ("default": DEFAULT_POLICY). The engine before this study is run
+# with PYTHONPATH at a checkout of it (its Policy ignores the knobs it does not have).
+VARIANTS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "no-standing": {"standing_breakpoint": False},
+    "worth0.1": {"worth_it_share": 0.1},
+    "worth0.5": {"worth_it_share": 0.5},
+    "gain5k": {"worth_it_tokens": 5_000},
+    "struct0.15": {"structural_trigger": 0.15},
+    "struct0.5": {"structural_trigger": 0.5},
+    "keep0.05": {"keep_share": 0.05},
+    "clip1000": {"clip_tokens": 1_000},
+    "target0.35": {"summary_target_share": 0.35},
+    "target0.4t": {"summary_target_share": 0.35, "summary_target_of_trigger": 0.4},
+    # with keep_share 0.05 as the default (chosen), the small-window knob on top of it
+    "chosen+target0.4t": {"summary_target_share": 0.35, "summary_target_of_trigger": 0.4},
+}
+
+
+Loaded = tuple[str, list[dict[str, Any]], list[float | None] | None]  # system, messages, times
+
+
+def _messages(root: Path, path: str, suffix: str = "") -> Loaded:
+    imported = load_transcript(root / path)
+    messages = imported.messages
+    if suffix:
+        messages = [_renamed(m, suffix) for m in messages]
+    return imported.system, messages, imported.meta.get("timestamps")
+
+
+def _renamed(message: dict[str, Any], suffix: str) -> dict[str, Any]:
+    """The message with its tool ids made unique again (a copy of a session played twice)."""
+    content = message["content"]
+    if not isinstance(content, list):
+        return message
+    out = []
+    for b in content:
+        if b.get("type") == "tool_use":
+            b = {**b, "id": b["id"] + suffix}
+        elif b.get("type") == "tool_result":
+            b = {**b, "tool_use_id": b["tool_use_id"] + suffix}
+        out.append(b)
+    return {**message, "content": out}
+
+
+def _joined(parts: list[Loaded]) -> Loaded:
+    """One session of the parts in a row (no recorded times: replay it at a fixed pace)."""
+    messages: list[dict[str, Any]] = []
+    for _, part, _ in parts:
+        messages += part
+    return parts[0][0], messages, None
+
+
+SESSIONS: dict[str, Callable[[Path], Loaded]] = {
+    "fa812bfe": lambda root: _messages(root, LONG["fa812bfe"]),
+    "258c7280": lambda root: _messages(root, LONG["258c7280"]),
+    "258c7280x2": lambda root: _joined(
+        [_messages(root, LONG["258c7280"]), _messages(root, LONG["258c7280"], "_2")]
+    ),
+    "medium": lambda root: _joined([_messages(root, p, f"_{i}") for i, p in enumerate(MEDIUM)]),
+}
+
+
+def reading_previous(fetches: Sequence[Fetch]) -> float:
+    """Share of consecutive fetches that read the previous fetch's whole cached prefix (through
+    its last breakpoint) from the cache: nothing of the previous prompt was written again (computed here, not in the
+    simulator's summary, so the study runs on the engine before it too)."""
+    pairs = list(itertools.pairwise(fetches))
+    whole = sum(b.billed.read_tokens >= a.billed.read_tokens + a.billed.write_tokens > 0 for a, b in pairs)
+    return round(whole / max(1, len(pairs)), 3)
+
+
+def one(variant: str, session: str, window: int, pace: str, root: Path) -> dict[str, Any]:
+    system, messages, times = SESSIONS[session](root)
+    policy = Policy(context_window=window).with_overrides(VARIANTS[variant])
+    report = replay(
+        system, messages, policy, pace=parse_pace(pace), timestamps=times, job_seconds=JOB_SECONDS
+    )
+    s = report.summary()
+    return {
+        "variant": variant,
+        "session": session,
+        "window": window,
+        "pace": s["pace"],
+        "fetches": s["fetches"],
+        "over_budget": s["over_budget"],
+        "epochs": s["epochs"],
+        "hit": s["fetches_reading_cache"],
+        "whole": reading_previous(report.fetches),
+        "read_share": s["cache_read_share"],
+        "cost_usd": s["cost_usd"],
+        "uncompacted_usd": s["cost_usd_uncompacted"],
+        "cost_ratio": round(s["cost_usd"] / s["cost_usd_uncompacted"], 3),
+        "fidelity": final_fidelity(system, messages, report.final_request)["all"],
+    }
+
+
+COLUMNS = [
+    "variant",
+    "session",
+    "window",
+    "pace",
+    "fetches",
+    "over_budget",
+    "epochs",
+    "hit",
+    "whole",
+    "read_share",
+    "cost_usd",
+    "uncompacted_usd",
+    "cost_ratio",
+    "fidelity",
+]
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--variants", default="default")
+    parser.add_argument("--sessions", default=",".join(SESSIONS))
+    parser.add_argument("--windows", default="200000,64000,32000")
+    parser.add_argument("--paces", default="0.25")
+    args = parser.parse_args(argv or [])
+    root = data_dir()
+    rows = []
+    for variant in args.variants.split(","):
+        for session in args.sessions.split(","):
+            for window in (int(w) for w in args.windows.split(",")):
+                for pace in args.paces.split(","):
+                    rows.append(one(variant, session, window, pace, root))
+                    print(table(rows[-1:], COLUMNS).splitlines()[-1], flush=True)
+    print(table(rows, COLUMNS))
+    return {"rows": rows}
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,152 @@
+"""Where a snapshot carries its cache breakpoints: the kept prefix a new epoch reads, the standing
+one it leaves for the next, and that the provider then reads instead of writing (pure, tabled)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from worker.compaction.assemble import assemble, merged_index
+from worker.compaction.epochs import cache_mark, first_changed, served_request, standing_mark
+from worker.compaction.model import Handoff, Policy, Transcript, Turn
+from worker.compaction.pricing import PromptCache, breakpoints
+from worker.compaction.tokens import count_message
+
+
+def unit(seq: int, body: str) -> tuple[Turn, Turn]:
+    use = ({"type": "tool_use", "id": f"toolu_{seq}", "name": "Bash", "input": {"command": "ls"}},)
+    res = ({"type": "tool_result", "tool_use_id": f"toolu_{seq}", "content": body},)
+    return Turn(seq, "assistant", use, count_message(use)), Turn(seq + 1, "user", res, count_message(res))
+
+
+def session(n: int, body: str = "output " * 300) -> tuple[Turn, ...]:
+    """The task (seq 1), then n tool units: assistant seq 2, 4, …; user results seq 3, 5, …"""
+    out: list[Turn] = [Turn(1, "user", ({"type": "text", "text": "task"},), 5)]
+    for k in range(n):
+        out += unit(2 + 2 * k, body)
+    return tuple(out)
+
+
+def clipped(turns: tuple[Turn, ...], seqs: set[int]) -> tuple[Turn, ...]:
+    """The turns with the results of `seqs` rewritten (a structural round's change)."""
+    res = lambda t: ({**t.content[0], "content": "clipped"},)  # noqa: E731
+    return tuple(replace(t, content=res(t), tokens=5) if t.seq in seqs else t for t in turns)
+
+
+NOTE = Handoff("note", ("archive/a.jsonl",), ((2, 5),), 3)
+
+
+@pytest.mark.parametrize(
+    ("changed", "handoff", "expected"),
+    [
+        (set(), False, 21),  # nothing changed: past the last turn
+        ({9}, False, 8),  # the result of seq 9 is index 8
+        ({5, 15}, False, 4),  # the first of several
+        ({15}, True, 1),  # a new note: only the task stays
+    ],
+)
+def test_first_changed(changed: set[int], handoff: bool, expected: int) -> None:
+    current = Transcript("", session(10))
+    new = Transcript("", clipped(current.turns, changed), handoff=NOTE if handoff else None)
+    assert first_changed(current, new) == expected
+
+
+@pytest.mark.parametrize(
+    ("changed", "epoch_from", "marks", "expected"),
+    [
+        # every fetch boundary of this epoch is cached: the newest before the change (seq 7 at index 6)
+        ({9}, 0, (0, 0), 7),
+        # the boundaries before the change are older than the epoch: its content differs there
+        ({9}, 11, (0, 0), 0),
+        # ... but the epoch's own marks were written by every fetch since: the newest kept one
+        ({9}, 11, (3, 5), 5),
+        ({9}, 11, (3, 9), 3),  # a mark on a rewritten turn is not kept
+        ({3}, 0, (0, 0), 1),  # the task is the only boundary before it
+        ({2}, 0, (0, 0), 1),  # the first call rewritten: the task still precedes it
+        ({1}, 0, (0, 0), 0),  # the task itself rewritten: nothing before it
+    ],
+)
+def test_cache_mark(changed: set[int], epoch_from: int, marks: tuple[int, int], expected: int) -> None:
+    current = Transcript("", session(10), cache_mark=marks[0], standing_mark=marks[1], epoch_from=epoch_from)
+    assert cache_mark(current, Transcript("", clipped(current.turns, changed))) == expected
+
+
+@pytest.mark.parametrize(
+    ("keep_tokens", "after", "expected"),
+    [
+        (0, 0, 19),  # no keep window: the last boundary before the last tool unit
+        (10**9, 0, 1),  # everything is kept: the task is all that is settled
+        (2_000, 0, 9),  # ~6 units of ~320 tokens are kept: seq 10 on
+        (2_000, 9, 0),  # not past the mark the epoch reads: nothing to add
+    ],
+)
+def test_standing_mark(keep_tokens: int, after: int, expected: int) -> None:
+    assert standing_mark(Transcript("", session(10)), keep_tokens, after) == expected
+
+
+def _marked(request: dict[str, Any]) -> list[str]:
+    """Where the request's breakpoints are: "system", or the text of the marked message's block."""
+    out = ["system" for b in request["system"] if "cache_control" in b]
+    for m in request["messages"]:
+        for b in m["content"]:
+            if "cache_control" in b:
+                out.append(str(b.get("tool_use_id") or b.get("text")))
+    return out
+
+
+@pytest.mark.parametrize(
+    ("marks", "handoff", "expected"),
+    [
+        ((0, 0), False, ["system", "toolu_8"]),  # no epoch marks: system and the snapshot's end
+        ((5, 0), False, ["system", "toolu_4"]),  # the kept prefix instead of the end
+        ((5, 0), True, ["system", "toolu_4"]),  # the same turn after a note
+        ((5, 7), False, ["toolu_4", "toolu_6"]),  # both: their prefixes hold the system prompt
+        ((1, 0), True, ["system", "task"]),  # the task keeps its own block, the note merged after it
+    ],
+)
+def test_assemble_places_the_snapshot_breakpoints(
+    marks: tuple[int, int], handoff: bool, expected: list[str]
+) -> None:
+    t = Transcript("sys", session(4), handoff=NOTE if handoff else None)
+    t = replace(t, cache_mark=marks[0], standing_mark=marks[1])
+    assert _marked(assemble(t)) == expected
+
+
+def test_merged_index_counts_role_changes() -> None:
+    roles = ["user", "user", "assistant", "user", "user", "assistant"]
+    messages = [{"role": r, "content": []} for r in roles]
+    assert [merged_index(messages, k) for k in range(6)] == [0, 0, 1, 2, 2, 3]
+
+
+def test_a_structural_epoch_reads_the_kept_prefix_from_the_cache() -> None:
+    """Served before and after an epoch that rewrote turns after the standing mark, the provider
+    reads the prompt up to that mark and writes only what follows; at most 4 breakpoints."""
+    body = "line of tool output\n" * 400  # ~2.4k tokens per result: every prefix is cacheable
+    before = Transcript("", session(12, body), cache_mark=3, standing_mark=13, epoch_from=13)
+    after = replace(before, turns=clipped(before.turns, {15, 17}), cache_mark=13, standing_mark=0)
+    cache = PromptCache()
+    first = served_request(before, [])
+    cache.bill(first, 0.0)
+    request = served_request(after, [])
+    assert breakpoints(first) <= 4 and breakpoints(request) <= 4
+    billed = cache.bill(request, 1.0)
+    kept = sum(t.tokens for t in before.turns if t.seq <= 13)
+    assert billed.read_tokens >= kept - 50  # message overheads aside
+    assert billed.write_tokens < sum(t.tokens for t in after.turns) - kept + 100
+
+
+@pytest.mark.parametrize(
+    ("share", "of_trigger", "expected"),
+    [
+        (0.5, 0.6, 8_571),  # 32k: 0.6 of the trigger (14,285) binds, not half the budget
+        (0.5, 0.4, 5_714),
+        (0.2, 0.6, 4_761),  # a small share of the budget binds first
+    ],
+)
+def test_summary_target_is_the_smaller_of_its_two_shares(
+    share: float, of_trigger: float, expected: int
+) -> None:
+    policy = Policy(context_window=32_000, summary_target_share=share, summary_target_of_trigger=of_trigger)
+    assert policy.summary_target_tokens == expected
