@@ -2,25 +2,32 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import redis
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
 from pydantic import SecretStr
 from sqlalchemy import Engine, create_engine, text
 
+from api.http.app import create_app
 from tests.conftest import REPO, require
 
 # re-exported: the private-server fixtures, and helpers the integration tests import from here
 from tests.services import answers, free_port, private_postgres, private_redis  # noqa: F401
+from worker.resources import Resources
 from worker.settings import Settings
 from worker.store.db import make_engine, migrate, normalize_url
 from worker.store.tenants import create_tenant
@@ -186,3 +193,118 @@ def wait_for(predicate: Any, timeout: float = 30.0, interval: float = 0.1) -> An
             return value
         time.sleep(interval)
     raise AssertionError(f"condition not met within {timeout}s")
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+@dataclass
+class AppClient:
+    """The HTTP API in this process (a TestClient over `create_app`) with two tenants: the test's
+    (`tenant`, `key`; `auth` is its header) and another (`other_key`). Compactions the API
+    schedules are recorded in `enqueued` (unless the app was opened with the real Celery enqueue)."""
+
+    client: TestClient
+    res: Resources
+    settings: Settings
+    tenant: int
+    key: str
+    other_key: str
+    enqueued: list[tuple[Any, ...]] = field(default_factory=list)
+
+    @property
+    def app(self) -> FastAPI:
+        return self.client.app  # type: ignore[return-value]
+
+    @property
+    def auth(self) -> dict[str, str]:
+        return bearer(self.key)
+
+    def request(self, method: str, path: str, key: str | None = None, **kwargs: Any) -> httpx.Response:
+        """`path` as tenant `key` (the test's unless told); `headers=` adds to the auth header."""
+        headers = {**bearer(key or self.key), **(kwargs.pop("headers", None) or {})}
+        return self.client.request(method, path, headers=headers, **kwargs)
+
+    def get(self, path: str, key: str | None = None, **kwargs: Any) -> httpx.Response:
+        return self.request("GET", path, key, **kwargs)
+
+    def post(self, path: str, key: str | None = None, **kwargs: Any) -> httpx.Response:
+        return self.request("POST", path, key, **kwargs)
+
+    def patch(self, path: str, key: str | None = None, **kwargs: Any) -> httpx.Response:
+        return self.request("PATCH", path, key, **kwargs)
+
+    def delete(self, path: str, key: str | None = None, **kwargs: Any) -> httpx.Response:
+        return self.request("DELETE", path, key, **kwargs)
+
+    def append(
+        self,
+        sid: str,
+        *messages: dict[str, Any],
+        key: str | None = None,
+        headers: dict | None = None,
+        **body: Any,
+    ) -> httpx.Response:
+        """POST /v1/sessions/{sid}/turns with these messages (and any other body fields)."""
+        json = {"messages": list(messages), **body}
+        return self.post(f"/v1/sessions/{sid}/turns", key, json=json, headers=headers)
+
+    def appended(self, sid: str, *messages: dict[str, Any], key: str | None = None, **body: Any) -> Any:
+        """`append`, asserting a 200; its JSON body."""
+        r = self.append(sid, *messages, key=key, **body)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def session_pk(self, sid: str, tenant: int | None = None) -> int:
+        from worker.store.sessions import get_session
+
+        return get_session(self.res.engine, tenant or self.tenant, sid).id
+
+    def compact(self, sid: str) -> str:
+        """Runs the session's compaction job here (the worker's own code, not through Celery)."""
+        from worker.flows import compact as jobs
+        from worker.store.sessions import get_session
+
+        row = get_session(self.res.engine, self.tenant, sid)
+        return jobs.compact(self.tenant, row.id, row.version, self.res)
+
+
+def assert_problem(r: httpx.Response, status: int, *hidden: str) -> dict[str, Any]:
+    """A problem+json answer of `status` with a title, no traceback, none of the `hidden` strings
+    (something the request carried that an error body must never echo); its body."""
+    assert r.status_code == status, r.text
+    assert r.headers["content-type"] == "application/problem+json"
+    assert "Traceback" not in r.text and not [h for h in hidden if h in r.text], r.text
+    body = r.json()
+    assert body["status"] == status and body["title"], body
+    return dict(body)
+
+
+RECORD: Any = object()  # open_app's default enqueue: record each scheduled compaction
+
+
+@contextlib.contextmanager
+def open_app(
+    settings: Settings,
+    *,
+    enqueue: Any = RECORD,
+    raise_server_exceptions: bool = False,
+    app: Callable[[FastAPI], FastAPI] | None = None,
+) -> Iterator[AppClient]:
+    """The API in this process over `settings`, with tenants "a" (the test's) and "b"; its Redis
+    keys and queue are flushed afterwards. `enqueue=None` sends compactions to Celery for real;
+    `app` may change the app before it starts."""
+    enqueued: list[tuple[Any, ...]] = []
+    chosen = (lambda *a: enqueued.append(a)) if enqueue is RECORD else enqueue
+    built = create_app(settings, enqueue=chosen)
+    try:
+        with TestClient(app(built) if app else built, raise_server_exceptions=raise_server_exceptions) as tc:
+            res: Resources = built.state.resources
+            tenant, key = create_tenant(res.engine, "a")
+            other = create_tenant(res.engine, "b")[1]
+            yield AppClient(tc, res, settings, tenant, key, other, enqueued)
+    finally:
+        with contextlib.suppress(redis.ConnectionError):  # a test may point the app at no Redis
+            flush_prefix(settings.redis_url, settings.redis_prefix)
+            flush_prefix(settings.redis_url, settings.queue)
