@@ -139,14 +139,43 @@ def run_cli(settings: Settings, *args: str, timeout: float = 60) -> subprocess.C
     )
 
 
-class Worker:
-    """A real `compactd worker` (or beat) subprocess."""
+# `compactd ARGS` with the broker's visibility timeout replaced (Worker's `visibility`)
+_VISIBILITY = (
+    "import sys, worker.celery_app as c\n"
+    "base = c.celery_config\n"
+    "def short(s):\n"
+    "    conf = base(s)\n"
+    "    opts = dict(conf['broker_transport_options'], visibility_timeout={seconds},\n"
+    "                unacked_restore_interval=1, unacked_restore_throttle=1)\n"
+    "    return {{**conf, 'broker_transport_options': opts}}\n"
+    "c.celery_config = short\n"
+    "from api.cli.command import main\n"
+    "sys.exit(main(sys.argv[1:]))\n"
+)
 
-    def __init__(self, settings: Settings, *args: str, log: Path, env: dict[str, str] | None = None) -> None:
+
+class Worker:
+    """A real `compactd worker` (or api, beat) subprocess. `visibility`: the broker redelivers a
+    message left unacked that many seconds (the shipped config keeps it longer than any task plus
+    a minute), for tests of redelivery that would otherwise wait that minute out."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *args: str,
+        log: Path,
+        env: dict[str, str] | None = None,
+        visibility: int | None = None,
+    ) -> None:
         self.log = log
         self.out = log.open("wb")
+        start = (
+            ["-m", "api.cli.command"]
+            if visibility is None
+            else ["-c", _VISIBILITY.format(seconds=visibility)]
+        )
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "api.cli.command", *args],
+            [sys.executable, *start, *args],
             env=settings_env(settings) | (env or {}),
             cwd=REPO,
             stdout=self.out,
@@ -224,7 +253,8 @@ class AppClient:
     def request(self, method: str, path: str, key: str | None = None, **kwargs: Any) -> httpx.Response:
         """`path` as tenant `key` (the test's unless told); `headers=` adds to the auth header."""
         headers = {**bearer(key or self.key), **(kwargs.pop("headers", None) or {})}
-        return self.client.request(method, path, headers=headers, **kwargs)
+        response: Any = self.client.request(method, path, headers=headers, **kwargs)
+        return response
 
     def get(self, path: str, key: str | None = None, **kwargs: Any) -> httpx.Response:
         return self.request("GET", path, key, **kwargs)
@@ -306,5 +336,65 @@ def open_app(
             yield AppClient(tc, res, settings, tenant, key, other, enqueued)
     finally:
         with contextlib.suppress(redis.ConnectionError):  # a test may point the app at no Redis
-            flush_prefix(settings.redis_url, settings.redis_prefix)
-            flush_prefix(settings.redis_url, settings.queue)
+            flush_prefix(settings.redis_url or "", settings.redis_prefix)
+            flush_prefix(settings.redis_url or "", settings.queue)
+
+
+@dataclass(frozen=True)
+class Service:
+    """A running compactd: `compactd api` and `compactd worker` processes on loopback."""
+
+    url: str
+    key: str  # the default tenant's key (COMPACTD_DEFAULT_API_KEY)
+    settings: Settings
+    api_log: Path
+    worker_log: Path
+
+    @property
+    def auth(self) -> dict[str, str]:
+        return bearer(self.key)
+
+    def http(self, key: str | None = None, timeout: float = 30) -> httpx.Client:
+        """An HTTP client on the API with tenant `key` (the default tenant's unless told); close it."""
+        return httpx.Client(base_url=self.url, headers=bearer(key or self.key), timeout=timeout)
+
+
+@contextlib.contextmanager
+def running_service(
+    tmp: Path, database_url: str, redis_url: str, *, env: dict[str, str] | None = None, **overrides: Any
+) -> Iterator[Service]:
+    """`compactd api` and `compactd worker --concurrency=1` over `database_url` with a default key,
+    started together and stopped (their Redis keys and queue flushed) at the end. A start is a few
+    seconds of imports and rule loading per process: share one per module or session where the
+    tests can keep apart by session id."""
+    key = f"cpd_{uuid.uuid4().hex}"
+    port = free_port()
+    settings = make_settings(tmp, database_url, redis_url, port=port, default_api_key=key, **overrides)
+    api = Worker(settings, "api", log=tmp / "api.log", env=env)
+    worker = Worker(settings, "worker", "--concurrency=1", log=tmp / "worker.log", env=env)
+    try:
+        api.wait_ready("api.started")
+        worker.wait_ready()
+        yield Service(f"http://127.0.0.1:{port}", key, settings, tmp / "api.log", tmp / "worker.log")
+    finally:
+        api.stop()
+        worker.stop()
+        flush_prefix(redis_url, settings.redis_prefix)
+        redis.Redis.from_url(redis_url).delete(settings.queue)
+
+
+@pytest.fixture(scope="session")
+def service(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[Service]:
+    """One running compactd (API + worker, SQLite) for the whole run, for tests that keep apart by
+    session id: a small offload threshold (a short tool output becomes a virtual file) and no
+    debounce before a compaction (a /compact runs at once)."""
+    tmp = tmp_path_factory.mktemp("compactd")
+    with running_service(
+        tmp,
+        f"sqlite:///{tmp / 'compactd.db'}",
+        redis_url,
+        offload_tokens=300,
+        preview_tokens=50,
+        idle_seconds=0.0,
+    ) as running:
+        yield running
