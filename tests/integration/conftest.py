@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import os
 import subprocess
@@ -66,17 +67,26 @@ def pg_schema_url() -> Iterator[str]:
     admin.dispose()
 
 
-@pytest.fixture
-def pg_url(pg_schema_url: str) -> Iterator[str]:
-    """A PostgreSQL URL selecting a schema of its own, dropped after the test."""
+@contextlib.contextmanager
+def private_schema() -> Iterator[str]:
+    """A PostgreSQL schema of its own (dropped afterwards), as a URL selecting it."""
     schema = f"s_{uuid.uuid4().hex[:12]}"
     admin = create_engine(normalize_url(PG_URL))
     with admin.begin() as conn:
         conn.execute(text(f"CREATE SCHEMA {schema}"))
-    yield pg_schema_url.rsplit("?", 1)[0] + f"?options=-csearch_path%3D{schema}"
-    with admin.begin() as conn:
-        conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
-    admin.dispose()
+    try:
+        yield f"{PG_URL}?options=-csearch_path%3D{schema}"
+    finally:
+        with admin.begin() as conn:
+            conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
+        admin.dispose()
+
+
+@pytest.fixture
+def pg_url(pg_schema_url: str) -> Iterator[str]:
+    """A PostgreSQL URL selecting a schema of its own, dropped after the test."""
+    with private_schema() as url:
+        yield url
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -85,6 +95,20 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'compactd.db'}"
     return request.getfixturevalue("pg_url")
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def module_database_url(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """`database_url` for a module's shared app: one SQLite file, or one PostgreSQL schema, per
+    module and backend (the test ids are the same: [sqlite], [postgresql])."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path_factory.mktemp('db') / 'compactd.db'}"
+        return
+    request.getfixturevalue("pg_schema_url")  # PostgreSQL is answering (or skip/fail)
+    with private_schema() as url:
+        yield url
 
 
 @pytest.fixture
@@ -241,6 +265,7 @@ class AppClient:
     key: str
     other_key: str
     enqueued: list[tuple[Any, ...]] = field(default_factory=list)
+    recorder: Any = None  # where the app records scheduled compactions (open_app's default)
 
     @property
     def app(self) -> FastAPI:
@@ -286,6 +311,17 @@ class AppClient:
         assert r.status_code == 200, r.text
         return r.json()
 
+    def fresh_tenants(self) -> AppClient:
+        """The same app for another test: two new tenants and an empty `enqueued`. A module shares
+        one app (its start, migrations and tenants cost more than most tests) when its tests keep
+        apart by tenant and read nothing app-wide (metrics, whole tables)."""
+        tenant, key = create_tenant(self.res.engine, f"a-{uuid.uuid4().hex[:8]}")
+        other = create_tenant(self.res.engine, f"b-{uuid.uuid4().hex[:8]}")[1]
+        enqueued: list[tuple[Any, ...]] = []
+        if self.recorder is not None:
+            self.recorder.into = enqueued
+        return dataclasses.replace(self, tenant=tenant, key=key, other_key=other, enqueued=enqueued)
+
     def session_pk(self, sid: str, tenant: int | None = None) -> int:
         from worker.store.sessions import get_session
 
@@ -314,6 +350,14 @@ def assert_problem(r: httpx.Response, status: int, *hidden: str) -> dict[str, An
 RECORD: Any = object()  # open_app's default enqueue: record each scheduled compaction
 
 
+class _Recorder:
+    def __init__(self) -> None:
+        self.into: list[tuple[Any, ...]] = []
+
+    def __call__(self, *job: Any) -> None:
+        self.into.append(job)
+
+
 @contextlib.contextmanager
 def open_app(
     settings: Settings,
@@ -325,15 +369,17 @@ def open_app(
     """The API in this process over `settings`, with tenants "a" (the test's) and "b"; its Redis
     keys and queue are flushed afterwards. `enqueue=None` sends compactions to Celery for real;
     `app` may change the app before it starts."""
-    enqueued: list[tuple[Any, ...]] = []
-    chosen = (lambda *a: enqueued.append(a)) if enqueue is RECORD else enqueue
+    recorder = _Recorder() if enqueue is RECORD else None
+    chosen = recorder if enqueue is RECORD else enqueue
     built = create_app(settings, enqueue=chosen)
     try:
         with TestClient(app(built) if app else built, raise_server_exceptions=raise_server_exceptions) as tc:
             res: Resources = built.state.resources
             tenant, key = create_tenant(res.engine, "a")
             other = create_tenant(res.engine, "b")[1]
-            yield AppClient(tc, res, settings, tenant, key, other, enqueued)
+            yield AppClient(
+                tc, res, settings, tenant, key, other, recorder.into if recorder else [], recorder
+            )
     finally:
         with contextlib.suppress(redis.ConnectionError):  # a test may point the app at no Redis
             flush_prefix(settings.redis_url or "", settings.redis_prefix)

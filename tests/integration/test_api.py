@@ -28,10 +28,26 @@ def with_boom(app: FastAPI) -> FastAPI:
     return app
 
 
-@pytest.fixture
-def api(tmp_path: Path, database_url: str, redis_url: str) -> Iterator[AppClient]:
-    settings = make_settings(tmp_path, database_url, redis_url, max_request_bytes=200_000)
+@pytest.fixture(scope="module")
+def app(
+    tmp_path_factory: pytest.TempPathFactory, module_database_url: str, redis_url: str
+) -> Iterator[AppClient]:
+    """One app per backend for the module; each test gets tenants of its own (`api`)."""
+    tmp = tmp_path_factory.mktemp("api")
+    settings = make_settings(tmp, module_database_url, redis_url, max_request_bytes=200_000)
     with open_app(settings, app=with_boom) as client:
+        yield client
+
+
+@pytest.fixture
+def api(app: AppClient) -> AppClient:
+    return app.fresh_tenants()
+
+
+@pytest.fixture
+def own_app(tmp_path: Path, database_url: str, redis_url: str) -> Iterator[AppClient]:
+    """An app of the test's own, for what reads app-wide counters (metrics)."""
+    with open_app(make_settings(tmp_path, database_url, redis_url)) as client:
         yield client
 
 
@@ -263,8 +279,9 @@ def test_delete_removes_the_session(api: AppClient) -> None:
     assert api.append("s", user("b")).json()["first_seq"] == 1
 
 
-def test_health_readiness_metrics_openapi(api: AppClient) -> None:
+def test_health_readiness_metrics_openapi(own_app: AppClient) -> None:
     """healthz, readyz, metrics (with routes and fetch sources) and the OpenAPI document answer."""
+    api = own_app
     api.append("s", user("a"))
     api.get("/v1/sessions/s/prompt")
     assert api.client.get("/healthz").json() == {"status": "ok"}

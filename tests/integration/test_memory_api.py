@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,10 +21,19 @@ pytestmark = pytest.mark.services
 TOKEN = "ghp_" + "memtest4f9c2A7bX1yZ0qW3eR5tY8uI6oP2aS4dF7gH"[:36]  # fake, detected shape
 
 
-@pytest.fixture
-def api(tmp_path: Path, database_url: str, redis_url: str) -> Iterator[AppClient]:
-    with open_app(make_settings(tmp_path, database_url, redis_url)) as client:
+@pytest.fixture(scope="module")
+def app(
+    tmp_path_factory: pytest.TempPathFactory, module_database_url: str, redis_url: str
+) -> Iterator[AppClient]:
+    """One app per backend for the module; each test gets tenants of its own (`api`)."""
+    settings = make_settings(tmp_path_factory.mktemp("memory"), module_database_url, redis_url)
+    with open_app(settings) as client:
         yield client
+
+
+@pytest.fixture
+def api(app: AppClient) -> AppClient:
+    return app.fresh_tenants()
 
 
 def patch(api: AppClient, ops: list[dict[str, Any]], sid: str = "s", **params: str) -> Any:
