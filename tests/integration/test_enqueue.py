@@ -248,8 +248,8 @@ def test_an_append_whose_worker_process_is_killed_is_stored_once_after_redeliver
 
 @contextmanager
 def short_limit_service(tmp_path: Path, redis_url: str) -> Iterator[tuple[Settings, httpx.Client]]:
-    """An API process of this test's own with a 5 s task limit (soft limit 1 s), and a client
-    holding its key."""
+    """An API process of this test's own with a 5 s task limit (soft limit 1 s; the broker's
+    visibility timeout, 2 x limit + idle + 60 s, about 70 s), and a client holding its key."""
     key = f"cpd_{uuid.uuid4().hex}"
     settings = make_settings(
         tmp_path,
@@ -275,10 +275,7 @@ def test_queued_appends_survive_a_killed_worker_and_land_after_a_new_one_starts(
     tmp_path: Path, redis_url: str
 ) -> None:
     """Appends queued and in flight when the whole worker is SIGKILLed are all stored, once, after
-    a new worker starts (the in-flight one after the broker's visibility timeout: the shipped one,
-    2 x limit + idle + 60 s, would be waited out here; 2 x limit + 20 s is still well past a task's
-    5 s hard limit plus a retry's countdown, so a running or waiting task is not redelivered, and
-    the test waits ~30 s for it, not ~70 s)."""
+    a new worker starts (the in-flight one after the broker's visibility timeout)."""
     with short_limit_service(tmp_path, redis_url) as (settings, http):
         key = settings.default_api_key or ""
         http.post("/v1/sessions/w/turns", json={"messages": [user("start")]}).raise_for_status()
@@ -291,10 +288,7 @@ def test_queued_appends_survive_a_killed_worker_and_land_after_a_new_one_starts(
             for pid in [*pool_children(first.proc.pid), first.proc.pid]:
                 os.kill(pid, signal.SIGKILL)
             first.proc.wait()
-            visibility = 2 * settings.task_time_limit_seconds + 20
-            second = Worker(
-                settings, "worker", "--concurrency=1", log=tmp_path / "worker2.log", visibility=visibility
-            )
+            second = Worker(settings, "worker", "--concurrency=1", log=tmp_path / "worker2.log")
             second.wait_ready(timeout=120)
             prompt = prompt_at(http, "w", 63, timeout=150)
             assert prompt["version"] == 63
