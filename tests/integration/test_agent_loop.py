@@ -13,10 +13,9 @@ from compactd_client import AsyncCompactd, Compactd, RetryPolicy
 from compactd_client.agent import ToolOutput, arun_agent, run_agent
 
 from tests.fakes.messages_api import FakeMessagesAPI, reply, tool_call
-from tests.integration.test_client_service import Service, service
+from tests.integration.conftest import Service
 
 pytestmark = [pytest.mark.services]
-__all__ = ["service"]
 
 BASH = {"name": "bash", "description": "run a shell command", "input_schema": {"type": "object"}}
 LS = {"name": "ls", "description": "list files", "input_schema": {"type": "object"}}

@@ -7,65 +7,55 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fastapi.testclient import TestClient
+from fastapi import FastAPI
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from api.http.app import create_app
 from tests.factories import assistant_tool, result, user
-from tests.integration.conftest import flush_prefix, make_settings
+from tests.integration.conftest import AppClient, make_settings, open_app
+from tests.integration.conftest import assert_problem as problem
 from worker.compaction.validate import request_problems
-from worker.resources import Resources
-from worker.store.tenants import create_tenant
 
 pytestmark = pytest.mark.services
 MARKER = "zebra-quokka-4711"  # appears in request content; must never come back in an error body
 
 
-class Api:
-    def __init__(self, client: TestClient, key: str, other_key: str, enqueued: list, res: Resources) -> None:
-        self.client, self.key, self.other_key, self.enqueued, self.res = client, key, other_key, enqueued, res
-        self.auth = {"Authorization": f"Bearer {key}"}
-
-    def append(self, sid: str, *messages: dict, headers: dict | None = None, **body: Any) -> Any:
-        return self.client.post(
-            f"/v1/sessions/{sid}/turns",
-            json={"messages": list(messages), **body},
-            headers={**self.auth, **(headers or {})},
-        )
-
-    def get(self, path: str, key: str | None = None) -> Any:
-        return self.client.get(path, headers={"Authorization": f"Bearer {key or self.key}"})
-
-
-@pytest.fixture
-def api(tmp_path: Path, database_url: str, redis_url: str) -> Iterator[Api]:
-    settings = make_settings(tmp_path, database_url, redis_url, max_request_bytes=200_000)
-    enqueued: list = []
-    app = create_app(settings, enqueue=lambda *a: enqueued.append(a))
-
+def with_boom(app: FastAPI) -> FastAPI:
     @app.get("/boom")
     def boom() -> None:
         raise RuntimeError(f"internal detail {MARKER}")
 
-    with TestClient(app, raise_server_exceptions=False) as client:
-        res = app.state.resources
-        key = create_tenant(res.engine, "a")[1]
-        other = create_tenant(res.engine, "b")[1]
-        yield Api(client, key, other, enqueued, res)
-    flush_prefix(redis_url, settings.redis_prefix)
+    return app
+
+
+@pytest.fixture(scope="module")
+def app(
+    tmp_path_factory: pytest.TempPathFactory, module_database_url: str, redis_url: str
+) -> Iterator[AppClient]:
+    """One app per backend for the module; each test gets tenants of its own (`api`)."""
+    tmp = tmp_path_factory.mktemp("api")
+    settings = make_settings(tmp, module_database_url, redis_url, max_request_bytes=200_000)
+    with open_app(settings, app=with_boom) as client:
+        yield client
+
+
+@pytest.fixture
+def api(app: AppClient) -> AppClient:
+    return app.fresh_tenants()
+
+
+@pytest.fixture
+def own_app(tmp_path: Path, database_url: str, redis_url: str) -> Iterator[AppClient]:
+    """An app of the test's own, for what reads app-wide counters (metrics)."""
+    with open_app(make_settings(tmp_path, database_url, redis_url)) as client:
+        yield client
 
 
 def assert_problem(r: Any, status: int) -> dict:
-    assert r.status_code == status, r.text
-    assert r.headers["content-type"] == "application/problem+json"
-    assert MARKER not in r.text and "Traceback" not in r.text
-    body = r.json()
-    assert body["status"] == status and body["title"]
-    return body
+    return problem(r, status, MARKER)
 
 
-def test_append_then_fetch_returns_every_turn_as_a_valid_request(api: Api) -> None:
+def test_append_then_fetch_returns_every_turn_as_a_valid_request(api: AppClient) -> None:
     """Appended turns come back in order, with the system prompt, the status note last, and a compaction enqueued."""
     r = api.append(
         "s1", user("task"), assistant_tool("toolu_01"), system="You are helpful.", context_window=50_000
@@ -85,7 +75,7 @@ def test_append_then_fetch_returns_every_turn_as_a_valid_request(api: Api) -> No
     assert [e[2] for e in api.enqueued] == [2, 3]
 
 
-def test_missing_or_bad_key_is_401_problem(api: Api) -> None:
+def test_missing_or_bad_key_is_401_problem(api: AppClient) -> None:
     """No Authorization header, a wrong scheme or an unknown key is a 401 problem."""
     assert_problem(api.client.get("/v1/sessions/x/prompt"), 401)
     assert_problem(
@@ -94,7 +84,7 @@ def test_missing_or_bad_key_is_401_problem(api: Api) -> None:
     assert_problem(api.get("/v1/sessions/x/prompt", key="cpd_nope"), 401)
 
 
-def test_an_anonymous_body_over_the_size_limit_is_401_not_413(api: Api) -> None:
+def test_an_anonymous_body_over_the_size_limit_is_401_not_413(api: AppClient) -> None:
     """Without a key, even a body past the request-size limit is a 401: the caller learns nothing
     about the limit (with a key it is the limit's 413)."""
     big = {"messages": [{"role": "user", "content": "x" * 300_000}]}
@@ -153,7 +143,7 @@ _body = st.fixed_dictionaries(
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(body=_body)
-def test_any_append_is_accepted_whole_or_refused_whole(api: Api, body: dict[str, Any]) -> None:
+def test_any_append_is_accepted_whole_or_refused_whole(api: AppClient, body: dict[str, Any]) -> None:
     """Arbitrary bodies, one session: a refusal is a 4xx problem and changes nothing; an accepted
     append leaves a prompt that is a valid Anthropic request. Never a 500."""
     before = api.get("/v1/sessions/fz/prompt")
@@ -174,7 +164,7 @@ def test_any_append_is_accepted_whole_or_refused_whole(api: Api, body: dict[str,
         assert (after.status_code, after.content) == (before.status_code, before.content)
 
 
-def test_another_tenants_session_is_404(api: Api) -> None:
+def test_another_tenants_session_is_404(api: AppClient) -> None:
     """A session is invisible to other tenants: prompt, metadata, memory and delete are all 404."""
     api.append("mine", user("secret plans"))
     other = {"Authorization": f"Bearer {api.other_key}"}
@@ -198,7 +188,7 @@ def test_another_tenants_session_is_404(api: Api) -> None:
         "integer_beyond_64_bits",
     ],
 )
-def test_bad_input_is_a_problem_and_leaves_the_session_unchanged(api: Api, kind: str) -> None:
+def test_bad_input_is_a_problem_and_leaves_the_session_unchanged(api: AppClient, kind: str) -> None:
     """Every kind of bad append gets problem+json without echoing content, and the session stays as it was."""
     api.append("s", user("task"), assistant_tool("toolu_9"), headers={"Idempotency-Key": "k1"})
     before = api.get("/v1/sessions/s/prompt").json()
@@ -237,7 +227,7 @@ def test_bad_input_is_a_problem_and_leaves_the_session_unchanged(api: Api, kind:
     assert_problem(api.get("/v1/sessions/fresh"), 404)
 
 
-def test_idempotent_retry_returns_the_original_response(api: Api) -> None:
+def test_idempotent_retry_returns_the_original_response(api: AppClient) -> None:
     """A retried append with the same key and body returns the first response and appends nothing."""
     first = api.append("s", user("once"), headers={"Idempotency-Key": "abc"}).json()
     again = api.append("s", user("once"), headers={"Idempotency-Key": "abc"}).json()
@@ -247,14 +237,14 @@ def test_idempotent_retry_returns_the_original_response(api: Api) -> None:
     assert api.get("/v1/sessions/s").json()["version"] == 1
 
 
-def test_secrets_are_redacted_before_storage(api: Api) -> None:
+def test_secrets_are_redacted_before_storage(api: AppClient) -> None:
     """An AWS key in a message is served as a typed placeholder, never verbatim."""
     api.append("s", user("my key is AKIAIOSFODNN7EXAMPLF ok"))
     text = api.get("/v1/sessions/s/prompt").text
     assert "AKIAIOSFODNN7EXAMPLF" not in text and "[REDACTED:aws_access_key:" in text
 
 
-def test_activity_header_and_resource(api: Api) -> None:
+def test_activity_header_and_resource(api: AppClient) -> None:
     """X-Compactd-Activity on append and PUT /activity set the session's declared state."""
     api.append("s", user("go"), headers={"X-Compactd-Activity": "busy"})
     assert api.get("/v1/sessions/s").json()["activity"] == "busy"
@@ -264,7 +254,7 @@ def test_activity_header_and_resource(api: Api) -> None:
     assert_problem(api.client.put("/v1/sessions/s/activity", json={"state": "asleep"}, headers=api.auth), 422)
 
 
-def test_memory_is_rendered_into_the_prompt_and_capped(api: Api) -> None:
+def test_memory_is_rendered_into_the_prompt_and_capped(api: AppClient) -> None:
     """Memory items show in the prompt's system blocks; past the hard cap the PUT is a 422 problem."""
     api.append("s", user("go"))
     r = api.client.put(
@@ -281,7 +271,7 @@ def test_memory_is_rendered_into_the_prompt_and_capped(api: Api) -> None:
     assert api.get("/v1/sessions/s/memory").json()["items"] == []
 
 
-def test_delete_removes_the_session(api: Api) -> None:
+def test_delete_removes_the_session(api: AppClient) -> None:
     """DELETE makes the session 404 and a new append starts again from seq 1."""
     api.append("s", user("a"))
     assert api.client.delete("/v1/sessions/s", headers=api.auth).status_code == 204
@@ -289,8 +279,9 @@ def test_delete_removes_the_session(api: Api) -> None:
     assert api.append("s", user("b")).json()["first_seq"] == 1
 
 
-def test_health_readiness_metrics_openapi(api: Api) -> None:
+def test_health_readiness_metrics_openapi(own_app: AppClient) -> None:
     """healthz, readyz, metrics (with routes and fetch sources) and the OpenAPI document answer."""
+    api = own_app
     api.append("s", user("a"))
     api.get("/v1/sessions/s/prompt")
     assert api.client.get("/healthz").json() == {"status": "ok"}
@@ -304,12 +295,12 @@ def test_health_readiness_metrics_openapi(api: Api) -> None:
     )
 
 
-def test_unexpected_errors_are_a_500_problem_without_details(api: Api) -> None:
+def test_unexpected_errors_are_a_500_problem_without_details(api: AppClient) -> None:
     """An exception inside a route becomes a bare 500 problem: no message, no stack trace."""
     assert_problem(api.client.get("/boom"), 500)
 
 
-def test_offloaded_output_is_a_file_the_agent_can_read_back(api: Api) -> None:
+def test_offloaded_output_is_a_file_the_agent_can_read_back(api: AppClient) -> None:
     """A tool output over the offload threshold becomes a virtual file: listed, readable by lines and grep, reads logged."""
     big = "\n".join(f"line {i}: value {i * 7}" for i in range(6_000))
     api.append("s", user("run it"), assistant_tool("toolu_big"))
@@ -336,7 +327,7 @@ def test_offloaded_output_is_a_file_the_agent_can_read_back(api: Api) -> None:
     assert {t["name"] for t in api.get("/v1/tools").json()} >= {"read_file", "grep"}
 
 
-def test_sub_agent_sessions_link_to_their_parent(api: Api) -> None:
+def test_sub_agent_sessions_link_to_their_parent(api: AppClient) -> None:
     """A session created with parent_session_id and parent_tool_use_id reports both; the parent's prompt is untouched."""
     api.append("parent", user("delegate"), assistant_tool("toolu_task"))
     api.append("child", user("sub task"), parent_session_id="parent", parent_tool_use_id="toolu_task")
@@ -345,7 +336,7 @@ def test_sub_agent_sessions_link_to_their_parent(api: Api) -> None:
     assert "sub task" not in api.get("/v1/sessions/parent/prompt").text
 
 
-def test_an_assistant_reply_appended_as_the_api_returned_it_is_accepted(api: Api) -> None:
+def test_an_assistant_reply_appended_as_the_api_returned_it_is_accepted(api: AppClient) -> None:
     """A reply dumped from the SDK (a blank text block before the tool call, None-valued fields,
     a signed thinking block) is appended, and the served prompt is a valid request."""
     import anthropic.types as at
@@ -378,7 +369,7 @@ def test_an_assistant_reply_appended_as_the_api_returned_it_is_accepted(api: Api
     }
 
 
-def test_a_prompt_ending_with_the_models_turn_is_flagged_as_a_prefill(api: Api) -> None:
+def test_a_prompt_ending_with_the_models_turn_is_flagged_as_a_prefill(api: AppClient) -> None:
     """A served prompt whose last message is the assistant's says `"prefill": true`; the next user turn clears it."""
     assert (
         api.append("pf", user("hello"), {"role": "assistant", "content": "Hi, what next?"}).status_code == 200

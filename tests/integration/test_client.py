@@ -17,11 +17,9 @@ from compactd_client import (
     UnreachableError,
 )
 
-from tests.integration.conftest import free_port, wait_for
-from tests.integration.test_client_service import Service, service
+from tests.integration.conftest import Service, free_port, wait_for
 
 pytestmark = [pytest.mark.services]
-__all__ = ["service"]
 
 FAST = RetryPolicy(attempts=4, base=0.05, cap=0.2)
 BIG_OUTPUT = (

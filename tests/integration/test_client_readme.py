@@ -13,10 +13,9 @@ import pytest
 
 from tests.conftest import REPO
 from tests.fakes.messages_api import FakeMessagesAPI, reply, tool_call
-from tests.integration.test_client_service import Service, service
+from tests.integration.conftest import Service
 
 pytestmark = [pytest.mark.services]
-__all__ = ["service"]
 
 MARKER = "<!-- example-agent -->"
 

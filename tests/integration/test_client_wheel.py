@@ -13,11 +13,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
+from tests.integration.conftest import Service
 from tests.integration.test_client_readme import run_readme_example
-from tests.integration.test_client_service import Service, service
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
-__all__ = ["service"]
 
 # what the service needs and the client must not bring along
 SERVICE_ONLY = ("api", "worker", "fastapi", "celery", "sqlmodel", "redis", "matplotlib", "tiktoken")

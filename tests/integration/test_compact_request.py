@@ -9,34 +9,27 @@ import pytest
 import structlog
 from fastapi.testclient import TestClient
 
-from api.http.app import create_app
-from tests.integration.conftest import flush_prefix, make_settings, wait_for
+from tests.integration.conftest import make_settings, open_app, wait_for
 from worker.flows import compact as jobs
 from worker.resources import Resources
 from worker.settings import Settings
 from worker.store.snapshots import load
-from worker.store.tenants import create_tenant
 
 pytestmark = [pytest.mark.services]
 FOCUS_SECRET = "AKIAIOSFODNN7EXAMPLF"
 
 
 @pytest.fixture
-def settings(tmp_path: Path, redis_url: str) -> Iterator[Settings]:
-    s = make_settings(tmp_path, f"sqlite:///{tmp_path / 'compactd.db'}", redis_url, idle_seconds=0.0)
-    yield s
-    flush_prefix(redis_url, s.redis_prefix)
+def settings(tmp_path: Path, redis_url: str) -> Settings:
+    return make_settings(tmp_path, f"sqlite:///{tmp_path / 'compactd.db'}", redis_url, idle_seconds=0.0)
 
 
 @pytest.fixture
 def client(
     settings: Settings,
 ) -> Iterator[tuple[TestClient, dict[str, str], list[tuple[int, int, int]], Resources]]:
-    sent: list[tuple[int, int, int]] = []
-    with TestClient(create_app(settings, enqueue=lambda t, s, v: sent.append((t, s, v)))) as c:
-        res: Resources = c.app.state.resources  # type: ignore[attr-defined]
-        key = create_tenant(res.engine, "agent")[1]
-        yield c, {"Authorization": f"Bearer {key}"}, sent, res
+    with open_app(settings, raise_server_exceptions=True) as api:
+        yield api.client, api.auth, api.enqueued, api.res  # type: ignore[misc]
 
 
 def unit(n: int, body: str) -> list[dict]:
@@ -276,19 +269,14 @@ def test_the_memory_budget_setting_bounds_the_pinned_block(tmp_path: Path, redis
     from worker.compaction.tokens import count_text
 
     settings = make_settings(tmp_path, f"sqlite:///{tmp_path / 'b.db'}", redis_url, memory_budget_tokens=60)
-    try:
-        with TestClient(create_app(settings, enqueue=lambda t, s, v: None)) as c:
-            res: Resources = c.app.state.resources  # type: ignore[attr-defined]
-            auth = {"Authorization": f"Bearer {create_tenant(res.engine, 'agent')[1]}"}
-            append(c, auth, [{"role": "user", "content": "Port the parser to Rust."}])
-            ops = [
-                {"op": "add", "section": "decisions", "value": f"decision {n}: " + "word " * 20}
-                for n in range(8)
-            ]
-            assert c.patch("/v1/sessions/s/memory", json={"ops": ops}, headers=auth).status_code == 200
-            system = c.get("/v1/sessions/s/prompt", headers=auth).json()["system"]
-    finally:
-        flush_prefix(redis_url, settings.redis_prefix)
+    with open_app(settings, raise_server_exceptions=True) as api:
+        c, auth = api.client, api.auth
+        append(c, auth, [{"role": "user", "content": "Port the parser to Rust."}])
+        ops = [
+            {"op": "add", "section": "decisions", "value": f"decision {n}: " + "word " * 20} for n in range(8)
+        ]
+        assert c.patch("/v1/sessions/s/memory", json={"ops": ops}, headers=auth).status_code == 200
+        system = c.get("/v1/sessions/s/prompt", headers=auth).json()["system"]
     block = next(b["text"] for b in system if "<working_memory>" in b["text"])
     inner = block.removeprefix("<working_memory>\n").removesuffix("\n</working_memory>")
     assert 0 < count_text(inner) <= 60

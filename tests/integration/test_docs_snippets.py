@@ -18,10 +18,8 @@ import yaml
 
 from tests.conftest import REPO
 from tests.fakes.messages_api import FakeMessagesAPI, reply, tool_call
-from tests.integration.test_client_service import Service, service
+from tests.integration.conftest import Service
 from worker.compaction.validate import request_problems
-
-__all__ = ["service"]
 
 BLOCK = re.compile(r"(?:<!-- (snippet: [a-z0-9-]+|example-agent) -->\n)?```([a-z]*)\n(.*?)```", re.S)
 # blocks run by other tests (which, and how): named here so none is left unrun

@@ -19,11 +19,11 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -37,13 +37,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import Engine, func, select
 
 from api.http.app import create_app
-from tests.conftest import REPO, require
+from tests.conftest import require
 from tests.fakes.messages_api import FakeMessagesAPI, RecordedRequest, Reply, drop, error, reply
 from tests.integration.conftest import (
     Worker,
     flush_prefix,
     make_settings,
-    settings_env,
     wait_for,
 )
 from tests.integration.realdata import claude_code_files, load_messages
@@ -97,34 +96,6 @@ def _alive(pid: int) -> bool:
         return False
     stat = Path(f"/proc/{pid}/stat")
     return stat.exists() and stat.read_text().split()[2] != "Z"
-
-
-class TinyVisibilityWorker(Worker):
-    """A real `compactd worker` whose broker redelivers a message unacked for 2 s (the shipped
-    config keeps it far longer than any task): how Redis treats a task outliving the timeout."""
-
-    def __init__(self, settings: Settings, *args: str, log: Path) -> None:
-        code = (
-            "import sys, worker.celery_app as c\n"
-            "base = c.celery_config\n"
-            "def tiny(s):\n"
-            "    conf = base(s)\n"
-            "    opts = dict(conf['broker_transport_options'], visibility_timeout=2,\n"
-            "                unacked_restore_interval=1, unacked_restore_throttle=1)\n"
-            "    return {**conf, 'broker_transport_options': opts}\n"
-            "c.celery_config = tiny\n"
-            "from api.cli.command import main\n"
-            "sys.exit(main(sys.argv[1:]))\n"
-        )
-        self.log = log
-        self.out = log.open("wb")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", code, *args],
-            env=settings_env(settings),
-            cwd=REPO,
-            stdout=self.out,
-            stderr=subprocess.STDOUT,
-        )
 
 
 class SlowMessagesAPI(FakeMessagesAPI):
@@ -512,7 +483,7 @@ def _summarizing(
     fake: FakeMessagesAPI,
     tenant: str,
     *,
-    worker: type[Worker] = Worker,
+    worker: Callable[..., Worker] = Worker,
     concurrency: int = 2,
     **kw: object,
 ) -> Iterator[tuple[Settings, Resources, Worker, int, sessions.Appended]]:
@@ -581,7 +552,7 @@ def test_a_task_outliving_the_visibility_timeout_is_redelivered_and_has_its_effe
     message to the worker again: the copy waits for the lock and finds the snapshot current."""
     with (
         SlowMessagesAPI(delay=6.0) as fake,
-        _summarizing(tmp_path, private_redis.url, fake, "vis", worker=TinyVisibilityWorker) as (
+        _summarizing(tmp_path, private_redis.url, fake, "vis", worker=partial(Worker, visibility=2)) as (
             settings,
             res,
             worker,

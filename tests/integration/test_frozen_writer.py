@@ -18,12 +18,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fastapi.testclient import TestClient
 from sqlalchemy import text
 
-from api.http.app import create_app
 from tests.conftest import REPO
-from tests.integration.conftest import flush_prefix, make_settings, settings_env
+from tests.integration.conftest import make_settings, open_app, settings_env
 
 pytestmark = pytest.mark.services
 
@@ -65,11 +63,8 @@ def test_appends_outlive_a_writer_frozen_mid_transaction(
         db_lock_timeout_seconds=LOCK_TIMEOUT,
         db_idle_transaction_timeout_seconds=IDLE_TIMEOUT,
     )
-    with TestClient(create_app(settings, enqueue=lambda *a: None), raise_server_exceptions=False) as client:
-        from worker.store.tenants import create_tenant
-
-        res = client.app.state.resources  # type: ignore[attr-defined]
-        auth = {"Authorization": f"Bearer {create_tenant(res.engine, 'a')[1]}"}
+    with open_app(settings) as api:
+        client, res, auth = api.client, api.res, api.auth
         turn = {"messages": [{"role": "user", "content": "first"}]}
         assert client.post("/v1/sessions/s/turns", json=turn, headers=auth).status_code == 200
         with res.engine.connect() as conn:
@@ -120,4 +115,3 @@ def test_appends_outlive_a_writer_frozen_mid_transaction(
             after = conn.execute(text("SELECT version FROM sessions WHERE id = :id"), {"id": pk}).scalar()
         assert seqs == [1, 2]
         assert version < after < version + 1000  # the frozen UPDATE was rolled back; the append's stands
-    flush_prefix(redis_url, settings.redis_prefix)

@@ -13,10 +13,9 @@ from compactd_client.langgraph import CompactdHook, CompactdMiddleware, from_ant
 
 from tests.conftest import require
 from tests.fakes.messages_api import FakeMessagesAPI, reply, tool_call
-from tests.integration.test_client_service import Service, service
+from tests.integration.conftest import Service
 
 pytestmark = [pytest.mark.services]
-__all__ = ["service"]
 
 # the optional extra `langgraph` (in the dev group, so CI has it)
 HAVE_LANGGRAPH = all(find_spec(m) for m in ("langgraph", "langchain", "langchain_anthropic"))

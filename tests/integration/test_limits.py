@@ -7,52 +7,34 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from api.http.app import create_app
 from api.http.middleware.json_only import media_type_problem
-from tests.integration.conftest import flush_prefix, make_settings
-from worker.store.tenants import create_tenant
+from tests.integration.conftest import AppClient, make_settings, open_app
+from tests.integration.conftest import assert_problem as problem
 
 pytestmark = pytest.mark.services
 MARKER = "okapi-narwhal-9183"  # in every request body below; must never come back
 
 
-class Client:
-    def __init__(self, client: TestClient, keys: list[str]) -> None:
-        self.client, self.keys = client, keys
-
-    def post(self, path: str, key: int = 0, **kwargs: Any) -> Any:
-        headers = {"Authorization": f"Bearer {self.keys[key]}", **kwargs.pop("headers", {})}
-        return self.client.post(path, headers=headers, **kwargs)
-
-    def get(self, path: str, key: int = 0) -> Any:
-        return self.client.get(path, headers={"Authorization": f"Bearer {self.keys[key]}"})
-
-
-def make_client(tmp_path: Path, redis_url: str, **overrides: Any) -> Iterator[Client]:
-    s = make_settings(tmp_path, f"sqlite:///{tmp_path / 'c.db'}", redis_url, **overrides)
-    with TestClient(create_app(s, enqueue=lambda *a: None), raise_server_exceptions=False) as client:
-        engine = client.app.state.resources.engine  # type: ignore[attr-defined]
-        yield Client(client, [create_tenant(engine, name)[1] for name in ("a", "b")])
-    flush_prefix(redis_url, s.redis_prefix)
+def make_client(tmp_path: Path, redis_url: str, **overrides: Any) -> Iterator[AppClient]:
+    with open_app(
+        make_settings(tmp_path, f"sqlite:///{tmp_path / 'c.db'}", redis_url, **overrides)
+    ) as client:
+        yield client
 
 
 @pytest.fixture
-def api(tmp_path: Path, redis_url: str) -> Iterator[Client]:
+def api(tmp_path: Path, redis_url: str) -> Iterator[AppClient]:
     yield from make_client(tmp_path, redis_url, max_turn_bytes=2_000)
 
 
 def assert_problem(r: Any, status: int) -> dict[str, Any]:
-    assert r.status_code == status, r.text
-    assert r.headers["content-type"] == "application/problem+json"
-    assert MARKER not in r.text and "Traceback" not in r.text
-    return dict(r.json())
+    return problem(r, status, MARKER)
 
 
-def test_a_turn_over_the_limit_is_413_naming_its_index_and_nothing_is_stored(api: Client) -> None:
+def test_a_turn_over_the_limit_is_413_naming_its_index_and_nothing_is_stored(api: AppClient) -> None:
     """The second message over max_turn_bytes: 413 naming messages[1] and the limit; the session is never created."""
     messages = [
         {"role": "user", "content": "short"},
@@ -75,7 +57,7 @@ def test_a_turn_over_the_limit_is_413_naming_its_index_and_nothing_is_stored(api
         (b"{'messages': '" + MARKER.encode() + b"'}", "line 1, column 2"),
     ],
 )
-def test_malformed_json_is_400_saying_so_and_where(api: Client, raw: bytes, where: str) -> None:
+def test_malformed_json_is_400_saying_so_and_where(api: AppClient, raw: bytes, where: str) -> None:
     """A body that is not JSON: 400 "Malformed JSON" with the line and column, never the body itself."""
     r = api.post("/v1/sessions/s/turns", content=raw, headers={"content-type": "application/json"})
     body = assert_problem(r, 400)
@@ -94,13 +76,13 @@ def test_malformed_json_is_400_saying_so_and_where(api: Client, raw: bytes, wher
     ],
 )
 def test_a_body_without_a_json_content_type_is_415_naming_the_header(
-    api: Client, content_type: str | None, named: str
+    api: AppClient, content_type: str | None, named: str
 ) -> None:
     """A JSON body sent without Content-Type, or with another one: 415 naming Content-Type; nothing stored."""
     raw = b'{"messages": [{"role": "user", "content": "' + MARKER.encode() + b'"}]}'
     headers = {"content-type": content_type} if content_type else {}
     r = api.client.post(
-        "/v1/sessions/s/turns", content=raw, headers={"Authorization": f"Bearer {api.keys[0]}", **headers}
+        "/v1/sessions/s/turns", content=raw, headers={"Authorization": f"Bearer {api.key}", **headers}
     )
     if content_type is None:
         # httpx adds no Content-Type for raw content: check it really went without one
@@ -126,18 +108,22 @@ def test_media_type_problems_never_echo_an_unreadable_header(value: bytes) -> No
 
 
 @pytest.fixture
-def limited(tmp_path: Path, redis_url: str) -> Iterator[Client]:
+def limited(tmp_path: Path, redis_url: str) -> Iterator[AppClient]:
     yield from make_client(tmp_path, redis_url, rate_limit_per_second=2.0, rate_limit_burst=5)
 
 
-def test_rate_limits_are_per_key_and_leave_other_tenants_alone(limited: Client) -> None:
+def test_rate_limits_are_per_key_and_leave_other_tenants_alone(limited: AppClient) -> None:
     """Tenant A hammered past its bucket gets 429 with Retry-After; tenant B's requests, interleaved, all succeed."""
     a, b = [], []
     for i in range(30):
-        a.append(limited.get("/v1/tools", key=0))
+        a.append(
+            limited.get(
+                "/v1/tools",
+            )
+        )
         if i % 6 == 0:
             # B stays within its own bucket: only A's hammering could refuse it
-            b.append(limited.get("/v1/tools", key=1).status_code)
+            b.append(limited.get("/v1/tools", key=limited.other_key).status_code)
     statuses = [r.status_code for r in a]
     assert statuses[:5] == [200] * 5 and 429 in statuses
     refused = next(r for r in a if r.status_code == 429)
@@ -146,7 +132,7 @@ def test_rate_limits_are_per_key_and_leave_other_tenants_alone(limited: Client) 
     assert b == [200] * 5
 
 
-def test_an_unknown_key_is_401_even_past_the_rate_limit(limited: Client) -> None:
+def test_an_unknown_key_is_401_even_past_the_rate_limit(limited: AppClient) -> None:
     """Rate limits never turn a bad key into anything but 401."""
     for _ in range(10):
         r = limited.client.get("/v1/tools", headers={"Authorization": "Bearer cpd_nope"})

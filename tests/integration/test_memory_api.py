@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from fastapi.testclient import TestClient
 from sqlalchemy import inspect, text
 
-from api.http.app import create_app
-from tests.integration.conftest import flush_prefix, make_settings
-from tests.integration.test_api import MARKER, Api, assert_problem, user
+from tests.factories import user
+from tests.integration.conftest import AppClient, make_settings, open_app
+from tests.integration.test_api import MARKER, assert_problem
 from worker.store import memory, sessions
 from worker.store.db import SCHEMA_VERSION, make_engine, migrate, read_tx, write_tx
 from worker.store.tenants import create_tenant
@@ -23,20 +21,22 @@ pytestmark = pytest.mark.services
 TOKEN = "ghp_" + "memtest4f9c2A7bX1yZ0qW3eR5tY8uI6oP2aS4dF7gH"[:36]  # fake, detected shape
 
 
+@pytest.fixture(scope="module")
+def app(
+    tmp_path_factory: pytest.TempPathFactory, module_database_url: str, redis_url: str
+) -> Iterator[AppClient]:
+    """One app per backend for the module; each test gets tenants of its own (`api`)."""
+    settings = make_settings(tmp_path_factory.mktemp("memory"), module_database_url, redis_url)
+    with open_app(settings) as client:
+        yield client
+
+
 @pytest.fixture
-def api(tmp_path: Path, database_url: str, redis_url: str) -> Iterator[Api]:
-    settings = make_settings(tmp_path, database_url, redis_url)
-    enqueued: list = []
-    app = create_app(settings, enqueue=lambda *a: enqueued.append(a))
-    with TestClient(app, raise_server_exceptions=False) as client:
-        res = app.state.resources
-        key = create_tenant(res.engine, "a")[1]
-        other = create_tenant(res.engine, "b")[1]
-        yield Api(client, key, other, enqueued, res)
-    flush_prefix(redis_url, settings.redis_prefix)
+def api(app: AppClient) -> AppClient:
+    return app.fresh_tenants()
 
 
-def patch(api: Api, ops: list[dict[str, Any]], sid: str = "s", **params: str) -> Any:
+def patch(api: AppClient, ops: list[dict[str, Any]], sid: str = "s", **params: str) -> Any:
     return api.client.patch(f"/v1/sessions/{sid}/memory", json={"ops": ops}, params=params, headers=api.auth)
 
 
@@ -50,7 +50,7 @@ BLOCKER = {
 }
 
 
-def test_patch_applies_ops_and_get_shows_sections_rendered_block_and_version(api: Api) -> None:
+def test_patch_applies_ops_and_get_shows_sections_rendered_block_and_version(api: AppClient) -> None:
     """PATCH applies set/add/resolve; GET shows each section's items, the rendered block and the version; the prompt carries it."""
     api.append("s", user("go"))
     appended = len(api.enqueued)
@@ -86,7 +86,7 @@ def test_patch_applies_ops_and_get_shows_sections_rendered_block_and_version(api
     ],
 )
 def test_a_bad_op_is_a_problem_naming_its_field_and_nothing_is_written(
-    api: Api, op: dict, field: str
+    api: AppClient, op: dict, field: str
 ) -> None:
     """One op that cannot apply makes the whole PATCH a 422 naming ops[i].<field>; the op before it is not applied."""
     api.append("s", user("go"))
@@ -97,7 +97,7 @@ def test_a_bad_op_is_a_problem_naming_its_field_and_nothing_is_written(
     assert after["version"] == 0 and after["sections"]["task"] == [] and len(api.enqueued) == appended
 
 
-def test_schema_errors_and_the_hard_cap_are_problems_and_write_nothing(api: Api) -> None:
+def test_schema_errors_and_the_hard_cap_are_problems_and_write_nothing(api: AppClient) -> None:
     """Empty ops, an unknown origin, an unknown field and a value past the hard cap are 422 problems; memory stays empty."""
     api.append("s", user("go"))
     h = api.auth
@@ -114,7 +114,7 @@ def test_schema_errors_and_the_hard_cap_are_problems_and_write_nothing(api: Api)
     assert api.get("/v1/sessions/s/memory/history").json()["versions"] == []
 
 
-def test_numbers_past_the_databases_integers_are_problems_and_write_nothing(api: Api) -> None:
+def test_numbers_past_the_databases_integers_are_problems_and_write_nothing(api: AppClient) -> None:
     """A source seq, a restore event or a history version past 2**63 - 1 is a 422 naming the
     field (it was a 500: the database could not take it); memory stays as it was."""
     api.append("s", user("go"))
@@ -131,7 +131,7 @@ def test_numbers_past_the_databases_integers_are_problems_and_write_nothing(api:
     assert api.get("/v1/sessions/s/memory").json()["version"] == 0
 
 
-def test_history_lists_versions_and_diffs_any_two(api: Api) -> None:
+def test_history_lists_versions_and_diffs_any_two(api: AppClient) -> None:
     """History groups events by version; ?from=&to= gives the added, removed and changed items."""
     api.append("s", user("go"))
     patch(api, [TASK, FILE])  # v1
@@ -151,7 +151,7 @@ def test_history_lists_versions_and_diffs_any_two(api: Api) -> None:
     assert assert_problem(api.get("/v1/sessions/s/memory/history?from=1"), 422)["field"] == "to"
 
 
-def test_delete_needs_a_key_or_all_and_is_recorded_and_restorable(api: Api) -> None:
+def test_delete_needs_a_key_or_all_and_is_recorded_and_restorable(api: AppClient) -> None:
     """DELETE without ?key= is refused unless ?all=true; deletions are events any of which restore brings back."""
     api.append("s", user("go"))
     patch(api, [TASK, FILE, {"op": "set", "section": "notes", "key": "goal", "value": "ship"}])
@@ -175,7 +175,7 @@ def test_delete_needs_a_key_or_all_and_is_recorded_and_restorable(api: Api) -> N
     )
 
 
-def test_memory_routes_are_tenant_isolated(api: Api) -> None:
+def test_memory_routes_are_tenant_isolated(api: AppClient) -> None:
     """Another tenant gets 404 from PATCH, history and restore, and writes nothing."""
     api.append("s", user("go"))
     patch(api, [TASK])
@@ -187,7 +187,7 @@ def test_memory_routes_are_tenant_isolated(api: Api) -> None:
     assert api.get("/v1/sessions/s/memory").json()["version"] == 1
 
 
-def test_keys_and_values_are_redacted_like_put(api: Api) -> None:
+def test_keys_and_values_are_redacted_like_put(api: AppClient) -> None:
     """A secret in a PATCH key or value is stored as its placeholder, never verbatim."""
     api.append("s", user("go"))
     body = patch(
@@ -197,7 +197,7 @@ def test_keys_and_values_are_redacted_like_put(api: Api) -> None:
     assert TOKEN not in api.get("/v1/sessions/s/memory/history").text
 
 
-def test_the_tool_input_is_a_patch_body(api: Api) -> None:
+def test_the_tool_input_is_a_patch_body(api: AppClient) -> None:
     """GET /v1/tools has update_working_memory; an input matching its schema, forwarded as is, applies."""
     api.append("s", user("go"))
     tools = {t["name"]: t for t in api.client.get("/v1/tools", headers=api.auth).json()}
@@ -209,7 +209,7 @@ def test_the_tool_input_is_a_patch_body(api: Api) -> None:
     assert r.status_code == 200 and r.json()["sections"]["decisions"][0]["origin"] == "agent"
 
 
-def test_the_tenant_scope_is_shared_with_provenance(api: Api) -> None:
+def test_the_tenant_scope_is_shared_with_provenance(api: AppClient) -> None:
     """An item written to ?scope=tenant from one session renders in another's memory; history names the writer."""
     api.append("a", user("go"))
     api.append("b", user("go"))
@@ -317,7 +317,9 @@ def test_shared_and_own_memory_writes_from_two_sessions_do_not_deadlock(pg_url: 
     assert errors == []
 
 
-def test_delete_with_an_unknown_section_is_refused_and_a_decision_is_named_by_its_text(api: Api) -> None:
+def test_delete_with_an_unknown_section_is_refused_and_a_decision_is_named_by_its_text(
+    api: AppClient,
+) -> None:
     """?section= must be a section; a decision is deleted by the text the block shows."""
     api.append("s", user("go"))
     patch(api, [{"op": "add", "section": "decisions", "value": "Keep the public API"}])

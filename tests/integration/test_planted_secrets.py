@@ -16,15 +16,13 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine, select
 from sqlmodel import SQLModel
 
-from api.http.app import create_app
 from tests.fakes.messages_api import FakeMessagesAPI, reply
-from tests.integration.conftest import flush_prefix, make_settings
+from tests.integration.conftest import make_settings, open_app
 from worker.flows import compact as jobs
 from worker.resources import Resources
 from worker.settings import Settings
 from worker.store.db import read_tx
 from worker.store.files import decompress
-from worker.store.tenants import create_tenant
 
 pytestmark = pytest.mark.services
 
@@ -118,12 +116,8 @@ def service(
     tmp_path: Path, database_url: str, redis_url: str, messages_api: FakeMessagesAPI
 ) -> Iterator[Service]:
     settings = planting_settings(tmp_path, database_url, redis_url, messages_api)
-    sent: list = []
-    with TestClient(create_app(settings, enqueue=lambda *a: sent.append(a))) as client:
-        res: Resources = client.app.state.resources  # type: ignore[attr-defined]
-        key = create_tenant(res.engine, "planted")[1]
-        yield Service(client, res, {"Authorization": f"Bearer {key}"}, sent)
-    flush_prefix(redis_url, settings.redis_prefix)
+    with open_app(settings, raise_server_exceptions=True) as api:
+        yield Service(api.client, api.res, api.auth, api.enqueued)
 
 
 def _document(data: str, title: str | None = None) -> dict[str, Any]:

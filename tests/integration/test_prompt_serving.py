@@ -8,15 +8,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fastapi.testclient import TestClient
 
-from api.http.app import create_app
 from tests.conftest import require
-from tests.integration.conftest import answers, free_port, make_settings
+from tests.integration.conftest import answers, free_port, make_settings, open_app
 from worker.flows import compact as jobs
 from worker.store import snapshots
 from worker.store.sessions import get_session
-from worker.store.tenants import create_tenant
 
 pytestmark = pytest.mark.services
 
@@ -63,11 +60,8 @@ def test_prompt_survives_redis_dying_mid_session(tmp_path: Path, own_redis: tupl
     """Served from the cache while Redis lives; after it is killed, fetches come from the DB, quickly and complete."""
     url, proc = own_redis
     settings = make_settings(tmp_path, f"sqlite:///{tmp_path / 'c.db'}", url)
-    app = create_app(settings, enqueue=lambda *a: None)
-    with TestClient(app) as client:
-        res = app.state.resources
-        tid, key = create_tenant(res.engine, "t")
-        auth = {"Authorization": f"Bearer {key}"}
+    with open_app(settings, raise_server_exceptions=True) as api:
+        client, res, tid, auth = api.client, api.res, api.tenant, api.auth
         for i in range(3):
             client.post(
                 "/v1/sessions/s/turns",
@@ -115,11 +109,8 @@ def test_prompt_survives_redis_dying_mid_session(tmp_path: Path, own_redis: tupl
 def test_prompt_ignores_a_cache_behind_the_db_epoch(tmp_path: Path, redis_url: str) -> None:
     """When the DB has a newer epoch than the cache, the prompt is assembled from the DB snapshot plus the tail."""
     settings = make_settings(tmp_path, f"sqlite:///{tmp_path / 'c.db'}", redis_url)
-    app = create_app(settings, enqueue=lambda *a: None)
-    with TestClient(app) as client:
-        res = app.state.resources
-        tid, key = create_tenant(res.engine, "t")
-        auth = {"Authorization": f"Bearer {key}"}
+    with open_app(settings, raise_server_exceptions=True) as api:
+        client, res, tid, auth = api.client, api.res, api.tenant, api.auth
         client.post(
             "/v1/sessions/s/turns", json={"messages": [{"role": "user", "content": "one"}]}, headers=auth
         )
@@ -166,15 +157,12 @@ def test_a_new_system_prompt_replaces_the_old_one_everywhere(tmp_path: Path, red
     """A later append with another `system`: the next fetch shows it at once (not the cached
     snapshot's), and the next compaction publishes it as a new epoch."""
     settings = make_settings(tmp_path, f"sqlite:///{tmp_path / 'c.db'}", redis_url)
-    app = create_app(settings, enqueue=lambda *a: None)
 
     def system_text(prompt: dict) -> str:
         return " ".join(b["text"] for b in prompt["system"])
 
-    with TestClient(app) as client:
-        res = app.state.resources
-        tid, key = create_tenant(res.engine, "t")
-        auth = {"Authorization": f"Bearer {key}"}
+    with open_app(settings, raise_server_exceptions=True) as api:
+        client, res, tid, auth = api.client, api.res, api.tenant, api.auth
         first = {
             "system": "You are agent ALPHA.",
             "messages": [{"role": "user", "content": "one"}, {"role": "assistant", "content": "two"}],
@@ -202,13 +190,10 @@ def test_a_new_system_prompt_replaces_the_old_one_everywhere(tmp_path: Path, red
 def test_the_status_note_shows_a_read_at_once(tmp_path: Path, redis_url: str) -> None:
     """After a virtual file is read, the very next fetch, still from the cache, says what was read."""
     settings = make_settings(tmp_path, f"sqlite:///{tmp_path / 'c.db'}", redis_url)
-    app = create_app(settings, enqueue=lambda *a: None)
     big = "\n".join(f"line {i}: value {i * 7}" for i in range(6_000))
     call = {"type": "tool_use", "id": "toolu_big", "name": "Bash", "input": {"command": "seq"}}
-    with TestClient(app) as client:
-        res = app.state.resources
-        tid, key = create_tenant(res.engine, "t")
-        auth = {"Authorization": f"Bearer {key}"}
+    with open_app(settings, raise_server_exceptions=True) as api:
+        client, res, tid, auth = api.client, api.res, api.tenant, api.auth
         messages = [
             {"role": "user", "content": "run it"},
             {"role": "assistant", "content": [call]},

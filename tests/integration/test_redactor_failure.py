@@ -7,12 +7,9 @@ from typing import Any
 
 import pytest
 import redis
-from fastapi.testclient import TestClient
 from sqlalchemy import text
 
-from api.http.app import create_app
-from tests.integration.conftest import flush_prefix, make_settings
-from worker.store.tenants import create_tenant
+from tests.integration.conftest import make_settings, open_app
 
 pytestmark = pytest.mark.services
 SECRET = "AKIAQX7ZP3MB5LRT2WNV"  # an AWS access key id shape
@@ -23,10 +20,8 @@ def test_a_failing_redactor_stores_and_serves_nothing(
 ) -> None:
     """The redactor raising (the injected fault) turns the append into a 500 problem; no turn, session, Redis key or body holds the secret."""
     settings = make_settings(tmp_path, f"sqlite:///{tmp_path / 'c.db'}", redis_url)
-    with TestClient(create_app(settings, enqueue=lambda *a: None), raise_server_exceptions=False) as client:
-        res = client.app.state.resources  # type: ignore[attr-defined]
-        key = create_tenant(res.engine, "a")[1]
-        auth = {"Authorization": f"Bearer {key}"}
+    with open_app(settings) as api:
+        client, res, auth = api.client, api.res, api.auth
 
         def broken(*_: Any, **__: Any) -> Any:
             raise RuntimeError("rule catalog unreadable")
@@ -48,4 +43,3 @@ def test_a_failing_redactor_stores_and_serves_nothing(
         for k in r2.scan_iter(f"{settings.redis_prefix}*"):
             assert SECRET.encode() not in repr(r2.dump(k)).encode()
         r2.close()
-    flush_prefix(redis_url, settings.redis_prefix)

@@ -4,64 +4,37 @@ SQLite/PostgreSQL and Redis, with compaction jobs run for real between appends."
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
-from fastapi.testclient import TestClient
 
-from api.http.app import create_app
 from tests.factories import long_session, user
-from tests.integration.conftest import flush_prefix, make_settings
-from worker.flows import compact as jobs
-from worker.resources import Resources
-from worker.store import sessions
+from tests.integration.conftest import AppClient, make_settings, open_app
 from worker.store.snapshots import KEEP_SNAPSHOTS
-from worker.store.tenants import create_tenant
 
 pytestmark = pytest.mark.services
 
 
-class Api:
-    def __init__(self, client: TestClient, res: Resources, tenant: int, key: str, other: str) -> None:
-        self.client, self.res, self.tenant, self.key, self.other = client, res, tenant, key, other
-
-    def get(self, path: str, key: str | None = None) -> Any:
-        return self.client.get(path, headers={"Authorization": f"Bearer {key or self.key}"})
-
-    def append(self, sid: str, messages: list[dict], key: str | None = None, **body: Any) -> Any:
-        r = self.client.post(
-            f"/v1/sessions/{sid}/turns",
-            json={"messages": messages, **body},
-            headers={"Authorization": f"Bearer {key or self.key}"},
-        )
-        assert r.status_code == 200, r.text
-        return r.json()
-
-    def compact(self, sid: str) -> None:
-        row = sessions.get_session(self.res.engine, self.tenant, sid)
-        jobs.compact(self.tenant, row.id, row.version, self.res)
+@pytest.fixture(scope="module")
+def app(
+    tmp_path_factory: pytest.TempPathFactory, module_database_url: str, redis_url: str
+) -> Iterator[AppClient]:
+    """One app per backend for the module; each test gets tenants of its own (`api`). Jobs are run by the test itself (api.compact, the worker's own code), not sent to Celery."""
+    settings = make_settings(tmp_path_factory.mktemp("sessions"), module_database_url, redis_url)
+    with open_app(settings) as client:
+        yield client
 
 
 @pytest.fixture
-def api(tmp_path: Path, database_url: str, redis_url: str) -> Iterator[Api]:
-    settings = make_settings(tmp_path, database_url, redis_url)
-    # jobs are run by the test itself (jobs.compact, the worker's own code), not sent to Celery
-    app = create_app(settings, enqueue=lambda *a: None)
-    with TestClient(app, raise_server_exceptions=False) as client:
-        res = app.state.resources
-        tenant, key = create_tenant(res.engine, "a")
-        other = create_tenant(res.engine, "b")[1]
-        yield Api(client, res, tenant, key, other)
-    flush_prefix(redis_url, settings.redis_prefix)
+def api(app: AppClient) -> AppClient:
+    return app.fresh_tenants()
 
 
-def test_the_list_pages_through_the_tenants_sessions_most_recent_first(api: Api) -> None:
+def test_the_list_pages_through_the_tenants_sessions_most_recent_first(api: AppClient) -> None:
     """Seven sessions in pages of three come back newest activity first, each once; another
     tenant's session never appears, and a touched session moves to the front."""
     for i in range(7):
-        api.append(f"s{i}", [user(f"task {i}")])
-    api.append("theirs", [user("not yours")], key=api.other)
+        api.appended(f"s{i}", user(f"task {i}"))
+    api.appended("theirs", user("not yours"), key=api.other_key)
     seen: list[str] = []
     cursor = None
     pages = 0
@@ -79,9 +52,9 @@ def test_the_list_pages_through_the_tenants_sessions_most_recent_first(api: Api)
     first = api.get("/v1/sessions?limit=1").json()["sessions"][0]
     assert first["turns"] == 1 and first["epoch"] == 0 and first["served_tokens"] == first["raw_tokens"] > 0
     assert first["last_activity"].endswith("Z")
-    api.append("s2", [{"role": "assistant", "content": "ok"}, user("again")])
+    api.appended("s2", {"role": "assistant", "content": "ok"}, user("again"))
     assert api.get("/v1/sessions?limit=1").json()["sessions"][0]["id"] == "s2"
-    assert [s["id"] for s in api.get("/v1/sessions", key=api.other).json()["sessions"]] == ["theirs"]
+    assert [s["id"] for s in api.get("/v1/sessions", key=api.other_key).json()["sessions"]] == ["theirs"]
 
 
 @pytest.mark.parametrize(
@@ -96,23 +69,23 @@ def test_the_list_pages_through_the_tenants_sessions_most_recent_first(api: Api)
         "cursor=999999999999999999.1",
     ],
 )
-def test_bad_paging_is_a_problem(api: Api, query: str) -> None:
+def test_bad_paging_is_a_problem(api: AppClient, query: str) -> None:
     """A malformed limit or cursor is a 422 problem+json naming the parameter, not a stack trace."""
     r = api.get(f"/v1/sessions?{query}")
     assert r.status_code == 422 and r.headers["content-type"] == "application/problem+json"
     assert query.split("=")[0] in r.text and "Traceback" not in r.text
 
 
-def test_list_and_stats_need_a_key_and_stats_are_per_tenant(api: Api) -> None:
+def test_list_and_stats_need_a_key_and_stats_are_per_tenant(api: AppClient) -> None:
     """No key is a 401; another tenant's session stats are a 404."""
-    api.append("mine", [user("hello")])
+    api.appended("mine", user("hello"))
     assert api.client.get("/v1/sessions").status_code == 401
     assert api.client.get("/v1/sessions/mine/stats").status_code == 401
-    r = api.get("/v1/sessions/mine/stats", key=api.other)
+    r = api.get("/v1/sessions/mine/stats", key=api.other_key)
     assert r.status_code == 404 and r.headers["content-type"] == "application/problem+json"
 
 
-def test_stats_follow_a_real_session_through_several_epochs(api: Api) -> None:
+def test_stats_follow_a_real_session_through_several_epochs(api: AppClient) -> None:
     """A real transcript appended in chunks, compacted after each, gives one point per turn, the
     epochs at the turns where they began (even those whose snapshots were pruned), a served size
     matching the fetched prompt, redactions by kind and the virtual files with their reads."""
@@ -123,10 +96,10 @@ def test_stats_follow_a_real_session_through_several_epochs(api: Api) -> None:
         "role": "user",
         "content": [*blocks, {"type": "text", "text": "deploy with AKIAIOSFODNN7EXAMPLF"}],
     }
-    api.append("real", [planted], context_window=12_000)
+    api.appended("real", planted, context_window=12_000)
     chunks = [messages[i : i + 25] for i in range(1, len(messages), 25)]
     for chunk in chunks:
-        api.append("real", chunk)
+        api.appended("real", *chunk)
         api.compact("real")
     stats = api.get("/v1/sessions/real/stats").json()
     info = api.get("/v1/sessions/real").json()

@@ -12,15 +12,12 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import text
 
-from api.http.app import create_app
-from tests.conftest import require
-from tests.integration.conftest import REDIS_URL, answers, flush_prefix, make_settings
+from tests.integration.conftest import make_settings, open_app
 from tests.integration.test_planted_secrets import _database_dump, _redis_dump
 from worker.flows import append as appending
 from worker.flows import compact as jobs
 from worker.resources import Resources
 from worker.store import snapshots
-from worker.store.tenants import create_tenant
 
 pytestmark = pytest.mark.services
 
@@ -30,17 +27,13 @@ PASSWORD = "S3cretPwExtra9x"
 
 
 @pytest.fixture
-def service(tmp_path: Path, database_url: str) -> Iterator[tuple[TestClient, Resources, dict[str, str]]]:
+def service(
+    tmp_path: Path, database_url: str, redis_url: str
+) -> Iterator[tuple[TestClient, Resources, dict[str, str]]]:
     """The API on its own database (SQLite and PostgreSQL) and Redis prefix, and a tenant's auth header."""
-    require(answers("127.0.0.1", 6379), "Redis not answering on 127.0.0.1:6379 (run `make services`)")
-    settings = make_settings(tmp_path, database_url, REDIS_URL, idle_seconds=0.0)
-    try:
-        with TestClient(create_app(settings)) as client:
-            res: Resources = client.app.state.resources  # type: ignore[attr-defined]
-            yield client, res, {"Authorization": f"Bearer {create_tenant(res.engine, 'split')[1]}"}
-    finally:
-        flush_prefix(REDIS_URL, settings.redis_prefix)
-        flush_prefix(REDIS_URL, settings.queue)
+    settings = make_settings(tmp_path, database_url, redis_url, idle_seconds=0.0)
+    with open_app(settings, enqueue=None, raise_server_exceptions=True) as api:
+        yield api.client, api.res, api.auth
 
 
 def _windows(secret: str) -> list[str]:
@@ -80,7 +73,7 @@ def test_a_key_split_across_two_appends_is_gone_everywhere(service: Any, compact
         "served": served,
         "served after compaction": client.get("/v1/sessions/s/prompt", headers=auth).text,
         "database": _database_dump(res.engine),
-        "redis": _redis_dump(REDIS_URL, res.settings.redis_prefix),
+        "redis": _redis_dump(res.settings.redis_url, res.settings.redis_prefix),
     }
     assert "postgres://app:[REDACTED:" in served and "@db.internal:5432/app, is that" in served
     left = {where: [w for w in _windows(PASSWORD) if w in place] for where, place in places.items()}

@@ -19,8 +19,8 @@ import pytest
 import redis
 
 from tests.conftest import REPO, require
+from tests.factories import long_session
 from tests.integration.conftest import Worker, flush_prefix, free_port, make_settings, settings_env, wait_for
-from tests.integration.test_sessions_list import long_session
 from worker.store.db import make_engine, migrate
 from worker.store.tenants import create_tenant
 
