@@ -386,6 +386,26 @@ def open_app(
             flush_prefix(settings.redis_url or "", settings.queue)
 
 
+@pytest.fixture(scope="module")
+def module_app(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    module_database_url: str,
+    redis_url: str,
+) -> Iterator[AppClient]:
+    """One in-process app per backend for a whole module (an app start is ~1 s of migrations);
+    tests keep apart with `api`'s fresh tenants. Jobs are recorded, not sent to Celery."""
+    tmp = tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1])
+    with open_app(make_settings(tmp, module_database_url, redis_url)) as client:
+        yield client
+
+
+@pytest.fixture
+def api(module_app: AppClient) -> AppClient:
+    """The module's app with tenants of this test's own (module_app)."""
+    return module_app.fresh_tenants()
+
+
 @dataclass(frozen=True)
 class Service:
     """A running compactd: `compactd api` and `compactd worker` processes on loopback."""

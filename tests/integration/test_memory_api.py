@@ -4,14 +4,13 @@ restore, the update_working_memory tool, shared scopes, and the migration from m
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from sqlalchemy import inspect, text
 
 from tests.factories import user
-from tests.integration.conftest import AppClient, make_settings, open_app
+from tests.integration.conftest import AppClient
 from tests.integration.test_api import MARKER, assert_problem
 from worker.store import memory, sessions
 from worker.store.db import SCHEMA_VERSION, make_engine, migrate, read_tx, write_tx
@@ -19,21 +18,6 @@ from worker.store.tenants import create_tenant
 
 pytestmark = pytest.mark.services
 TOKEN = "ghp_" + "memtest4f9c2A7bX1yZ0qW3eR5tY8uI6oP2aS4dF7gH"[:36]  # fake, detected shape
-
-
-@pytest.fixture(scope="module")
-def app(
-    tmp_path_factory: pytest.TempPathFactory, module_database_url: str, redis_url: str
-) -> Iterator[AppClient]:
-    """One app per backend for the module; each test gets tenants of its own (`api`)."""
-    settings = make_settings(tmp_path_factory.mktemp("memory"), module_database_url, redis_url)
-    with open_app(settings) as client:
-        yield client
-
-
-@pytest.fixture
-def api(app: AppClient) -> AppClient:
-    return app.fresh_tenants()
 
 
 def patch(api: AppClient, ops: list[dict[str, Any]], sid: str = "s", **params: str) -> Any:

@@ -3,30 +3,13 @@ SQLite/PostgreSQL and Redis, with compaction jobs run for real between appends."
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from tests.factories import long_session, user
-from tests.integration.conftest import AppClient, make_settings, open_app
+from tests.integration.conftest import AppClient
 from worker.store.snapshots import KEEP_SNAPSHOTS
 
 pytestmark = pytest.mark.services
-
-
-@pytest.fixture(scope="module")
-def app(
-    tmp_path_factory: pytest.TempPathFactory, module_database_url: str, redis_url: str
-) -> Iterator[AppClient]:
-    """One app per backend for the module; each test gets tenants of its own (`api`). Jobs are run by the test itself (api.compact, the worker's own code), not sent to Celery."""
-    settings = make_settings(tmp_path_factory.mktemp("sessions"), module_database_url, redis_url)
-    with open_app(settings) as client:
-        yield client
-
-
-@pytest.fixture
-def api(app: AppClient) -> AppClient:
-    return app.fresh_tenants()
 
 
 def test_the_list_pages_through_the_tenants_sessions_most_recent_first(api: AppClient) -> None:
