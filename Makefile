@@ -35,10 +35,16 @@ sync: $(VENV)/.synced
 up: $(VENV)/.synced-service
 	$(UV) run --frozen --no-sync compactd up
 
+# two pytest processes, a test file each at a time (--dist loadfile: a module's shared app or
+# service stays in one process): most integration tests wait on real processes, so two overlap
+# (docs/testing.md); TEST_WORKERS=0 runs them in one process
+TEST_WORKERS ?= 2
+XDIST := $(if $(filter 0,$(TEST_WORKERS)),-p no:xdist,-n $(TEST_WORKERS) --dist loadfile)
+
 ## Install what the tests need and run them all (real Redis, PostgreSQL, Celery workers).
 test: sync
 	@bash ops/services.sh start || echo "make: Redis/PostgreSQL unavailable; service tests will skip (CI=true makes them fail)"
-	@rm -f $(VENV)/.pytest-exit; $(RUN) pytest $(PYTEST_ARGS) || { code=$$?; echo $$code > $(VENV)/.pytest-exit; exit $$code; }
+	@rm -f $(VENV)/.pytest-exit; $(RUN) pytest $(XDIST) $(PYTEST_ARGS) || { code=$$?; echo $$code > $(VENV)/.pytest-exit; exit $$code; }
 
 ## Pure unit tests only: no services.
 test-fast: sync
