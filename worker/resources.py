@@ -86,6 +86,9 @@ class Resources:
     def close(self) -> None:
         self.engine.dispose()
         self.cache.client.close()
+        close = getattr(self._summarizer, "close", None)  # an AnthropicSummarizer's pooled connections
+        if close is not None:
+            close()
 
 
 def policy_for(settings: Settings, context_window: int | None, output_reserve: int | None) -> Policy:

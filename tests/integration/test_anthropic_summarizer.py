@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -338,3 +339,28 @@ def test_pipeline_keeps_structural_result_when_the_api_is_down(
     assert out.transcript.handoff is None
     assert [x.seq for x in out.transcript.turns] == [x.seq for x in t.turns]
     assert out.error is not None and "529" in out.error
+
+
+def test_resources_close_the_summarizers_connections(
+    tmp_path: Path, redis_url: str, api: FakeMessagesAPI
+) -> None:
+    """Closing Resources closes the summarizer's HTTP client: a worker's or an app's shutdown leaves
+    no connection to the Messages API open (an unclosed one surfaced as a ResourceWarning in another
+    test's start-up)."""
+    from tests.integration.conftest import make_settings
+    from worker.resources import Resources
+
+    settings = make_settings(
+        tmp_path,
+        f"sqlite:///{tmp_path / 'db.sqlite'}",
+        redis_url,
+        summarizer="anthropic",
+        anthropic_api_key="sk-ant-test-key-not-a-secret",
+        anthropic_base_url=api.base_url,
+    )
+    res = Resources.build(settings)
+    summarizer = res.summarizer
+    assert isinstance(summarizer, AnthropicSummarizer)
+    assert not summarizer._client.is_closed()
+    res.close()
+    assert summarizer._client.is_closed()
