@@ -40,6 +40,17 @@ BASH = {
 }
 
 
+def _request(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """The agent's streamed Messages request over `messages`, the same in every run of the bench."""
+    return {
+        "model": "claude-sonnet-4-6",
+        "max_tokens": 1024,
+        "stream": True,
+        "tools": [BASH],
+        "messages": messages,
+    }
+
+
 def history(target_tokens: int) -> tuple[list[dict[str, Any]], int, str]:
     """Text turns of the largest shared Claude Code transcript (synthetic without the data) until
     about `target_tokens`, ending with a user message."""
@@ -95,13 +106,7 @@ def measure(client: httpx.Client, compactd: str, upstream: str, key: str, target
         "x-compactd-context-window": "1000000",
     }
     direct = {**common, "x-api-key": "bench"}
-    body: dict[str, Any] = {
-        "model": "claude-sonnet-4-6",
-        "max_tokens": 1024,
-        "stream": True,
-        "tools": [BASH],
-        "messages": messages,
-    }
+    body = _request(messages)
     # the first request stores the whole history: the cost of adopting a conversation, reported apart
     adopt = _timed(client, f"{compactd}/v1/messages", orjson.dumps(body), via)
     time.sleep(3)  # the worker publishes the adopted history's first snapshot
@@ -263,13 +268,7 @@ def phases(steps: int = 30) -> list[dict[str, Any]]:
         jobs: list[tuple[int, int, int]] = []
         for target in TARGETS:
             messages, tokens, _ = history(target)
-            body: dict[str, Any] = {
-                "model": "claude-sonnet-4-6",
-                "max_tokens": 1024,
-                "stream": True,
-                "tools": [BASH],
-                "messages": messages,
-            }
+            body = _request(messages)
             wall: dict[str, list[float]] = {p: [] for p in PHASES}
             cpu: dict[str, list[float]] = {p: [] for p in PHASES}
             for step in range(steps + 1):
