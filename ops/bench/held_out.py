@@ -30,13 +30,17 @@ def held_out_redactors(known: frozenset[str], strict: bool, theirs: str) -> dict
     out: dict[str, Redactor] = {}
     for name in known:
         fam = frozenset({name})
-        skip = {
-            "none": frozenset(),
-            "vendor": tuning.kingfisher_left_out(fam, known),
-            "all": tuning.kingfisher_left_out(frozenset({tuning.EVERY}), known),
-        }[theirs]
+        skip = _kingfisher_skipped(fam, known, theirs)
         out[name] = Redactor(b"bench", Ruleset.without(tuning.left_out(fam, known, strict), skip))
     return out
+
+
+def _kingfisher_skipped(fam: frozenset[str], known: frozenset[str], theirs: str) -> frozenset[str]:
+    """Kingfisher's rules left out for a family: none, its vendor's, or all (only the one asked for
+    is worked out)."""
+    if theirs == "none":
+        return frozenset()
+    return tuning.kingfisher_left_out(fam if theirs == "vendor" else frozenset({tuning.EVERY}), known)
 
 
 def score_held_out(root: Path, name: str, redactors: dict[str, Redactor]) -> dict[str, Any]:

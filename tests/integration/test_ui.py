@@ -155,12 +155,14 @@ def test_the_inspector_shows_a_session_behind_its_key(service: Service, browser:
     """Without a key only the key prompt shows; with it the tenant's sessions (not another's), and
     for a session the chart (its pixels checked), the prompt with summarized/clipped parts marked
     and a pointer that opens its file, memory with history, files and redactions by kind."""
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
 
     d = browser
-    wait = WebDriverWait(d, 30)  # type: ignore[arg-type]
+    # a poll that meets an element the page just re-rendered polls again
+    wait = WebDriverWait(d, 30, ignored_exceptions=[StaleElementReferenceException])  # type: ignore[arg-type]
     d.get(service.url + "/ui")  # type: ignore[attr-defined]
     find = d.find_element  # type: ignore[attr-defined]
     find_all = d.find_elements  # type: ignore[attr-defined]
@@ -230,10 +232,16 @@ def test_the_inspector_shows_a_session_behind_its_key(service: Service, browser:
         if a.get_attribute("data-ref").startswith("h_")
     )
     d.execute_script("arguments[0].scrollIntoView({block: 'center'})", archive)  # type: ignore[attr-defined]
+    archive_name = archive.get_attribute("data-ref")
     archive.click()
-    wait.until(lambda _: find_all(By.CSS_SELECTOR, "#file-turns .msg"))
-    turns = find_all(By.CSS_SELECTOR, "#file-turns .msg")
-    assert len(turns) > 3 and turns[0].find_element(By.CSS_SELECTOR, ".role").text.startswith("#")
+    # the view shows this archive (not the file opened before, whose turns it re-renders away)
+    wait.until(lambda _: find(By.ID, "file-ref").text == archive_name)
+
+    def archive_turns(_: object) -> bool:
+        turns = find_all(By.CSS_SELECTOR, "#file-turns .msg")
+        return len(turns) > 3 and turns[0].find_element(By.CSS_SELECTOR, ".role").text.startswith("#")
+
+    wait.until(archive_turns, "the archive's turns, numbered (#seq role)")
     assert '{"content"' not in find(By.ID, "file-turns").text and "→ " in find(By.ID, "file-turns").text
     shot(find(By.ID, "file-view"), "inspector-archive")
 
