@@ -291,7 +291,9 @@ def test_queued_appends_survive_a_killed_worker_and_land_after_a_new_one_starts(
             # the new worker redelivers what was left unacked after 15 s, not the shipped ~70 s (the
             # killed one keeps the shipped sweep: killed while holding the sweep's lock, it would
             # hold up every sweep for the lock's 5 minutes)
-            second = Worker(settings, "worker", "--concurrency=1", log=tmp_path / "worker2.log", visibility=15)
+            second = Worker(
+                settings, "worker", "--concurrency=1", log=tmp_path / "worker2.log", visibility=15
+            )
             second.wait_ready(timeout=120)
             prompt = prompt_at(http, "w", 63, timeout=150)
             assert prompt["version"] == 63
