@@ -39,7 +39,7 @@ up: $(VENV)/.synced-service
 # service stays in one process): most integration tests wait on real processes, so two overlap
 # (docs/testing.md); TEST_WORKERS=0 runs them in one process
 TEST_WORKERS ?= 2
-XDIST := $(if $(filter 0,$(TEST_WORKERS)),-p no:xdist,-n $(TEST_WORKERS) --dist loadfile)
+XDIST := $(if $(filter 0,$(TEST_WORKERS)),-p no:xdist,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
 ## Install what the tests need and run them all (real Redis, PostgreSQL, Celery workers).
 test: sync

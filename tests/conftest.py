@@ -26,6 +26,42 @@ def require(ok: bool, why: str) -> None:
     pytest.skip(why)
 
 
+# The files that take longest, longest first (seconds of test time in an idle `make test`, docs/
+# testing.md). `make test` runs several pytest processes, a file each at a time in collection order
+# (--dist loadfile --no-loadscope-reorder): these start first, so the short files fill the gaps at
+# the end instead of one process running a long file alone while the others are idle.
+LONGEST_FIRST = (
+    "test_schemathesis.py",  # ~200 s
+    "test_faults_worker.py",  # ~190 s
+    "test_planted_corpus_strict.py",  # ~150 s
+    "test_planted_corpus.py",  # ~130 s
+    "test_split_corpus.py",  # ~105 s
+    "test_enqueue.py",  # ~100 s
+    "test_keys.py",  # ~60 s
+    "test_worker.py",  # ~50 s
+    "test_scale_out.py",  # ~50 s
+    "test_claude_code.py",  # ~30 s
+    "test_faults_api.py",
+    "test_proxy.py",
+    "test_prune.py",
+    "test_concurrent_appends.py",
+    "test_redact_corpora.py",
+    "test_ui.py",
+    "test_metrics.py",
+    "test_offline_cli.py",
+    "test_import_export.py",
+    "test_compose.py",
+    "test_up.py",
+)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The files in LONGEST_FIRST first, in that order; every other file after them, as collected."""
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     path = data_dir()
