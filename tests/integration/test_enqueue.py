@@ -248,8 +248,9 @@ def test_an_append_whose_worker_process_is_killed_is_stored_once_after_redeliver
 
 @contextmanager
 def short_limit_service(tmp_path: Path, redis_url: str) -> Iterator[tuple[Settings, httpx.Client]]:
-    """An API process of this test's own with a 5 s task limit (soft limit 1 s; the broker's
-    visibility timeout, 2 x limit + idle + 60 s, about 70 s), and a client holding its key."""
+    """An API process of this test's own with a 13 s task limit (soft limit 3 s: a ~4 MB append
+    takes ~0.8 s on an idle 2-core machine, so it fits 3 s under the load of a parallel test run,
+    where a 1 s soft limit cut it off four times and rejected it), and a client holding its key."""
     key = f"cpd_{uuid.uuid4().hex}"
     settings = make_settings(
         tmp_path,
@@ -257,7 +258,7 @@ def short_limit_service(tmp_path: Path, redis_url: str) -> Iterator[tuple[Settin
         redis_url,
         port=free_port(),
         default_api_key=key,
-        task_time_limit_seconds=5,
+        task_time_limit_seconds=13,
     )
     api_proc = Worker(settings, "api", log=tmp_path / "api.log")
     try:
@@ -329,7 +330,7 @@ def test_an_append_cut_off_by_the_soft_time_limit_is_retried_and_stored_once(
                 children = pool_children(worker.proc.pid)
                 for child in children:
                     os.kill(child, signal.SIGSTOP)
-                time.sleep(2.0)
+                time.sleep(4.0)  # past the 3 s soft limit
                 for child in children:
                     os.kill(child, signal.SIGCONT)
                 prompt = prompt_at(http, sid, 9, timeout=90)

@@ -1,6 +1,6 @@
 """A tool-using agent loop for the `anthropic` SDK with compactd in the middle.
 
-    run = run_agent(anthropic.Anthropic(), Compactd(model="claude-sonnet-4-5"), "demo",
+    run = run_agent(anthropic.Anthropic(), Compactd(model="claude-sonnet-4-6"), "demo",
                     task="Fix the failing test", tools=MY_TOOLS, call_tool=my_tool)
 
 Every turn: fetch the ready prompt from compactd (your tools plus compactd's own), call the model,

@@ -210,7 +210,7 @@ class _Base:
 class Compactd(_Base):
     """The compactd API, synchronously. `base_url` and `key` default to COMPACTD_URL and COMPACTD_KEY.
 
-    cpd = Compactd("http://127.0.0.1:8700", key, model="claude-sonnet-4-5")
+    cpd = Compactd("http://127.0.0.1:8700", key, model="claude-sonnet-4-6")
     cpd.append("demo", [{"role": "user", "content": "Fix the failing test"}])
     reply = anthropic.Anthropic().messages.create(**cpd.prompt("demo", tools=my_tools))
     """
