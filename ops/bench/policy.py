@@ -67,24 +67,18 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "target0.4t": {"summary_target_share": 0.35, "summary_target_of_trigger": 0.4},
     # with keep_share 0.05 as the default (chosen), the small-window knob on top of it
     "chosen+target0.4t": {"summary_target_share": 0.35, "summary_target_of_trigger": 0.4},
-    # second pass: summaries folded into one note each round (before: stacked notes)
+    # second pass (issue 27): each reverts or moves one knob of the chosen engine
     "no-stack": {"stack_notes": False},
-    "clip750": {"clip_tokens": 750},
-    "clip500": {"clip_tokens": 500},
-    "args1000": {"arg_clip_chars": 1_000},
-    "struct0.2": {"structural_trigger": 0.2},
-    "keep0.03": {"keep_share": 0.03},
-    "clip500+struct0.2": {"clip_tokens": 500, "structural_trigger": 0.2},
-    "clip750+struct0.2": {"clip_tokens": 750, "structural_trigger": 0.2},
-    "clip500+no-stack": {"clip_tokens": 500, "stack_notes": False},
-    "note0.2": {"handoff_max_share": 0.2},
-    "note0.25": {"handoff_max_share": 0.25},
-    "note0.3": {"handoff_max_share": 0.3},
-    "note0.35": {"handoff_max_share": 0.35},
     "notes0.15": {"notes_max_share": 0.15},
     "notes0.25": {"notes_max_share": 0.25},
     "notes0.35": {"notes_max_share": 0.35},
-    "c750s0.2+no-stack": {"clip_tokens": 750, "structural_trigger": 0.2, "stack_notes": False},
+    "clip1500": {"clip_tokens": 1_500},
+    "clip500": {"clip_tokens": 500},
+    "struct0.3": {"structural_trigger": 0.3},
+    "clip1500+struct0.3": {"clip_tokens": 1_500, "structural_trigger": 0.3},
+    "args1000": {"arg_clip_chars": 1_000},
+    "keep0.03": {"keep_share": 0.03},
+    "keep0.1": {"keep_share": 0.1},
 }
 
 

@@ -6,9 +6,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+import orjson
 import pytest
 
 from worker.compaction.assemble import assemble, merged_index
+from worker.compaction.codec import transcript_from_json, transcript_to_json
 from worker.compaction.epochs import cache_mark, first_changed, new_epoch, served_request, standing_mark
 from worker.compaction.model import Handoff, Policy, Transcript, Turn
 from worker.compaction.pricing import Billed, PromptCache, breakpoints
@@ -222,3 +224,14 @@ def test_with_a_real_size_system_prompt_every_fetch_reads_the_cache_within_four_
         b for b in request["messages"][0]["content"] if str(b.get("text", "")).startswith("[compactd handoff")
     ]
     assert notes and ("cache_control" in notes[-1] or "cache_control" in request["system"][-1])
+
+
+def test_stacked_notes_and_the_notes_mark_survive_the_snapshot_codec() -> None:
+    """A stored snapshot resumes with its earlier notes and its notes mark (the next epoch's
+    breakpoints and bytes depend on both)."""
+    stacked = Handoff("new", ("a", "b"), ((2, 9),), 9, earlier=("old",))
+    t = Transcript("sys", session(2), handoff=stacked, notes_mark=True, cache_mark=3, standing_mark=5)
+    assert transcript_from_json(orjson.loads(orjson.dumps(transcript_to_json(t)))) == t
+    assert transcript_from_json(
+        {"handoff": {"text": "x", "archive_refs": [], "archived_seqs": []}}
+    ).handoff == (Handoff("x", (), ()))  # a snapshot stored before stacking

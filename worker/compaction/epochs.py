@@ -110,6 +110,8 @@ def new_epoch(current: Transcript, compacted: Transcript, policy: Policy) -> Tra
     if notes and read == task:
         read = 0  # the notes end is a longer prefix than the task's
     keep = standing_mark(compacted, policy.keep_tokens, read) if policy.standing_breakpoint else 0
+    if notes and keep == task:
+        keep = 0  # likewise
     if notes and read and keep:
         if blocks_between(compacted.turns, read, keep) <= LOOKBACK_BLOCKS - 2:
             read = 0  # the standing mark finds it
