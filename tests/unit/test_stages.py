@@ -206,12 +206,9 @@ class TestSummarize:
     def test_previous_note_is_folded_not_archived(self) -> None:
         """A second round's note still has the first round's facts; the archive only holds turns."""
         first = self.stage()(self.make())
-        more = [
-            turn(100 + i, r, text(f"later {i}") if r == "user" else text(f"ok {i}"))
-            for i, r in enumerate(["user", "assistant"] * 30)
-        ]
-        second = self.stage(trigger_tokens=200, target_tokens=100)(first.with_turns([*first.turns, *more]))
+        second = self.stage(trigger_tokens=200, target_tokens=100, stack=False)(self.later(first))
         assert second.handoff and first.handoff
+        assert second.handoff.archived_seqs != first.handoff.archived_seqs  # a second round ran
         assert "Yes, but never touch setup.py" in second.handoff.text
         assert second.handoff.archive_refs[:1] == first.handoff.archive_refs
         new_archive = [f for f in second.files if f.kind == "archive"][-1]
