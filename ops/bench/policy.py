@@ -12,7 +12,9 @@ Jobs take a fixed JOB_SECONDS, so every figure is a token count, whatever the ma
 Sessions (`SESSIONS`): the two long Claude Code sessions; `258c7280x2`, that session twice in a
 row (the second copy's tool ids renamed: a ~290k-token session that outgrows the 200k window);
 `medium`, every medium-sized shared transcript (Claude Code subagents and viewer, SWE-agent,
-OpenHands) one after the other as one session of consecutive tasks.
+OpenHands) one after the other as one session of consecutive tasks; `<session>+sys`, the session
+behind a 12k-token system prompt; `<session>+proxy` (e.g. `fa812bfe+sys+proxy`), billed as the
+drop-in proxy sends it upstream (the client's system prompt marked, at most 4 breakpoints).
 """
 
 from __future__ import annotations
@@ -65,6 +67,18 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "target0.4t": {"summary_target_share": 0.35, "summary_target_of_trigger": 0.4},
     # with keep_share 0.05 as the default (chosen), the small-window knob on top of it
     "chosen+target0.4t": {"summary_target_share": 0.35, "summary_target_of_trigger": 0.4},
+    # second pass (issue 27): each reverts or moves one knob of the chosen engine
+    "no-stack": {"stack_notes": False},
+    "notes0.15": {"notes_max_share": 0.15},
+    "notes0.25": {"notes_max_share": 0.25},
+    "notes0.35": {"notes_max_share": 0.35},
+    "clip1500": {"clip_tokens": 1_500},
+    "clip500": {"clip_tokens": 500},
+    "struct0.3": {"structural_trigger": 0.3},
+    "clip1500+struct0.3": {"clip_tokens": 1_500, "structural_trigger": 0.3},
+    "args1000": {"arg_clip_chars": 1_000},
+    "keep0.03": {"keep_share": 0.03},
+    "keep0.1": {"keep_share": 0.1},
 }
 
 
@@ -102,6 +116,20 @@ def _joined(parts: list[Loaded]) -> Loaded:
     return parts[0][0], messages, None
 
 
+def system_prompt(tokens: int) -> str:
+    """A deterministic system prompt of about `tokens` tokens (Claude Code sends one of several
+    thousand, cached; the shared transcripts carry none): numbered rules, no two lines alike."""
+    line = (
+        "Rule {n}: when the user asks for change {n}, read the file first, then edit it, then run the tests."
+    )
+    return "\n".join(line.format(n=n) for n in range(tokens // 27))
+
+
+def _with_system(loaded: Loaded, tokens: int) -> Loaded:
+    _, messages, times = loaded
+    return system_prompt(tokens), messages, times
+
+
 SESSIONS: dict[str, Callable[[Path], Loaded]] = {
     "fa812bfe": lambda root: _messages(root, LONG["fa812bfe"]),
     "258c7280": lambda root: _messages(root, LONG["258c7280"]),
@@ -109,6 +137,9 @@ SESSIONS: dict[str, Callable[[Path], Loaded]] = {
         [_messages(root, LONG["258c7280"]), _messages(root, LONG["258c7280"], "_2")]
     ),
     "medium": lambda root: _joined([_messages(root, p, f"_{i}") for i, p in enumerate(MEDIUM)]),
+    # a real-size system prompt in front (12k tokens, about Claude Code's)
+    "fa812bfe+sys": lambda root: _with_system(_messages(root, LONG["fa812bfe"]), 12_000),
+    "258c7280+sys": lambda root: _with_system(_messages(root, LONG["258c7280"]), 12_000),
 }
 
 
@@ -121,11 +152,29 @@ def reading_previous(fetches: Sequence[Fetch]) -> float:
     return round(whole / max(1, len(pairs)), 3)
 
 
+def through_proxy(system: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """The request the drop-in proxy sends upstream for a served prompt: the client's system prompt
+    with one breakpoint at its end, the served messages, at most 4 breakpoints (worker/proxy)."""
+    from worker.proxy.outbound import limit_breakpoints, upstream_system
+
+    def upstream(request: dict[str, Any]) -> dict[str, Any]:
+        body = {"system": upstream_system(system, request["system"]), "messages": request["messages"]}
+        return limit_breakpoints(body)
+
+    return upstream
+
+
 def one(variant: str, session: str, window: int, pace: str, root: Path) -> dict[str, Any]:
-    system, messages, times = SESSIONS[session](root)
+    system, messages, times = SESSIONS[session.removesuffix("+proxy")](root)
     policy = Policy(context_window=window).with_overrides(VARIANTS[variant])
     report = replay(
-        system, messages, policy, pace=parse_pace(pace), timestamps=times, job_seconds=JOB_SECONDS
+        system,
+        messages,
+        policy,
+        pace=parse_pace(pace),
+        timestamps=times,
+        job_seconds=JOB_SECONDS,
+        **({"upstream": through_proxy(system)} if session.endswith("+proxy") else {}),
     )
     s = report.summary()
     return {

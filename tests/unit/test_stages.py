@@ -206,12 +206,9 @@ class TestSummarize:
     def test_previous_note_is_folded_not_archived(self) -> None:
         """A second round's note still has the first round's facts; the archive only holds turns."""
         first = self.stage()(self.make())
-        more = [
-            turn(100 + i, r, text(f"later {i}") if r == "user" else text(f"ok {i}"))
-            for i, r in enumerate(["user", "assistant"] * 30)
-        ]
-        second = self.stage(trigger_tokens=200, target_tokens=100)(first.with_turns([*first.turns, *more]))
+        second = self.stage(trigger_tokens=200, target_tokens=100, stack=False)(self.later(first))
         assert second.handoff and first.handoff
+        assert second.handoff.archived_seqs != first.handoff.archived_seqs  # a second round ran
         assert "Yes, but never touch setup.py" in second.handoff.text
         assert second.handoff.archive_refs[:1] == first.handoff.archive_refs
         new_archive = [f for f in second.files if f.kind == "archive"][-1]
@@ -226,6 +223,44 @@ class TestSummarize:
         """Over max_note_tokens, older low-priority items are dropped and counted."""
         out = self.stage(max_note_tokens=250)(self.make())
         assert out.handoff and out.handoff.tokens <= 250
+
+    def later(self, first: Transcript) -> Transcript:
+        """Sixty more turns after a first round, the last a tool unit (the keep window)."""
+        more = [
+            turn(100 + i, r, text(f"later {i}") if r == "user" else text(f"ok {i} " + "done " * 40))
+            for i, r in enumerate(["user", "assistant"] * 30)
+        ]
+        more += [
+            turn(200, "assistant", call("toolu_last", "Bash", command="make lint")),
+            turn(201, "user", result("toolu_last", "ok")),
+        ]
+        return first.with_turns([*first.turns, *more])
+
+    def test_a_second_note_stacks_after_the_first_byte_for_byte(self) -> None:
+        """With room under the ceiling, the first note is kept as it was and the new span's note
+        (its own archive, no task restated) follows it; every fact is still in the notes."""
+        first = self.stage(max_note_tokens=4_000)(self.make())
+        second = self.stage(trigger_tokens=200, target_tokens=100, max_note_tokens=4_000)(self.later(first))
+        assert first.handoff and second.handoff
+        assert second.handoff.earlier == (first.handoff.text,)
+        assert "## Task" not in second.handoff.text and "later 0" in second.handoff.text
+        assert second.handoff.archive_refs[-1] in second.handoff.text
+        assert second.handoff.archive_refs[-1] not in first.handoff.text
+        assert second.handoff.tokens > first.handoff.tokens
+        assert "Yes, but never touch setup.py" in second.handoff.full_text
+
+    def test_notes_past_the_ceiling_fold_into_one(self) -> None:
+        """When the new note would not fit beside the earlier ones, all of them fold into one;
+        with stacking off, every round folds."""
+        first = self.stage(max_note_tokens=4_000)(self.make())
+        assert first.handoff
+        ceiling = first.handoff.tokens + 20  # no room for a second note
+        second = self.stage(trigger_tokens=200, target_tokens=100, max_note_tokens=ceiling)(self.later(first))
+        assert second.handoff and second.handoff.earlier == ()
+        assert "Yes, but never touch setup.py" in second.handoff.text
+        unstacked = self.stage(trigger_tokens=200, target_tokens=100, max_note_tokens=4_000, stack=False)
+        folded = unstacked(self.later(first)).handoff
+        assert folded and folded.earlier == () and "Yes, but never touch setup.py" in folded.text
 
 
 def test_facts_classify_files_and_commands() -> None:

@@ -9,7 +9,9 @@ memory, one stored with the snapshot, and per fetch the newest message and the u
 previous fetch ended with, so each fetch reads the previous one's prefix. The snapshot's own is
 its end, or, when an epoch kept part of the previous prompt, the last message an earlier fetch
 ended with before the first rewritten turn (`Transcript.cache_mark`): the new epoch's first
-fetch then reads the kept prefix from the cache instead of writing it again.
+fetch then reads the kept prefix from the cache instead of writing it again. With a handoff, the
+end of the notes (one text block each, the earlier ones byte for byte) may carry one
+(`Transcript.notes_mark`): the prefix the next summary round reads. A snapshot places at most two.
 """
 
 from __future__ import annotations
@@ -34,24 +36,26 @@ def assemble(t: Transcript) -> dict[str, Any]:
     """{"system": [text blocks], "messages": [...]}, with the snapshot's breakpoints: after the
     system prompt and memory, and at the end of the messages (the stable prefix of everything
     served until the next epoch), or at the turns its epoch marked (`Transcript.cache_mark`,
-    `standing_mark`): with both, their prefixes hold the system prompt and it goes unmarked."""
+    `standing_mark`) and the end of the notes (`notes_mark`): with two of them, their prefixes
+    hold the system prompt and it goes unmarked."""
     marks = {t.cache_mark, t.standing_mark} - {0}
     kept = [i for i, turn in enumerate(t.turns) if turn.seq in marks]
+    notes = t.notes_mark and t.handoff is not None
     system = system_blocks(t)
-    if system and len(kept) < 2:
+    if system and len(kept) + notes < 2:
         system[-1] = {**system[-1], "cache_control": CACHE_CONTROL}
     messages = [turn.as_message() for turn in t.turns]
     if 0 in kept:
         # the task: its own last block, which a note merged after it must not move
         messages[0] = mark_message(messages[0])
     if t.handoff is not None:
-        messages = _insert_handoff(messages, t.handoff.text)
+        messages = _insert_handoff(messages, t.handoff.notes, marked=notes)
     merged = merge_roles(messages)
     for i in kept:
         if i > 0:
             at = merged_index(messages, i + (1 if t.handoff is not None else 0))
             merged[at] = mark_message(merged[at])
-    if merged and not kept:
+    if merged and not kept and not notes:
         merged[-1] = mark_message(merged[-1])
     return {"system": system, "messages": merged}
 
@@ -127,9 +131,14 @@ def strip_cache_control(block: Block) -> Block:
     return {k: v for k, v in block.items() if k != "cache_control"}
 
 
-def _insert_handoff(messages: list[dict[str, Any]], note: str) -> list[dict[str, Any]]:
-    """The note goes right after the first user message (the task), which is always kept."""
-    note_message = {"role": "user", "content": [{"type": "text", "text": note}]}
+def _insert_handoff(
+    messages: list[dict[str, Any]], notes: Sequence[str], *, marked: bool = False
+) -> list[dict[str, Any]]:
+    """The notes (one text block each, oldest first) go right after the first user message (the
+    task), which is always kept; `marked`: a breakpoint on the newest note."""
+    note_message = {"role": "user", "content": [{"type": "text", "text": n} for n in notes]}
+    if marked:
+        note_message = mark_message(note_message)
     if not messages:
         return [note_message]
     return [messages[0], note_message, *messages[1:]]

@@ -23,11 +23,13 @@ def transcript_to_json(t: Transcript) -> dict[str, Any]:
             "summarizer": t.handoff.summarizer,
             "input_tokens": t.handoff.input_tokens,
             "output_tokens": t.handoff.output_tokens,
+            "earlier": list(t.handoff.earlier),
         },
         "turns": [turn_to_json(turn) for turn in t.turns],
         "cache_mark": t.cache_mark,
         "epoch_from": t.epoch_from,
         "standing_mark": t.standing_mark,
+        "notes_mark": t.notes_mark,
     }
 
 
@@ -45,6 +47,7 @@ def transcript_from_json(data: dict[str, Any]) -> Transcript:
             summarizer=h.get("summarizer", "extractive"),
             input_tokens=int(h.get("input_tokens", 0)),
             output_tokens=int(h.get("output_tokens", 0)),
+            earlier=tuple(h.get("earlier") or ()),
         )
     )
     return Transcript(
@@ -55,6 +58,7 @@ def transcript_from_json(data: dict[str, Any]) -> Transcript:
         cache_mark=int(data.get("cache_mark", 0)),
         epoch_from=int(data.get("epoch_from", 0)),
         standing_mark=int(data.get("standing_mark", 0)),
+        notes_mark=bool(data.get("notes_mark", False)),
     )
 
 

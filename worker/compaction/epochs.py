@@ -18,6 +18,7 @@ from worker.compaction.assemble import assemble, finish
 from worker.compaction.model import FileWrite, Policy, StageReport, Transcript, Turn, canonical_json
 from worker.compaction.pipeline import compact, summarized
 from worker.compaction.ports import Summarizer
+from worker.compaction.pricing import LOOKBACK_BLOCKS
 from worker.compaction.zones import keep_start
 
 
@@ -96,11 +97,34 @@ def standing_mark(compacted: Transcript, keep_tokens: int, after: int) -> int:
 
 
 def new_epoch(current: Transcript, compacted: Transcript, policy: Policy) -> Transcript:
-    """The compacted transcript as a new epoch's snapshot: its breakpoints and where it began."""
+    """The compacted transcript as a new epoch's snapshot: its breakpoints and where it began.
+
+    With a handoff, the end of the notes is marked (the prefix the next summary round, stacked
+    after them, reads) unless both other marks are needed: a read mark past the notes that the
+    standing mark cannot look back to. A new summary round reads through the notes mark itself:
+    the provider finds the earlier notes' prefix one block before it."""
     last = compacted.turns[-1].seq if compacted.turns else 0
-    read = cache_mark(current, compacted)
+    notes = compacted.handoff is not None
+    task = compacted.turns[0].seq if compacted.turns else 0
+    read = 0 if compacted.handoff != current.handoff else cache_mark(current, compacted)
+    if notes and read == task:
+        read = 0  # the notes end is a longer prefix than the task's
     keep = standing_mark(compacted, policy.keep_tokens, read) if policy.standing_breakpoint else 0
-    return replace(compacted, files=(), cache_mark=read, standing_mark=keep, epoch_from=last)
+    if notes and keep == task:
+        keep = 0  # likewise
+    if notes and read and keep:
+        if blocks_between(compacted.turns, read, keep) <= LOOKBACK_BLOCKS - 2:
+            read = 0  # the standing mark finds it
+        else:
+            notes = False
+    return replace(
+        compacted, files=(), cache_mark=read, standing_mark=keep, epoch_from=last, notes_mark=notes
+    )
+
+
+def blocks_between(turns: Sequence[Turn], after: int, through: int) -> int:
+    """Content blocks of the turns with after < seq <= through (a provider looks back by blocks)."""
+    return sum(len(t.content) for t in turns if after < t.seq <= through)
 
 
 def rewritten_tokens(current: Transcript, compacted: Transcript) -> int:

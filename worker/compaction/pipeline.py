@@ -57,10 +57,12 @@ def default_stages(
                 target_tokens=policy.summary_target_tokens,
                 keep_tokens=keep,
                 max_note_tokens=int(policy.budget_tokens * policy.handoff_max_share),
+                max_notes_tokens=int(policy.budget_tokens * policy.notes_max_share),
                 turn_trigger=policy.turn_trigger,
                 force=force,
                 focus=focus,
                 summarizer=summarizer,
+                stack=policy.stack_notes,
             )
         )
     return stages

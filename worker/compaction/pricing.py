@@ -28,6 +28,7 @@ from worker.compaction.model import Block, canonical_json
 from worker.compaction.tokens import MESSAGE_OVERHEAD_TOKENS, count_block, count_text
 
 MAX_BREAKPOINTS = 4
+LOOKBACK_BLOCKS = 20  # block boundaries a breakpoint looks back for a cached prefix
 READ_RATE = 0.1  # share of the base input price for tokens read from the cache
 WRITE_RATE = 1.25  # the 5-minute cache write premium
 
@@ -137,7 +138,7 @@ class PromptCache:
     """One conversation's provider-side cache: bill its requests in time order."""
 
     def __init__(
-        self, *, ttl_seconds: float = 300.0, lookback_blocks: int = 20, min_tokens: int = 1024
+        self, *, ttl_seconds: float = 300.0, lookback_blocks: int = LOOKBACK_BLOCKS, min_tokens: int = 1024
     ) -> None:
         self.ttl_seconds = ttl_seconds
         self.lookback_blocks = lookback_blocks

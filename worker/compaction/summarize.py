@@ -16,7 +16,7 @@ from worker.compaction import pointers
 from worker.compaction.model import DEFAULT_POLICY, FileWrite, Handoff, Transcript, Turn, block_text
 from worker.compaction.ports import Summarizer, SummaryRequest
 from worker.compaction.render import archive_jsonl, span_text
-from worker.compaction.tokens import count_text, head_text
+from worker.compaction.tokens import BLOCK_OVERHEAD_TOKENS, count_text, head_text
 from worker.compaction.zones import first_kept, is_cut_point, keep_start
 
 SECTIONS = (  # (facts key, heading), in the note's order
@@ -54,6 +54,10 @@ class Summarize:
     force: bool = False
     focus: str | None = None
     summarizer: Summarizer | None = None
+    stack: bool = DEFAULT_POLICY.stack_notes  # keep earlier notes byte for byte, the new one after them
+    # the extractive notes' ceiling, stacked or folded (0: max_note_tokens, an LLM note's): they
+    # cost nothing to write, and room for them means fewer, larger rounds and fewer fold-ups
+    max_notes_tokens: int = 0
 
     def __call__(self, t: Transcript) -> Transcript:
         if not self._due(t):
@@ -76,6 +80,15 @@ class Summarize:
             FileWrite(ref=ref, kind="archive", content=archive, media_type="application/jsonl")
         )
 
+    @property
+    def ceiling(self) -> int:
+        """The handoff's ceiling: an LLM note's, or the extractive notes' together."""
+        return (
+            (self.max_notes_tokens or self.max_note_tokens)
+            if self.summarizer is None
+            else self.max_note_tokens
+        )
+
     def _due(self, t: Transcript) -> bool:
         over_tokens = t.tokens() > self.trigger_tokens
         over_turns = self.turn_trigger > 0 and len(t.turns) > self.turn_trigger
@@ -83,7 +96,7 @@ class Summarize:
 
     def _cut(self, turns: Sequence[Turn], start: int, end: int) -> int:
         """The earliest cut point that brings tokens (and turns) under target; at most `end`."""
-        tokens = sum(t.tokens for t in turns) + self.max_note_tokens
+        tokens = sum(t.tokens for t in turns) + self.ceiling
         turn_goal = self.turn_trigger // 2 if self.turn_trigger else 0
         for i in range(start, end):
             tokens -= turns[i].tokens
@@ -102,17 +115,23 @@ class Summarize:
             if t.turns and t.turns[0].role == "user" and t.turns[0].content
             else ""
         )
-        facts = F.fold(prev.facts if prev else {}, F.extract(span, task=task))
+        new = F.extract(span, task=task)
+        facts = F.fold(prev.facts if prev else {}, new)
         refs = (*prev.archive_refs, ref) if prev else (ref,)
         ranges = _merge_ranges([*(prev.archived_seqs if prev else ()), (span[0].seq, span[-1].seq)])
+        if self.stack and prev is not None and self.summarizer is None:
+            stacked = self._stacked(prev, span, ref, new)
+            if stacked is not None:
+                return replace(stacked, archive_refs=refs, archived_seqs=ranges, facts=facts)
         header = _header(ranges, refs, self.focus)
         if self.summarizer is None:
-            text = render_note(header, facts, self.max_note_tokens)
+            # stacking, a first note states full paths as its successors do (see _stacked)
+            text = render_note(header, facts, self.ceiling, shorten=not self.stack or prev is not None)
             return Handoff(text, refs, ranges, count_text(text), facts)
         result = self.summarizer.summarize(
             SummaryRequest(
                 span_text=span_text(span),
-                previous_note=prev.text if prev else None,
+                previous_note=prev.full_text if prev else None,
                 focus=self.focus,
                 archive_ref=ref,
                 max_tokens=self.max_note_tokens,
@@ -130,6 +149,20 @@ class Summarize:
             result.output_tokens,
         )
 
+    def _stacked(self, prev: Handoff, span: Sequence[Turn], ref: str, new: F.Facts) -> Handoff | None:
+        """The span's own note after the earlier ones (kept byte for byte), if it fits whole in
+        the room they leave under the note's ceiling; None: fold them all into one instead."""
+        header = _header(((span[0].seq, span[-1].seq),), (ref,), self.focus)
+        facts = {**new, "task": ""}  # the first note states the task
+        items = {k: list(facts.get(k, [])) for k, _ in SECTIONS}
+        # full paths: one span's root is deeper than the session's, and a reader of several notes
+        # (or a search of the prompt) should not have to join paths across them
+        text = _render(header, facts, items, dict.fromkeys(items, 0), shorten=False)
+        tokens = count_text(text) + BLOCK_OVERHEAD_TOKENS
+        if prev.tokens + tokens > self.ceiling:
+            return None
+        return Handoff(text, (), (), prev.tokens + tokens, earlier=prev.notes)
+
 
 def _header(ranges: Sequence[tuple[int, int]], refs: Sequence[str], focus: str | None) -> str:
     seqs = ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in ranges)
@@ -143,29 +176,32 @@ def _header(ranges: Sequence[tuple[int, int]], refs: Sequence[str], focus: str |
     return "\n".join(lines)
 
 
-def render_note(header: str, facts: F.Facts, max_tokens: int) -> str:
+def render_note(header: str, facts: F.Facts, max_tokens: int, *, shorten: bool = True) -> str:
     """The extractive note; over `max_tokens`, the least important items go first, counted."""
     trimmed = {k: list(facts.get(k, [])) for k, _ in SECTIONS}
     dropped = dict.fromkeys(trimmed, 0)
-    text = _render(header, facts, trimmed, dropped)
+    text = _render(header, facts, trimmed, dropped, shorten=shorten)
     for key in TRIM_ORDER:
         while trimmed[key] and count_text(text) > max_tokens:
             # drop a batch at a time: re-counting the whole note per item would be quadratic
             n = max(1, len(trimmed[key]) // 4)
             del trimmed[key][:n]
             dropped[key] += n
-            text = _render(header, facts, trimmed, dropped)
+            text = _render(header, facts, trimmed, dropped, shorten=shorten)
     return text if count_text(text) <= max_tokens else head_text(text, max_tokens)
 
 
 FILE_KEYS = ("files_read", "files_edited", "files_created")
 
 
-def _render(header: str, facts: F.Facts, items: dict[str, list[str]], dropped: dict[str, int]) -> str:
+def _render(
+    header: str, facts: F.Facts, items: dict[str, list[str]], dropped: dict[str, int], *, shorten: bool = True
+) -> str:
+    """The note's text; `shorten`: file paths relative to their common root, stated once."""
     parts = [header]
     if facts.get("task"):
         parts.append("## Task (the first user message, kept above)\n" + str(facts["task"]))
-    root = common_root([p for k in FILE_KEYS for p in facts.get(k, [])])
+    root = common_root([p for k in FILE_KEYS for p in facts.get(k, [])]) if shorten else ""
     if root:
         parts.append(f"File paths below are relative to {root}/")
     for key, heading in SECTIONS:

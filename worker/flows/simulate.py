@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -202,10 +202,12 @@ def replay(
     job_seconds: float | None = None,
     price_per_mtok: float = 3.0,
     redactor: Redactor | None = None,
+    upstream: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> ReplayReport:
     """Append at `pace` (default one message a second), fetch before each assistant message, and
     run the worker's jobs on the same clock. `job_seconds` fixes a job's duration (default: measured);
-    `redactor` defaults to the standard profile.
+    `redactor` defaults to the standard profile; `upstream` maps a served prompt to the request
+    the provider receives (the drop-in proxy's rewrite; default: the prompt as served).
 
     Long on purpose (~60 lines): the simulator's one event loop (appends, fetches, a job's start
     and finish on one clock); split, its loop state would be passed around.
@@ -241,7 +243,7 @@ def replay(
                     epoch=sim.epoch,
                     valid=not request_problems(request),
                     fallback=fallback,
-                    billed=provider.bill(request, now),
+                    billed=provider.bill(upstream(request) if upstream else request, now),
                     raw_billed=raw_provider.bill(raw_request, now),
                 )
             )
