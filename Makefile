@@ -54,7 +54,7 @@ lint: sync
 	$(RUN) ruff check .
 	$(RUN) ruff format --check .
 	$(RUN) lint-imports
-	$(RUN) mypy worker api
+	$(RUN) mypy worker api ops
 
 fmt: sync
 	$(RUN) ruff format .

@@ -174,7 +174,7 @@ def one(variant: str, session: str, window: int, pace: str, root: Path) -> dict[
         pace=parse_pace(pace),
         timestamps=times,
         job_seconds=JOB_SECONDS,
-        **({"upstream": through_proxy(system)} if session.endswith("+proxy") else {}),
+        upstream=through_proxy(system) if session.endswith("+proxy") else None,
     )
     s = report.summary()
     return {

@@ -256,7 +256,7 @@ def phases(steps: int = 30) -> list[dict[str, Any]]:
         settings = Settings(  # type: ignore[call-arg]
             database_url=f"sqlite:///{workdir / 'bench.db'}",
             redis_url=f"redis://127.0.0.1:{redis_port}/0",
-            var_dir=str(workdir / "var"),
+            var_dir=workdir / "var",
             log_level="WARNING",
             redaction_key="bench",
         )
