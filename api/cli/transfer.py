@@ -164,17 +164,13 @@ def _store(command: str) -> Iterator[Any]:
 
 
 def _tenant_id(res: Any, name: str | None, command: str) -> tuple[int, str]:
-    from sqlalchemy import select
-
-    from worker.store.tables import Tenant
+    from worker.store.tenants import NoSuchTenant, tenant_id_named
 
     name = name or res.settings.default_tenant
-    T = Tenant.__table__  # type: ignore[attr-defined]
-    with res.engine.connect() as conn:
-        tid = conn.execute(select(T.c.id).where(T.c.name == name)).scalar()
-    if tid is None:
-        raise SystemExit(f"{command}: no tenant named {name!r} (create it with `compactd tenant create`)")
-    return int(tid), name
+    try:
+        return tenant_id_named(res.engine, name), name
+    except NoSuchTenant:
+        raise SystemExit(f"{command}: no tenant named {name!r} (create it with `compactd tenant create`)") from None
 
 
 def run_import(args: argparse.Namespace) -> int:
@@ -288,19 +284,12 @@ def run_export(args: argparse.Namespace) -> int:
 def archive_messages(engine: Any, session_pk: int, bar: Progress) -> Iterator[dict[str, Any]]:
     """Every stored turn as an Anthropic message, in seq order, read a page at a time."""
     import orjson
-    from sqlalchemy import select
 
-    from worker.store.sessions import TT
+    from worker.store.turns import turns_page
 
     after = 0
     while True:
-        with engine.connect() as conn:
-            rows = conn.execute(
-                select(TT.c.seq, TT.c.role, TT.c.content)
-                .where(TT.c.session_id == session_pk, TT.c.seq > after)
-                .order_by(TT.c.seq)
-                .limit(PAGE_TURNS)
-            ).all()
+        rows = turns_page(engine, session_pk, after, PAGE_TURNS)
         if not rows:
             return
         for r in rows:

@@ -1,8 +1,10 @@
-"""Reads of one stored turn, outside a session's load (worker/store/sessions.py loads them in bulk)."""
+"""Reads of stored turns outside a session's load (worker/store/sessions.py loads them in bulk)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import Engine, bindparam, select
 
@@ -16,3 +18,14 @@ def appended_at(engine: Engine, session_pk: int, seq: int) -> datetime | None:
     """When the turn at `seq` was appended (naive UTC), None if it is gone (one indexed read)."""
     with read_tx(engine) as conn:
         return conn.execute(_APPENDED_AT, {"pk": session_pk, "seq": seq}).scalar()
+
+
+def turns_page(engine: Engine, session_pk: int, after: int, limit: int) -> Sequence[Any]:
+    """Up to `limit` stored turns (seq, role, content) after `seq` = after, in seq order."""
+    with read_tx(engine) as conn:
+        return conn.execute(
+            select(TT.c.seq, TT.c.role, TT.c.content)
+            .where(TT.c.session_id == session_pk, TT.c.seq > after)
+            .order_by(TT.c.seq)
+            .limit(limit)
+        ).all()
