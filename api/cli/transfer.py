@@ -170,7 +170,9 @@ def _tenant_id(res: Any, name: str | None, command: str) -> tuple[int, str]:
     try:
         return tenant_id_named(res.engine, name), name
     except NoSuchTenant:
-        raise SystemExit(f"{command}: no tenant named {name!r} (create it with `compactd tenant create`)") from None
+        raise SystemExit(
+            f"{command}: no tenant named {name!r} (create it with `compactd tenant create`)"
+        ) from None
 
 
 def run_import(args: argparse.Namespace) -> int:
