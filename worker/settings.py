@@ -84,6 +84,10 @@ class Settings(BaseSettings):
     upstream_connect_timeout_seconds: float = 10.0
     upstream_read_timeout_seconds: float = 600.0  # between two bytes of a response (a long thinking pause)
     proxy_tool_rounds: int = Field(default=5, ge=1, le=50)  # server-side rounds of compactd's own tools
+    # how long a plain reply waits before it is recorded: the conversation's next request, if it comes
+    # first, carries the reply and stores it itself (one append instead of two, none beside that
+    # request); 0 records every reply as soon as its response ends (api/http/replies.py)
+    proxy_reply_grace_seconds: float = Field(default=0.25, ge=0, le=10)
 
     redis_socket_timeout_seconds: float = 0.25
     # PostgreSQL: a lock wait gives up after this long (an append answers 503, Retry-After) and the

@@ -20,6 +20,7 @@ from api.http.middleware.body_limit import BodyLimit
 from api.http.middleware.json_only import JsonOnly
 from api.http.middleware.request_log import RequestLog
 from api.http.prometheus import Metrics
+from api.http.replies import ReplyGrace
 from api.http.routes import files, health, memory, messages, prompt, sessions, turns, ui
 from api.http.upstream import upstream_client
 from worker.contracts import Enqueue
@@ -59,6 +60,7 @@ def create_app(settings: Settings, *, enqueue: Enqueue | None = None, log_setup:
             app.state.provider_keys = HeldKeys(provider_key_reader(res.engine, redaction_key(settings)))
             app.state.proxy_chains = ChainMemo(app.state.proxy_key)
             app.state.proxy_records = RecordMemo()
+            app.state.proxy_replies = ReplyGrace(settings.proxy_reply_grace_seconds)
             app.state.metrics.attach(res)
             # start-up garbage is long-lived: move it out of the collector's way (cuts p99)
             gc.collect()

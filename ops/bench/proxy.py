@@ -29,6 +29,9 @@ from ops.bench.service import _free_port, _wait_port, pct
 
 TARGETS = (10_000, 50_000, 150_000)
 STEPS = int(os.environ.get("COMPACTD_BENCH_PROXY_STEPS", "40"))
+# the agent's think time before each call (its tool run): 0, the default, asks again at once, so the
+# previous reply's recording (after its response) and the job it wakes overlap the next call
+PAUSE_SECONDS = float(os.environ.get("COMPACTD_BENCH_PROXY_PAUSE_MS", "0")) / 1000
 BASH = {
     "name": "bash",
     "description": "Run a shell command.",
@@ -121,6 +124,8 @@ def measure(client: httpx.Client, compactd: str, upstream: str, key: str, target
         raw = orjson.dumps(body)
         order = [("direct", f"{upstream}/v1/messages", direct), ("proxy", f"{compactd}/v1/messages", via)]
         for name, url, headers in order if step % 2 == 0 else order[::-1]:
+            if PAUSE_SECONDS:
+                time.sleep(PAUSE_SECONDS)
             ttfb, total, data = _timed(client, url, raw, headers)
             rows[name].append(total)
             rows[f"{name}_ttfb"].append(ttfb)

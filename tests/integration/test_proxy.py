@@ -215,6 +215,8 @@ def test_two_conversations_under_one_client_session_at_once(proxy: Proxy) -> Non
     for t in threads:
         t.join(60)
     assert not errors, errors
+    # each last reply is recorded once its grace is over (no next request came for it)
+    wait_for(lambda: sorted(_sessions(proxy, f"cc-{client_session}-").values()) == [4, 4], timeout=10)
     sessions = _sessions(proxy, f"cc-{client_session}-")
     assert sorted(sessions.values()) == [4, 4], sessions
 

@@ -11,7 +11,19 @@ from typing import Any
 import pytest
 
 from tests.integration.conftest import flush_prefix, make_settings
-from worker.flows.proxy import Proxied, Reconciled, RecordMemo, reconcile, record_reply
+from worker.contracts import AppendRequest
+from worker.flows.append import append_messages
+from worker.flows.proxy import (
+    Proxied,
+    Reconciled,
+    RecordMemo,
+    StaleAhead,
+    commit_ahead,
+    reconcile,
+    reconcile_ahead,
+    record_reply,
+)
+from worker.flows.serve import fetch_ready
 from worker.proxy.conversations import Conversation
 from worker.proxy.fingerprints import chains
 from worker.proxy.reconcile import Record
@@ -125,3 +137,65 @@ def test_two_processes_memories_never_store_a_message_twice(res: Resources) -> N
         res, Proxied(res, tenant, Conversation(solo, "header"), body2, [], None, lambda *a: None, alone)
     )
     assert again.plan.kind == "extend" and get_session(res.engine, tenant, solo).version == 3
+
+
+def _published(res: Resources, jobs: list[tuple[int, int, int]]) -> None:
+    """Run the compaction jobs the appends asked for (the worker's part: the cached prompt)."""
+    from worker.flows.compact import run_job
+
+    for tenant, session_pk, _ in jobs:
+        run_job(tenant, session_pk, res, None)
+    jobs.clear()
+
+
+def _remembering(
+    res: Resources, tenant: int, key: str, memo: RecordMemo, jobs: list[Any], messages: list[dict[str, Any]]
+) -> Proxied:
+    body = {"model": "claude-sonnet-4-6", "max_tokens": 100, "messages": messages}
+    return Proxied(res, tenant, Conversation(key, "header"), body, [], None, lambda *j: jobs.append(j), memo)
+
+
+def test_a_request_served_ahead_stores_what_its_prompt_holds(res: Resources) -> None:
+    """A request that extends the remembered branch is rendered before its commit: after the commit
+    the session holds its messages once and the fetch serves exactly the prompt it was sent with."""
+    tenant = create_tenant(res.engine, f"t-{uuid.uuid4().hex[:6]}")[0]
+    key, memo, jobs = f"k-{uuid.uuid4().hex[:8]}", RecordMemo(), []
+    start = [_u("task"), _a("ok"), _u("next")]
+    first = _run(res, _remembering(res, tenant, key, memo, jobs, start))
+    _published(res, jobs)
+    history = [*start, _a("done"), _u("and now?")]
+    req = _remembering(res, tenant, key, memo, jobs, history)
+    ahead = reconcile_ahead(req, chains(KEY, history))
+    assert ahead is not None and get_session(res.engine, tenant, key).version == 3  # nothing stored yet
+    done = commit_ahead(ahead)
+    assert (done.plan.kind, done.appended) == ("extend", 2)
+    assert get_session(res.engine, tenant, key).version == 5
+    served = fetch_ready(res.engine, res.cache, tenant, first.plan.session_id, res.policy_for)
+    assert served is not None and served.body == ahead.served.body
+    assert load_records(res.engine, tenant, key)[0].messages == 5
+
+
+def test_a_commit_ahead_that_lost_its_session_writes_nothing(res: Resources) -> None:
+    """When another append reaches the session between the render and the commit, the commit
+    raises and stores nothing (the request is then reconciled the ordinary way)."""
+    tenant = create_tenant(res.engine, f"t-{uuid.uuid4().hex[:6]}")[0]
+    key, memo, jobs = f"k-{uuid.uuid4().hex[:8]}", RecordMemo(), []
+    start = [_u("task"), _a("ok"), _u("next")]
+    _run(res, _remembering(res, tenant, key, memo, jobs, start))
+    _published(res, jobs)
+    history = [*start, _a("done"), _u("and now?")]
+    ahead = reconcile_ahead(_remembering(res, tenant, key, memo, jobs, history), chains(KEY, history))
+    assert ahead is not None
+    append_messages(
+        res,
+        tenant,
+        key,
+        AppendRequest(messages=[_a("from elsewhere")]),
+        idempotency_key=None,
+        activity=None,
+        enqueue=lambda *j: None,
+    )
+    with pytest.raises(StaleAhead):
+        commit_ahead(ahead)
+    assert get_session(res.engine, tenant, key).version == 4  # the other append only
+    assert load_records(res.engine, tenant, key)[0].messages == 3

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -21,12 +21,12 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from worker.compaction import pointers
 from worker.compaction.assemble import merge_roles
 from worker.compaction.errors import InvalidTranscript
-from worker.compaction.model import Block
+from worker.compaction.model import Block, FileWrite, Turn
 from worker.compaction.profiles import known_profile, profile_for
 from worker.compaction.validate import request_problems
 from worker.contracts import Activity, AppendRequest, Enqueue, SessionId
 from worker.errors import TransientError, TurnTooLarge
-from worker.ingest import ingest
+from worker.ingest import Ingested, ingest
 from worker.limits import check_turn_sizes
 from worker.metrics import CountingRedactor, record_append, recorder_for
 from worker.redaction import Redactor
@@ -93,37 +93,107 @@ def append_messages(
     Raises InvalidTranscript (a message cannot be read), BrokenConversation (tool pairing would
     break) or IdempotencyMismatch (the key was used with another body); nothing is written then.
     """
-    profile = profile_of(body, res)
-    stored_key, body_hash = _idempotency(res, body, idempotency_key)
+    prepared = prepare_append(res, tenant_id, session_id, body, idempotency_key, activity)
     for attempt in range(1, READ_ATTEMPTS + 1):
-        counting = CountingRedactor.of(res.redactor)
-        # the stored message this append follows: a secret cut between it and the first new message
-        # is redacted on both sides while the new one is still as it came (seams.py)
-        stored = last_message(res.engine, tenant_id, session_id)
-        after, rewritable = seam_view(res, stored)
-        ingested = ingest(
-            body.messages, first_seq=1, redactor=counting, policy=res.settings.policy(), after=after
-        )
         try:
-            done = append_turns(
-                res.engine,
-                tenant_id,
-                session_id,
-                ingested.turns,
-                files=ingested.files,
-                profile=profile,
-                activity=activity,
-                idempotency_key=stored_key,
-                body_hash=body_hash,
-                validate=check_window,
-                locked=locked,
-                seam=_seam(
-                    stored, ingested.after if rewritable else None, counting, attempt == READ_ATTEMPTS
-                ),
-            )
-            break
-        except _StaleRead:
+            return store_prepared(res, prepared, enqueue, locked, last_try=attempt == READ_ATTEMPTS)
+        except StaleRead:
             log.info("append.reread", session_id=session_id, tenant_id=tenant_id, attempt=attempt)
+            prepared = _ingested(res, prepared)
+    raise AssertionError("unreachable: the last try reseams instead of raising StaleRead")
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """An append ingested against the session's last stored message, its transaction not yet run
+    (store_prepared): the turns it will store, exactly."""
+
+    tenant_id: int
+    session_id: str
+    body: AppendRequest
+    profile: Profile
+    activity: str | None
+    stored_key: str | None
+    body_hash: str
+    stored: Stored | None  # the message the turns follow, as read
+    rewritable: bool
+    counting: CountingRedactor
+    turns: tuple[Turn, ...]
+    files: tuple[FileWrite, ...]
+    # the stored message with a secret cut at the seam redacted (None: the ingest left it alone)
+    after: tuple[Block, ...] | None
+
+    @property
+    def rewrites_stored(self) -> bool:
+        """Whether storing it rewrites the message before it (a secret cut at the seam)."""
+        return self.rewritable and self.after is not None
+
+
+def prepare_append(
+    res: Resources,
+    tenant_id: int,
+    session_id: str,
+    body: AppendRequest,
+    idempotency_key: str | None = None,
+    activity: str | None = None,
+) -> Prepared:
+    """The append's first half, no transaction: its profile, and its messages ingested (normalized,
+    redacted, offloaded, counted) after the session's last stored message, read now."""
+    stored_key, body_hash = _idempotency(res, body, idempotency_key)
+    empty = Ingested(turns=(), files=())
+    blank = Prepared(
+        tenant_id, session_id, body, profile_of(body, res), activity, stored_key, body_hash,
+        None, False, CountingRedactor.of(res.redactor), empty.turns, empty.files, None,
+    )  # fmt: skip
+    return _ingested(res, blank)
+
+
+def _ingested(res: Resources, p: Prepared) -> Prepared:
+    """`p` ingested (again) after the session's last stored message as it is now."""
+    counting = CountingRedactor.of(res.redactor)
+    # the stored message this append follows: a secret cut between it and the first new message
+    # is redacted on both sides while the new one is still as it came (seams.py)
+    stored = last_message(res.engine, p.tenant_id, p.session_id)
+    after, rewritable = seam_view(res, stored)
+    ingested = ingest(
+        p.body.messages, first_seq=1, redactor=counting, policy=res.settings.policy(), after=after
+    )
+    return replace(
+        p,
+        stored=stored,
+        rewritable=rewritable,
+        counting=counting,
+        turns=ingested.turns,
+        files=ingested.files,
+        after=ingested.after,
+    )
+
+
+def store_prepared(
+    res: Resources,
+    p: Prepared,
+    enqueue: Enqueue,
+    locked: Callable[[Any, Any], None] | None = None,
+    *,
+    last_try: bool,
+) -> Outcome:
+    """The append's second half: validate and store `p` in one transaction, then make sure a job is
+    pending. Raises StaleRead when the session's last message is no longer the one `p` was ingested
+    after (unless `last_try`: then the two halves are redacted as each was alone, see _seam)."""
+    done = append_turns(
+        res.engine,
+        p.tenant_id,
+        p.session_id,
+        p.turns,
+        files=p.files,
+        profile=p.profile,
+        activity=p.activity,
+        idempotency_key=p.stored_key,
+        body_hash=p.body_hash,
+        validate=check_window,
+        locked=locked,
+        seam=_seam(p.stored, p.after if p.rewritable else None, p.counting, last_try),
+    )
     if done.reseamed:  # the turn before was rewritten: a cached prompt may still hold it
         res.cache.invalidate(done.session_pk)
     if not done.replayed:
@@ -131,8 +201,8 @@ def append_messages(
         res.cache.prompts.note_version(
             done.session_pk, done.version, done.context_window, done.output_reserve
         )
-        enqueue(tenant_id, done.session_pk, done.version)
-    return Outcome(done, profile, len(ingested.turns), dict(counting.counts))
+        enqueue(p.tenant_id, done.session_pk, done.version)
+    return Outcome(done, p.profile, len(p.turns), dict(p.counting.counts))
 
 
 # how often an append is ingested again when another append to its session came between its read
@@ -140,8 +210,8 @@ def append_messages(
 READ_ATTEMPTS = 3
 
 
-class _StaleRead(Exception):
-    """The session's last stored message changed after the append read it."""
+class StaleRead(Exception):
+    """Raised when the session's last stored message changed after the append read it."""
 
 
 def _idempotency(res: Resources, body: AppendRequest, key: str | None) -> tuple[str | None, str]:
@@ -170,14 +240,14 @@ def _seam(
     stored: Stored | None, rewritten: tuple[Block, ...] | None, redactor: Redactor, last_try: bool
 ) -> Seam:
     """The store's seam callback: the ingest's scan of the boundary stands when the stored message
-    is still the one it read; otherwise the append is ingested again (_StaleRead), or at the last
+    is still the one it read; otherwise the append is ingested again (StaleRead), or at the last
     try the two halves are redacted as each was alone (reseam)."""
 
     def seam(previous: tuple[Block, ...], first: tuple[Block, ...]) -> Reseamed | None:
         if stored is not None and previous == stored.blocks:
             return None if rewritten is None else reseamed(previous, rewritten, first)
         if not last_try:
-            raise _StaleRead
+            raise StaleRead
         return reseam(previous, first, redactor)
 
     return seam

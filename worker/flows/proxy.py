@@ -23,7 +23,8 @@ from sqlalchemy import Engine
 
 from worker.compaction.tokens import count_text
 from worker.contracts import AppendRequest, Enqueue
-from worker.flows.append import append_messages
+from worker.flows.append import Prepared, append_messages, prepare_append, store_prepared
+from worker.flows.serve import Served, fetch_ahead
 from worker.proxy import fingerprints, provider_keys
 from worker.proxy.conversations import Conversation, client_prefix, stable_system_text
 from worker.proxy.reconcile import Plan, Record, plan, restart
@@ -38,6 +39,7 @@ from worker.store.proxy import (
     sealed_provider_key,
     store_provider_key,
 )
+from worker.store.sessions import Profile
 
 log = structlog.get_logger("compactd.proxy")
 
@@ -282,6 +284,95 @@ def reconcile(req: Proxied, chains: list[str], missing: bool = False) -> Reconci
         _log_plan(req, p, len(messages))
         return Reconciled(p, len(messages) - p.start)
     raise Unreconciled(key)
+
+
+@dataclass(frozen=True, slots=True)
+class Ahead:
+    """A request that extends its remembered branch, its new messages ingested and its prompt
+    rendered with them, their transaction not yet run (commit_ahead)."""
+
+    req: Proxied
+    plan: Plan
+    records: tuple[Record, ...]  # the remembered records the plan was made from
+    prepared: Prepared
+    served: Served
+    appended: int
+
+
+class StaleAhead(Exception):
+    """Raised inside the transaction when the prompt rendered ahead is no longer the one the stored
+    session gives (another append came first, or this one changes the window, reserve or system)."""
+
+
+def reconcile_ahead(req: Proxied, chains: list[str]) -> Ahead | None:
+    """The usual request (its history extends the branch this process remembers) ready to be served
+    before its append commits; None for anything else (reconcile, the ordinary way).
+
+    The prompt is what the fetch will serve once the append is stored (fetch_ahead: the same render
+    over the same rows); commit_ahead stores exactly the ingested turns it holds, or raises.
+    """
+    if req.records is None:
+        return None
+    memo_key = (req.tenant_id, req.conversation.key)
+    remembered = req.records.get(memo_key)
+    p = plan(remembered, chains, req.conversation.key) if remembered is not None else None
+    if p is None or p.kind != "extend" or remembered is None:
+        return None
+    messages = req.body["messages"]
+    body = append_body(req.body, messages[p.start :], p, req.context_window, req.tools)
+    prepared = prepare_append(req.res, req.tenant_id, p.session_id, body)
+    # an offloaded block's file or a rewritten turn before: the ordinary path's to store
+    if prepared.files or prepared.rewrites_stored:
+        return None
+    res, profile = req.res, prepared.profile
+    served = fetch_ahead(
+        res.engine,
+        res.cache,
+        req.tenant_id,
+        p.session_id,
+        res.policy_for,
+        prepared.turns,
+        (profile.context_window, profile.output_reserve),
+    )
+    if served is None:
+        return None
+    return Ahead(req, p, remembered, prepared, served, len(messages) - p.start)
+
+
+def commit_ahead(ahead: Ahead) -> Reconciled:
+    """Store the turns `ahead` was served with, the record moving in the same transaction, checked
+    under the session lock: the session must be exactly the one the prompt was rendered from.
+    Raises whatever stops it (StaleAhead, StalePlan, StaleRead, BrokenConversation, a database
+    error); nothing is written then, and the request is reconciled again the ordinary way."""
+    req, p, prepared = ahead.req, ahead.plan, ahead.prepared
+    memo_key = (req.tenant_id, req.conversation.key)
+    guard = _rendered_from(ahead.served.version - len(prepared.turns), prepared.profile)
+    moved = claim(req.tenant_id, req.conversation.key, p)
+
+    def locked(conn: Any, session: Any) -> None:
+        guard(session)
+        moved(conn, session)
+
+    try:
+        store_prepared(req.res, prepared, req.enqueue, locked, last_try=False)
+    except StalePlan:
+        if req.records is not None:
+            req.records.distrust(memo_key)
+        raise
+    _remember(req, memo_key, ahead.records, p)
+    return Reconciled(p, ahead.appended)
+
+
+def _rendered_from(version: int, profile: Profile) -> Callable[[Any], None]:
+    def check(session: Any) -> None:
+        kept = all(
+            getattr(profile, k) in (None, getattr(session, k))
+            for k in ("context_window", "output_reserve", "system")
+        )
+        if session.version != version or not kept:
+            raise StaleAhead(session.client_id)
+
+    return check
 
 
 def _remember(req: Proxied, memo_key: Hashable, records: Sequence[Record], p: Plan | None) -> None:

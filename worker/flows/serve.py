@@ -33,7 +33,7 @@ from worker.compaction.assemble import (
 )
 from worker.compaction.codec import transcript_from_json
 from worker.compaction.fit import fit
-from worker.compaction.model import Policy, Transcript
+from worker.compaction.model import Policy, Transcript, Turn
 from worker.store import fetch as reads
 from worker.store.db import read_tx
 from worker.store.files import file_infos, last_read_id, save_files
@@ -216,6 +216,40 @@ def fetch_ready(
             return None
         head = rows[0]
         return _from_db(conn, client_id, head, policy_for(head.context_window, head.output_reserve))
+
+
+def fetch_ahead(
+    engine: Engine,
+    cache: Cache,
+    tenant_id: int,
+    client_id: str,
+    policy_for: Any,
+    turns: Sequence[Turn],
+    profile: tuple[int | None, int | None],
+) -> Served | None:
+    """What fetch_ready will serve once `turns` (ingested, their transaction not yet run) are the
+    session's next turns, rendered now from the cached entry: the same render over the same rows.
+
+    None when that cannot be shown here: no current entry, the append changes the session's window
+    or reserve (`profile`: the append's, None where it keeps the session's), or it would not fit
+    (the ordinary path then picks the fallback).
+    """
+    pk = session_pk(engine, tenant_id, client_id, cache)
+    entry = cache.prompts.get(pk) if pk is not None else None
+    if entry is None:
+        return None
+    rows = reads.tail_rows(engine, tenant_id, client_id, entry.through)
+    if not rows:
+        return None
+    head = rows[0]
+    window, reserve = profile
+    current = head[0] == pk and entry.epoch >= head[2] and entry.memver >= head[3]
+    if not current or window not in (None, head[4]) or reserve not in (None, head[5]):
+        return None
+    tail = [(r[6], orjson.loads(r[7]), r[8]) for r in rows if r[6] is not None]
+    tail += [(t.role, list(t.content), t.tokens) for t in turns]
+    served = _served(client_id, head[1] + len(turns), entry, tail, policy_for(head[4], head[5]), "cache")
+    return served if served.fits else None
 
 
 def _from_cache_alone(cache: Cache, pk: int, client_id: str, entry: Entry, policy_for: Any) -> Served | None:

@@ -23,19 +23,24 @@ class RequestLog:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         started = time.perf_counter()
+        ended = None
         status = 500
         clear_contextvars()
 
         async def send_status(message: Message) -> None:
-            nonlocal status
+            nonlocal status, ended
             if message["type"] == "http.response.start":
                 status = message["status"]
             await send(message)
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                ended = time.perf_counter()
 
         try:
             await self.app(scope, receive, send_status)
         finally:
-            seconds = time.perf_counter() - started
+            # until the response's last byte: a background task after it (a proxied reply's
+            # recording, api/http/replies.py) is not the request's latency
+            seconds = (ended or time.perf_counter()) - started
             route = _route(scope)
             self.metrics.record_request(scope["method"], route, status, seconds)
             log.info(

@@ -27,7 +27,8 @@ from starlette.types import Receive, Scope, Send
 
 from api.http.deps import TenantDep, tenant_for
 from api.http.errors import ApiError, NotFound, TooManyRequests
-from api.http.routes.prompt import serve_prompt
+from api.http.replies import ReplyGrace, may_wait
+from api.http.routes.prompt import count_served, serve_prompt
 from api.http.upstream import (
     AUTH_HEADERS,
     error_body,
@@ -41,12 +42,15 @@ from worker.compaction.tools import tool_definitions
 from worker.flows import proxy_tools
 from worker.flows.append import BrokenConversation
 from worker.flows.proxy import (
+    Ahead,
     HeldJobs,
     ProviderKeyUnreadable,
     Proxied,
     Reconciled,
     Unreconciled,
+    commit_ahead,
     reconcile,
+    reconcile_ahead,
     record_reply,
     set_provider_key,
 )
@@ -192,6 +196,8 @@ class Call:
     # the whole answer once the client has it: recorded after the response (_record)
     answered: tuple[Relay, list[list[dict[str, Any]]]] | None = None
     hidden: frozenset[str] = frozenset()
+    # the compaction jobs its appends asked for, sent once the first event is relayed (HeldJobs)
+    jobs: HeldJobs | None = None
 
     def headers(self) -> dict[str, str]:
         return forwarded_headers(self.request.headers, self.auth.provider)
@@ -229,14 +235,18 @@ async def _create(request: Request) -> Response:
     if is_side_request(body, named is not None):
         log.info("proxy.passed_through", tenant_id=tenant, reason="side_request")
         return await _pass_through(call, raw, "/v1/messages")
-    jobs = HeldJobs(request.app.state.enqueue)
+    call.jobs = jobs = HeldJobs(request.app.state.enqueue)
     try:
-        await _reconcile_and_build(call, named, jobs)
-        response = await _open(call, "/v1/messages", call.upstream_raw)
-    finally:
-        # the compaction the appends asked for, once the upstream call is under way (HeldJobs)
+        ahead = await _reconcile_and_build(call, named, jobs)
+        if ahead is None:
+            response = await _open(call, "/v1/messages", call.upstream_raw)
+        else:
+            response = await _open_committing(call, ahead)
+    except BaseException:
         _release_soon(jobs)
+        raise
     if response.status_code != 200:
+        _release_soon(jobs)
         return await _upstream_error(response)
     if body.get("stream"):
         return EventStream(
@@ -284,39 +294,60 @@ async def _disconnected(request: Request) -> None:
         pass
 
 
-def _release_soon(jobs: HeldJobs) -> None:
-    """jobs.release() in a worker thread, not awaited: the response does not wait for the enqueue."""
+def _release_soon(jobs: HeldJobs | None) -> None:
+    """jobs.release() in a worker thread, not awaited: the response does not wait for the enqueue.
+    Sent once the first event is relayed (or the call ends without one): the enqueue (a Redis claim,
+    a broker publish: ~1 ms of CPU) and the worker it wakes stay off the path to the first byte."""
+    if jobs is None:
+        return
     if jobs.holding:
         asyncio.get_running_loop().run_in_executor(None, jobs.release)
     else:
         jobs.release()
 
 
-async def _reconcile_and_build(call: Call, named: str | None, jobs: HeldJobs) -> None:
-    """Reconcile the history with its session and build the upstream request from the ready prompt."""
-    res, body = call.res, call.body
+async def _reconcile_and_build(call: Call, named: str | None, jobs: HeldJobs) -> Ahead | None:
+    """Reconcile the history with its session and build the upstream request from the ready prompt.
+
+    The usual request (it extends the branch this process remembers) comes back as an Ahead: its
+    prompt rendered with its new turns, their commit still to run (_open_committing); any other is
+    reconciled and stored here, the ordinary way (None)."""
     key: bytes = call.request.app.state.proxy_key
-    memo: fingerprints.ChainMemo = call.request.app.state.proxy_chains
-    call.conversation = identify(key, body, named)
-    chains: list[str] = []
-    tools = _compactd_tools()
-    given = body.get("tools")
+    call.conversation = identify(key, call.body, named)
+    given = call.body.get("tools")
     client_tools: list[Any] = given if isinstance(given, list) else []
     call.proxied = Proxied(
-        res,
+        call.res,
         call.tenant,
         call.conversation,
-        body,
-        [*client_tools, *tools],
+        call.body,
+        [*client_tools, *_compactd_tools()],
         call.context_window,
         jobs,
         call.request.app.state.proxy_records,
     )
+    chains: list[str] = []
+    # one thread hop for the hashing, the ingest and the render
+    ahead = await run_in_threadpool(_ahead, call.proxied, call.request.app.state.proxy_chains, chains)
+    if ahead is not None:
+        call.upstream_raw, call.hidden = upstream_bytes(call.body, ahead.served.body, _compactd_tools())
+        return ahead
+    await _reconcile_in_order(call, chains)
+    return None
+
+
+async def _reconcile_in_order(call: Call, chains: list[str]) -> None:
+    """Reconcile and store the history, then fetch the ready prompt and build the upstream request."""
+    res, body, proxied = call.res, call.body, call.proxied
+    assert proxied is not None  # set by _reconcile_and_build
+    memo: fingerprints.ChainMemo = call.request.app.state.proxy_chains
     served = None
     for missing in (False, True):
         try:
             # one thread hop for the hashing and the append
-            call.reconciled = await run_in_threadpool(_reconciled, call.proxied, memo, chains, missing)
+            reconciled = await run_in_threadpool(_reconciled, proxied, memo, chains, missing)
+            call.reconciled = reconciled
+            _stored(call)
         except (InvalidTranscript, BrokenConversation) as exc:
             problems = getattr(exc, "problems", [])
             detail = "; ".join(problems[:3]) if problems else str(exc)
@@ -324,7 +355,7 @@ async def _reconcile_and_build(call: Call, named: str | None, jobs: HeldJobs) ->
         except Unreconciled:
             raise ProxyError(503, "the conversation changed under this request; retry") from None
         try:
-            served = await serve_prompt(call.request, call.tenant, call.reconciled.plan.session_id)
+            served = await serve_prompt(call.request, call.tenant, reconciled.plan.session_id)
             break
         except NotFound:
             continue  # the session was deleted after the record was made: start it anew
@@ -332,7 +363,14 @@ async def _reconcile_and_build(call: Call, named: str | None, jobs: HeldJobs) ->
             raise ProxyError(exc.status, exc.detail or exc.title) from None
     if served is None:
         raise ProxyError(503, "the conversation's session could not be served; retry")
-    call.upstream_raw, call.hidden = upstream_bytes(body, served.body, tools)
+    call.upstream_raw, call.hidden = upstream_bytes(body, served.body, _compactd_tools())
+
+
+def _stored(call: Call) -> None:
+    """The request's history is stored: the previous reply, if still waiting out its grace, is in
+    it (or the client left it out): it is not recorded on its own."""
+    grace: ReplyGrace = call.request.app.state.proxy_replies
+    grace.supersede((call.tenant, call.conversation.key))  # type: ignore[union-attr]
 
 
 def _reconciled(
@@ -344,6 +382,48 @@ def _reconciled(
         memo_key = (proxied.tenant_id, proxied.conversation.key)
         chains.extend(memo.chains(memo_key, proxied.body["messages"]))
     return reconcile(proxied, chains, missing)
+
+
+def _ahead(proxied: Proxied, memo: fingerprints.ChainMemo, chains: list[str]) -> Ahead | None:
+    """reconcile_ahead, the history's chain computed first (kept in `chains` for the ordinary path)."""
+    chains.extend(memo.chains((proxied.tenant_id, proxied.conversation.key), proxied.body["messages"]))
+    try:
+        return reconcile_ahead(proxied, chains)
+    except Exception as exc:
+        # whatever stops it (an unreadable message, the database): the ordinary path meets it
+        # again and answers it as it does
+        log.debug("proxy.ahead_skipped", error=type(exc).__name__)
+        return None
+
+
+async def _open_committing(call: Call, ahead: Ahead) -> httpx.Response:
+    """The upstream call opened while the request's append commits in a worker thread, and returned
+    only once the commit is done: nothing reaches the client before the turns it answers are
+    stored. A commit that fails closes the call (nothing was relayed; the transaction rolled back)
+    and the request is reconciled and sent again the ordinary way, which answers what stopped it
+    (400 for a broken history, 503 for a conversation that keeps changing ...)."""
+    commit = asyncio.ensure_future(run_in_threadpool(commit_ahead, ahead))
+    try:
+        response = await _open(call, "/v1/messages", call.upstream_raw)
+    except BaseException:
+        # the commit runs on (its turns stored: the client's retry finds them); its outcome is moot
+        commit.add_done_callback(_outcome_moot)
+        raise
+    try:
+        call.reconciled = await commit
+    except Exception as exc:
+        await response.aclose()
+        log.info("proxy.ahead_failed", session_id=ahead.plan.session_id, error=type(exc).__name__)
+        await _reconcile_in_order(call, [])
+        return await _open(call, "/v1/messages", call.upstream_raw)
+    _stored(call)
+    count_served(call.request, call.tenant, ahead.plan.session_id, ahead.served)
+    return response
+
+
+def _outcome_moot(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()  # retrieved: never logged as "never retrieved"
 
 
 def _compactd_tools() -> list[dict[str, Any]]:
@@ -411,6 +491,7 @@ async def _rounds(call: Call, relay: Relay, response: httpx.Response) -> AsyncIt
                         out = relay.feed(event)
                         if out:
                             yield out
+                            _release_soon(call.jobs)
             except httpx.HTTPError as exc:
                 # the status line was 200: the failure can only be told in the stream, as the API does
                 log.warning("proxy.upstream_stream_failed", error=type(exc).__name__)
@@ -475,7 +556,9 @@ async def _rounds(call: Call, relay: Relay, response: httpx.Response) -> AsyncIt
 async def _record(call: Call) -> None:
     """Append the answer the client received, once the response is complete: the append's time is
     not the client's. A next request that comes first appends the client's copy instead (the
-    conversation's record decides which one stores it; worker/store/proxy.py)."""
+    conversation's record decides which one stores it; worker/store/proxy.py); a plain reply waits
+    a moment for it (api/http/replies.py)."""
+    _release_soon(call.jobs)
     if call.answered is None:
         return  # cut short (an error, a disconnect): nothing to record
     relay, results = call.answered
@@ -489,13 +572,19 @@ async def _record(call: Call) -> None:
         rounds=len(relay.rounds),
         stop_reason=relay.final_stop_reason(),
     )
+    stored, client_message = relay.stored_messages(results), relay.client_message()
+    grace: ReplyGrace = call.request.app.state.proxy_replies
+    conversation = (call.tenant, call.conversation.key)  # type: ignore[union-attr]
+    if may_wait(stored, client_message) and await grace.superseded(conversation):
+        log.debug("proxy.reply_superseded", tenant_id=call.tenant, session_id=plan_.session_id)
+        return
     try:
         await run_in_threadpool(
             record_reply,
             call.proxied,  # type: ignore[arg-type]
             plan_,
-            relay.stored_messages(results),
-            relay.client_message(),
+            stored,
+            client_message,
         )
     except Exception as exc:
         # the client still gets its answer; its next request carries the reply and reconciles it

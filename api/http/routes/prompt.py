@@ -86,8 +86,7 @@ async def serve_prompt(
             ) from None
         if served is None:
             raise NotFound("no such session")
-    request.app.state.metrics.record_fetch(served.source, served.tokens, served.budget_tokens)
-    pk = res.cache.pks.get((tenant, sid))
+    pk = count_served(request, tenant, sid, served)
     if not served.fits:
         # never expected (fit clips everything but a tiny system prompt); counted where operators look
         log.error("prompt.over_budget", tokens=served.tokens, budget_tokens=served.budget_tokens)
@@ -98,10 +97,17 @@ async def serve_prompt(
             "prompt.fallback_served", fallback=served.fallback, tokens=served.tokens, epoch=served.epoch
         )
         await run_in_threadpool(_after_fallback, request, res, tenant, pk, served)
-    elif pk is not None:
-        # cache-reuse accounting: buffered here, written to Redis in batches by the app (api/http/app.py)
-        request.app.state.fetch_log.append((pk, served.epoch, served.request_bytes, served.stable_bytes))
     return served
+
+
+def count_served(request: Request, tenant: int, sid: str, served: Served) -> int | None:
+    """A served prompt in the metrics and, unless a fallback, in the cache-reuse log (buffered here,
+    written to Redis in batches by the app, api/http/app.py); the session's pk when known."""
+    request.app.state.metrics.record_fetch(served.source, served.tokens, served.budget_tokens)
+    pk: int | None = request.app.state.resources.cache.pks.get((tenant, sid))
+    if pk is not None and served.fallback is None:
+        request.app.state.fetch_log.append((pk, served.epoch, served.request_bytes, served.stable_bytes))
+    return pk
 
 
 def _after_fallback(request: Request, res: Resources, tenant: int, pk: int | None, served: Served) -> None:
