@@ -150,6 +150,45 @@ def test_a_failed_call_retried_stores_the_history_once(proxy: Proxy) -> None:
     assert asked == ["Is the build green?"] * 2 and len(proxy.upstream.requests[1].body["messages"]) == 1
 
 
+def _prompt_cached(p: Proxy, sid: str) -> None:
+    """Wait until the worker has published the session's prompt entry in Redis."""
+    engine = create_engine(p.settings.database_url)
+    try:
+        with engine.connect() as conn:
+            pk = conn.execute(text("SELECT id FROM sessions WHERE client_id = :sid"), {"sid": sid}).scalar()
+    finally:
+        engine.dispose()
+    client = redis.Redis.from_url(p.settings.redis_url)
+    try:
+        wait_for(lambda: client.exists(f"{p.settings.redis_prefix}prompt:{pk}"), timeout=20)
+    finally:
+        client.close()
+
+
+def test_a_request_whose_commit_fails_is_answered_the_ordinary_way(proxy: Proxy) -> None:
+    """A request served ahead of its commit (it extends the remembered conversation, whose prompt
+    is cached) but whose commit is refused under the session lock (its system prompt changed the
+    session) closes that upstream call and is reconciled and sent again: the client gets one
+    answer, and the session holds each message once."""
+    sid = f"s-{uuid.uuid4().hex[:8]}"
+    # the closed call may have taken its scripted answer: a second one for the call sent again
+    proxy.upstream.script(reply("First."), reply("Second."), reply("Second."))
+    history: list[dict[str, Any]] = [{"role": "user", "content": "task"}]
+    with _sdk(proxy, sid) as client:
+        first = _ask(client, history)
+        history += [{"role": "assistant", "content": _content(first)}, {"role": "user", "content": "more"}]
+        _version(proxy, sid, 2)  # the reply recorded (its grace over), the worker's job sent
+        _prompt_cached(proxy, sid)  # what the next request is served from
+        answer = client.messages.create(
+            model=MODEL, max_tokens=1024, system="You are a careful agent.", tools=[BASH], messages=history
+        )
+    assert "proxy.ahead_failed" in proxy.api_log.read_text()
+    assert answer.content[0].text == "Second."
+    _version(proxy, sid, 4)
+    # the answered call carries the new system prompt; the closed one may or may not have reached it
+    assert proxy.upstream.requests[-1].body["system"][0]["text"] == "You are a careful agent."
+
+
 def test_the_sdk_retries_a_529_through_the_endpoint(proxy: Proxy) -> None:
     """With the SDK's own retries on, a 529 then a reply is one answer and one stored exchange."""
     sid = f"s-{uuid.uuid4().hex[:8]}"

@@ -237,11 +237,11 @@ async def _create(request: Request) -> Response:
         return await _pass_through(call, raw, "/v1/messages")
     call.jobs = jobs = HeldJobs(request.app.state.enqueue)
     try:
-        ahead = await _reconcile_and_build(call, named, jobs)
-        if ahead is None:
+        committing = await _reconcile_and_build(call, named, jobs)
+        if committing is None:
             response = await _open(call, "/v1/messages", call.upstream_raw)
         else:
-            response = await _open_committing(call, ahead)
+            response = await _open_committing(call, committing)
     except BaseException:
         _release_soon(jobs)
         raise
@@ -306,11 +306,20 @@ def _release_soon(jobs: HeldJobs | None) -> None:
         jobs.release()
 
 
-async def _reconcile_and_build(call: Call, named: str | None, jobs: HeldJobs) -> Ahead | None:
+@dataclass(frozen=True, slots=True)
+class Committing:
+    """A request served ahead (its prompt rendered with its new turns) and their commit, under way
+    in the worker thread that rendered it."""
+
+    ahead: Ahead
+    commit: asyncio.Future[Reconciled | None]
+
+
+async def _reconcile_and_build(call: Call, named: str | None, jobs: HeldJobs) -> Committing | None:
     """Reconcile the history with its session and build the upstream request from the ready prompt.
 
-    The usual request (it extends the branch this process remembers) comes back as an Ahead: its
-    prompt rendered with its new turns, their commit still to run (_open_committing); any other is
+    The usual request (it extends the branch this process remembers) comes back as Committing: its
+    prompt rendered with its new turns, which commit meanwhile (_open_committing); any other is
     reconciled and stored here, the ordinary way (None)."""
     key: bytes = call.request.app.state.proxy_key
     call.conversation = identify(key, call.body, named)
@@ -327,11 +336,18 @@ async def _reconcile_and_build(call: Call, named: str | None, jobs: HeldJobs) ->
         call.request.app.state.proxy_records,
     )
     chains: list[str] = []
-    # one thread hop for the hashing, the ingest and the render
-    ahead = await run_in_threadpool(_ahead, call.proxied, call.request.app.state.proxy_chains, chains)
+    # one thread hop: the hashing, the ingest and the render, then (the loop told) the commit
+    loop = asyncio.get_running_loop()
+    rendered: asyncio.Future[Ahead | None] = loop.create_future()
+    memo = call.request.app.state.proxy_chains
+    commit = asyncio.ensure_future(
+        run_in_threadpool(_ahead_then_commit, loop, rendered, call.proxied, memo, chains)
+    )
+    ahead = await rendered
     if ahead is not None:
         call.upstream_raw, call.hidden = upstream_bytes(call.body, ahead.served.body, _compactd_tools())
-        return ahead
+        return Committing(ahead, commit)
+    await commit  # nothing to commit: the thread is done
     await _reconcile_in_order(call, chains)
     return None
 
@@ -384,25 +400,41 @@ def _reconciled(
     return reconcile(proxied, chains, missing)
 
 
-def _ahead(proxied: Proxied, memo: fingerprints.ChainMemo, chains: list[str]) -> Ahead | None:
-    """reconcile_ahead, the history's chain computed first (kept in `chains` for the ordinary path)."""
-    chains.extend(memo.chains((proxied.tenant_id, proxied.conversation.key), proxied.body["messages"]))
+def _ahead_then_commit(
+    loop: asyncio.AbstractEventLoop,
+    rendered: asyncio.Future[Ahead | None],
+    proxied: Proxied,
+    memo: fingerprints.ChainMemo,
+    chains: list[str],
+) -> Reconciled | None:
+    """In a worker thread: reconcile_ahead (the history's chain computed first, kept in `chains` for
+    the ordinary path), its outcome handed to the event loop at once (`rendered`: the upstream call
+    can start), then its commit, in the same thread: no second hop. None: nothing served ahead."""
+    ahead = None
     try:
-        return reconcile_ahead(proxied, chains)
+        chains.extend(memo.chains((proxied.tenant_id, proxied.conversation.key), proxied.body["messages"]))
+        ahead = reconcile_ahead(proxied, chains)
     except Exception as exc:
         # whatever stops it (an unreadable message, the database): the ordinary path meets it
         # again and answers it as it does
         log.debug("proxy.ahead_skipped", error=type(exc).__name__)
-        return None
+    finally:
+        loop.call_soon_threadsafe(_settle, rendered, ahead)
+    return None if ahead is None else commit_ahead(ahead)
 
 
-async def _open_committing(call: Call, ahead: Ahead) -> httpx.Response:
-    """The upstream call opened while the request's append commits in a worker thread, and returned
-    only once the commit is done: nothing reaches the client before the turns it answers are
-    stored. A commit that fails closes the call (nothing was relayed; the transaction rolled back)
-    and the request is reconciled and sent again the ordinary way, which answers what stopped it
-    (400 for a broken history, 503 for a conversation that keeps changing ...)."""
-    commit = asyncio.ensure_future(run_in_threadpool(commit_ahead, ahead))
+def _settle(future: asyncio.Future[Ahead | None], ahead: Ahead | None) -> None:
+    if not future.done():
+        future.set_result(ahead)
+
+
+async def _open_committing(call: Call, committing: Committing) -> httpx.Response:
+    """The upstream call opened while the request's append commits in its worker thread, and
+    returned only once the commit is done: nothing reaches the client before the turns it answers
+    are stored. A commit that fails closes the call (nothing was relayed; the transaction rolled
+    back) and the request is reconciled and sent again the ordinary way, which answers what stopped
+    it (400 for a broken history, 503 for a conversation that keeps changing ...)."""
+    ahead, commit = committing.ahead, committing.commit
     try:
         response = await _open(call, "/v1/messages", call.upstream_raw)
     except BaseException:
