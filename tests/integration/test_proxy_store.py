@@ -155,18 +155,21 @@ def _remembering(
     return Proxied(res, tenant, Conversation(key, "header"), body, [], None, lambda *j: jobs.append(j), memo)
 
 
-def test_a_request_served_ahead_stores_what_its_prompt_holds(res: Resources) -> None:
-    """A request that extends the remembered branch is rendered before its commit: after the commit
-    the session holds its messages once and the fetch serves exactly the prompt it was sent with."""
+@pytest.mark.parametrize("new_text", ["and now?", "log line " * 6000], ids=["short", "offloaded"])
+def test_a_request_served_ahead_stores_what_its_prompt_holds(res: Resources, new_text: str) -> None:
+    """A request that extends the remembered branch is rendered before its commit (a block too big
+    to keep inline offloaded to a file in the same transaction): after the commit the session holds
+    its messages once and the fetch serves exactly the prompt it was sent with."""
     tenant = create_tenant(res.engine, f"t-{uuid.uuid4().hex[:6]}")[0]
     key, memo, jobs = f"k-{uuid.uuid4().hex[:8]}", RecordMemo(), []
     start = [_u("task"), _a("ok"), _u("next")]
     first = _run(res, _remembering(res, tenant, key, memo, jobs, start))
     _published(res, jobs)
-    history = [*start, _a("done"), _u("and now?")]
+    history = [*start, _a("done"), _u(new_text)]
     req = _remembering(res, tenant, key, memo, jobs, history)
     ahead = reconcile_ahead(req, chains(KEY, history))
     assert ahead is not None and get_session(res.engine, tenant, key).version == 3  # nothing stored yet
+    assert bool(ahead.prepared.files) == (new_text != "and now?")
     done = commit_ahead(ahead)
     assert (done.plan.kind, done.appended) == ("extend", 2)
     assert get_session(res.engine, tenant, key).version == 5

@@ -24,7 +24,7 @@ from sqlalchemy import Engine
 from worker.compaction.tokens import count_text
 from worker.contracts import AppendRequest, Enqueue
 from worker.flows.append import Prepared, append_messages, prepare_append, store_prepared
-from worker.flows.serve import Served, fetch_ahead
+from worker.flows.serve import Served, cached_entry, fetch_ahead
 from worker.proxy import fingerprints, provider_keys
 from worker.proxy.conversations import Conversation, client_prefix, stable_system_text
 from worker.proxy.reconcile import Plan, Record, plan, restart
@@ -318,16 +318,21 @@ def reconcile_ahead(req: Proxied, chains: list[str]) -> Ahead | None:
     p = plan(remembered, chains, req.conversation.key) if remembered is not None else None
     if p is None or p.kind != "extend" or remembered is None:
         return None
+    res = req.res
+    # no cached prompt (the worker has not published one yet): the ordinary path, before any ingest
+    cached = cached_entry(res.engine, res.cache, req.tenant_id, p.session_id)
+    if cached is None:
+        return None
     messages = req.body["messages"]
     body = append_body(req.body, messages[p.start :], p, req.context_window, req.tools)
-    prepared = prepare_append(req.res, req.tenant_id, p.session_id, body)
-    # an offloaded block's file or a rewritten turn before: the ordinary path's to store
-    if prepared.files or prepared.rewrites_stored:
+    prepared = prepare_append(res, req.tenant_id, p.session_id, body)
+    # a secret cut at the seam rewrites the turn before (and the cached prompt): the ordinary path's
+    if prepared.rewrites_stored:
         return None
-    res, profile = req.res, prepared.profile
+    profile = prepared.profile
     served = fetch_ahead(
         res.engine,
-        res.cache,
+        cached,
         req.tenant_id,
         p.session_id,
         res.policy_for,

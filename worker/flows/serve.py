@@ -218,9 +218,16 @@ def fetch_ready(
         return _from_db(conn, client_id, head, policy_for(head.context_window, head.output_reserve))
 
 
+def cached_entry(engine: Engine, cache: Cache, tenant_id: int, client_id: str) -> tuple[int, Entry] | None:
+    """The session's pk and its cached prompt entry; None when it has none (or no such session)."""
+    pk = session_pk(engine, tenant_id, client_id, cache)
+    entry = cache.prompts.get(pk) if pk is not None else None
+    return None if pk is None or entry is None else (pk, entry)
+
+
 def fetch_ahead(
     engine: Engine,
-    cache: Cache,
+    cached: tuple[int, Entry],
     tenant_id: int,
     client_id: str,
     policy_for: Any,
@@ -228,16 +235,14 @@ def fetch_ahead(
     profile: tuple[int | None, int | None],
 ) -> Served | None:
     """What fetch_ready will serve once `turns` (ingested, their transaction not yet run) are the
-    session's next turns, rendered now from the cached entry: the same render over the same rows.
+    session's next turns, rendered now from its cached entry (`cached_entry`): the same render over
+    the same rows.
 
-    None when that cannot be shown here: no current entry, the append changes the session's window
-    or reserve (`profile`: the append's, None where it keeps the session's), or it would not fit
-    (the ordinary path then picks the fallback).
+    None when that cannot be shown here: the entry is not current, the append changes the
+    session's window or reserve (`profile`: the append's, None where it keeps the session's), or it
+    would not fit (the ordinary path then picks the fallback).
     """
-    pk = session_pk(engine, tenant_id, client_id, cache)
-    entry = cache.prompts.get(pk) if pk is not None else None
-    if entry is None:
-        return None
+    pk, entry = cached
     rows = reads.tail_rows(engine, tenant_id, client_id, entry.through)
     if not rows:
         return None
