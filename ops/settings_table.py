@@ -116,11 +116,13 @@ ROWS: tuple[tuple[tuple[str, ...], str], ...] = (
             "upstream_connect_timeout_seconds",
             "upstream_read_timeout_seconds",
             "proxy_tool_rounds",
+            "proxy_reply_grace_seconds",
         ),
         "the drop-in `POST /v1/messages` ([proxy.md](proxy.md)): where calls go on, the provider key "
         "compactd holds (used when the client's own key is its compactd key; never logged or "
         "stored), connect and between-bytes timeouts (no retries: the client retries), server-side "
-        "rounds of compactd's own tools per call",
+        "rounds of compactd's own tools per call, how long a plain reply waits for the "
+        "conversation's next request to store it (0: recorded at once)",
     ),
 )
 
