@@ -35,10 +35,11 @@ sync: $(VENV)/.synced
 up: $(VENV)/.synced-service
 	$(UV) run --frozen --no-sync compactd up
 
-# two pytest processes, a test file each at a time (--dist loadfile: a module's shared app or
-# service stays in one process): most integration tests wait on real processes, so two overlap
+# three pytest processes, a test file each at a time (--dist loadfile: a module's shared app or
+# service stays in one process), the longest files first (tests/conftest.py LONGEST_FIRST): most
+# integration tests wait on real processes, so on 2 cores a third overlaps those waits
 # (docs/testing.md); TEST_WORKERS=0 runs them in one process
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 XDIST := $(if $(filter 0,$(TEST_WORKERS)),-p no:xdist,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
 ## Install what the tests need and run them all (real Redis, PostgreSQL, Celery workers).
