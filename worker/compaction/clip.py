@@ -17,7 +17,7 @@ from worker.compaction.model import (
     retokened,
     with_text,
 )
-from worker.compaction.tokens import count_message, encoding, known_count
+from worker.compaction.tokens import count_message, encoding, end_ids, known_count
 from worker.compaction.zones import first_kept, keep_start
 
 # Calls whose bulky arguments are file contents already on disk (write, edit, patch and kin).
@@ -75,19 +75,23 @@ class Clip:
         if known is not None and known <= limit:
             # counted at ingest in this process: no need to tokenize it again to learn it fits
             return text
-        ids = encoding().encode_ordinary(text)
-        if len(ids) <= limit:
-            return text
         head_n = int(self.clip_tokens * self.head_share)
         tail_n = self.clip_tokens - head_n
-        head = _to_line_end(encoding().decode(ids[:head_n]))
-        tail = _from_line_start(encoding().decode(ids[-tail_n:]))
+        # counted and over: only its two ends need tokenizing
+        ends = end_ids(text, head_n, tail_n) if known is not None else None
+        if known is None or ends is None:
+            ids = encoding().encode_ordinary(text)
+            if len(ids) <= limit:
+                return text
+            known, ends = len(ids), (ids[:head_n], ids[-tail_n:])
+        head = _to_line_end(encoding().decode(ends[0]))
+        tail = _from_line_start(encoding().decode(ends[1]))
         ref = pointers.file_ref(text)
         files.append(FileWrite(ref=ref, kind="clip", content=text))
         total_lines = text.count("\n") + 1
         first = head.count("\n") + 1
         last = max(first, total_lines - tail.count("\n") - 1)
-        cut = len(ids) - head_n - tail_n
+        cut = known - head_n - tail_n
         return head + pointers.clipped(cut, ref, first, last) + tail
 
     def _argument(self, value: str, files: list[FileWrite]) -> str:

@@ -6,6 +6,7 @@ ingest and the count travels with it. `calibration` maps cl100k counts to a mode
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from typing import Any
 
@@ -61,6 +62,56 @@ def head_text(text: str, tokens: int) -> str:
     """The longest prefix of text with at most `tokens` tokens."""
     ids = encoding().encode_ordinary(text)
     return text if len(ids) <= tokens else encoding().decode(ids[:tokens])
+
+
+# cl100k's pre-tokenizer never runs a piece across a newline that starts a line of visible text
+# (spaces or tabs, then a visible ASCII character): a whitespace piece that holds a newline ends at
+# its last one, and no other piece holds one before a non-space. So the tokens of a text are those
+# of its part up to such a line followed by those of the rest: a clip learns its head and tail
+# tokens without tokenizing the middle it drops (tests/unit/test_token_ends.py checks it)
+_LINE_START = re.compile(r"[ \t]*[!-~]")
+_CHARS_PER_TOKEN = 4  # a first guess of how much text holds n tokens; doubled while short
+
+
+def _cut_after(text: str, at: int) -> int | None:
+    """The first cut point (the start of a line of visible text) after a newline at or after at."""
+    while (k := text.find("\n", at)) >= 0:
+        if _LINE_START.match(text, k + 1):
+            return k + 1
+        at = k + 1
+    return None
+
+
+def _cut_before(text: str, at: int) -> int | None:
+    """The last cut point at or before at."""
+    while (k := text.rfind("\n", 0, at)) >= 0:
+        if _LINE_START.match(text, k + 1):
+            return k + 1
+        at = k
+    return None
+
+
+def end_ids(text: str, head: int, tail: int) -> tuple[list[int], list[int]] | None:
+    """The first `head` and the last `tail` token ids of text, tokenizing only a part at each end
+    (cut at a point where the tokens split); None where no cut point lies in the first or last
+    half, or head or tail is 0."""
+    if head <= 0 or tail <= 0:
+        return None
+    half, chars = len(text) // 2, head * _CHARS_PER_TOKEN
+    while (cut := _cut_after(text, chars)) is not None and cut <= half:
+        ids = encoding().encode_ordinary(text[:cut])
+        if len(ids) >= head:
+            break
+        chars *= 2
+    else:
+        return None
+    head_ids, chars = ids[:head], tail * _CHARS_PER_TOKEN
+    while (cut := _cut_before(text, max(0, len(text) - chars))) is not None and cut >= half:
+        ids = encoding().encode_ordinary(text[cut:])
+        if len(ids) >= tail:
+            return head_ids, ids[-tail:]
+        chars *= 2
+    return None
 
 
 def count_block(block: Block) -> int:
