@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from tests.conftest import transcript_files
 from worker.compaction.formats import load_transcript
 from worker.compaction.model import block_text
-from worker.compaction.tokens import _cut_after, encoding, end_ids
+from worker.compaction.tokens import _cut_after, encoding, end_ids, head_text
 
 
 def _ids(text: str) -> list[int]:
@@ -32,7 +32,8 @@ def _split_problems(text: str, most: int = 1_000) -> list[int]:
 
 def _ends_problem(text: str, head: int, tail: int) -> bool:
     ends, ids = end_ids(text, head, tail), _ids(text)
-    return ends is not None and ends != (ids[:head], ids[-tail:])
+    whole_head = text if len(ids) <= head else encoding().decode(ids[:head])
+    return (ends is not None and ends != (ids[:head], ids[-tail:])) or head_text(text, head) != whole_head
 
 
 _PIECES = st.sampled_from(
@@ -50,14 +51,15 @@ def test_tokens_split_at_every_cut_point(pieces: list[str]) -> None:
 
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.one_of(_PIECES, st.text(max_size=8)), min_size=50, max_size=400), st.integers(1, 40))
-def test_end_ids_are_the_whole_texts_first_and_last_ids(pieces: list[str], n: int) -> None:
-    """Whenever end_ids answers, it answers what slicing the whole text's ids answers."""
+def test_end_ids_and_head_text_are_the_whole_texts(pieces: list[str], n: int) -> None:
+    """Whenever end_ids answers, it answers what slicing the whole text's ids answers; head_text
+    is the whole's first ids decoded."""
     assert not _ends_problem("".join(pieces), n, n + 3)
 
 
 @pytest.mark.data
 def test_end_ids_on_every_long_output_of_the_shared_transcripts(shared_data: Path) -> None:
-    """Every text of 2,000+ characters in the shared transcripts: split and ends as for the whole."""
+    """Every text of 2,000+ characters in the shared transcripts: split, ends and head as for the whole."""
     texts = [
         block_text(b)
         for path in transcript_files()

@@ -58,17 +58,11 @@ def known_count(text: str) -> int | None:
     return _COUNTS.get(text)
 
 
-def head_text(text: str, tokens: int) -> str:
-    """The longest prefix of text with at most `tokens` tokens."""
-    ids = encoding().encode_ordinary(text)
-    return text if len(ids) <= tokens else encoding().decode(ids[:tokens])
-
-
 # cl100k's pre-tokenizer never runs a piece across a newline that starts a line of visible text
 # (spaces or tabs, then a visible ASCII character): a whitespace piece that holds a newline ends at
 # its last one, and no other piece holds one before a non-space. So the tokens of a text are those
-# of its part up to such a line followed by those of the rest: a clip learns its head and tail
-# tokens without tokenizing the middle it drops (tests/unit/test_token_ends.py checks it)
+# of its part up to such a line followed by those of the rest: a head or a tail is learned without
+# tokenizing the middle (tests/unit/test_token_ends.py checks it)
 _LINE_START = re.compile(r"[ \t]*[!-~]")
 _CHARS_PER_TOKEN = 4  # a first guess of how much text holds n tokens; doubled while short
 
@@ -91,27 +85,46 @@ def _cut_before(text: str, at: int) -> int | None:
     return None
 
 
-def end_ids(text: str, head: int, tail: int) -> tuple[list[int], list[int]] | None:
-    """The first `head` and the last `tail` token ids of text, tokenizing only a part at each end
-    (cut at a point where the tokens split); None where no cut point lies in the first or last
-    half, or head or tail is 0."""
-    if head <= 0 or tail <= 0:
-        return None
-    half, chars = len(text) // 2, head * _CHARS_PER_TOKEN
+def _head_ids(text: str, n: int) -> list[int] | None:
+    """The ids of a head of text cut at a cut point in its first half, at least n of them (the
+    first ids of the whole); None where there is no such head."""
+    half, chars = len(text) // 2, n * _CHARS_PER_TOKEN
     while (cut := _cut_after(text, chars)) is not None and cut <= half:
         ids = encoding().encode_ordinary(text[:cut])
-        if len(ids) >= head:
-            break
-        chars *= 2
-    else:
-        return None
-    head_ids, chars = ids[:head], tail * _CHARS_PER_TOKEN
-    while (cut := _cut_before(text, max(0, len(text) - chars))) is not None and cut >= half:
-        ids = encoding().encode_ordinary(text[cut:])
-        if len(ids) >= tail:
-            return head_ids, ids[-tail:]
+        if len(ids) >= n:
+            return ids
         chars *= 2
     return None
+
+
+def _tail_ids(text: str, n: int) -> list[int] | None:
+    """The ids of a tail of text cut at a cut point in its last half, at least n of them (the last
+    ids of the whole); None where there is no such tail."""
+    half, chars = len(text) // 2, n * _CHARS_PER_TOKEN
+    while (cut := _cut_before(text, max(0, len(text) - chars))) is not None and cut >= half:
+        ids = encoding().encode_ordinary(text[cut:])
+        if len(ids) >= n:
+            return ids
+        chars *= 2
+    return None
+
+
+def head_text(text: str, tokens: int) -> str:
+    """The longest prefix of text with at most `tokens` tokens."""
+    # a head with more ids than that: the whole has too, and they start the same
+    head = _head_ids(text, tokens + 1) if tokens > 0 else None
+    ids = head if head is not None else encoding().encode_ordinary(text)
+    return text if len(ids) <= tokens else encoding().decode(ids[:tokens])
+
+
+def end_ids(text: str, head: int, tail: int) -> tuple[list[int], list[int]] | None:
+    """The first `head` and the last `tail` token ids of text, tokenizing only a part at each end;
+    None where either part has no cut point (or head or tail is 0)."""
+    if head <= 0 or tail <= 0:
+        return None
+    first = _head_ids(text, head)
+    last = _tail_ids(text, tail) if first is not None else None
+    return None if first is None or last is None else (first[:head], last[-tail:])
 
 
 def count_block(block: Block) -> int:
