@@ -98,8 +98,9 @@ def test_compactd_up_serves_compacts_and_stops_cleanly(tmp_path: Path) -> None:
         assert f"http://127.0.0.1:{port}" in "".join(lines)
         auth = {"Authorization": f"Bearer {key}"}
         # the summary's suggested curl works on a fresh install, and the inspector link is there
-        text = "".join(lines)
-        assert f"http://127.0.0.1:{port}/ui" in text and "stop:" in text
+        # (the block comes line by line after the key: wait for its last line, `stop:`)
+        text = wait_for(lambda: "".join(lines) if "stop:" in "".join(lines) else None, 30)
+        assert f"http://127.0.0.1:{port}/ui" in text
         tried = re.search(r"try: +curl -H 'Authorization: Bearer (\S+)' (\S+)", text)
         assert tried is not None and tried.group(1) == key
         assert httpx.get(tried.group(2), headers=auth, timeout=10).status_code == 200
