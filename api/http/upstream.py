@@ -7,6 +7,7 @@ and sees the upstream's own status, headers and error body to decide how.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any
 
 import httpx
@@ -28,7 +29,9 @@ AUTH_HEADERS = ("x-api-key", "authorization")
 
 
 def upstream_client(settings: Settings) -> httpx.AsyncClient:
-    """The client the app's lifespan opens and closes: timeouts from Settings, no retries."""
+    """The client the app's lifespan opens and closes: timeouts from Settings, no retries, and a
+    cookie jar that keeps nothing (one client serves every tenant: a cookie the upstream set in one
+    caller's answer must never ride along on another caller's request)."""
     timeout = httpx.Timeout(
         connect=settings.upstream_connect_timeout_seconds,
         read=settings.upstream_read_timeout_seconds,
@@ -40,6 +43,7 @@ def upstream_client(settings: Settings) -> httpx.AsyncClient:
         timeout=timeout,
         limits=httpx.Limits(max_connections=512, max_keepalive_connections=64),
         transport=httpx.AsyncHTTPTransport(retries=0),
+        cookies=CookieJar(DefaultCookiePolicy(allowed_domains=[])),
     )
 
 
