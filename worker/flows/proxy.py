@@ -125,7 +125,7 @@ def append_body(
 
 class HeldJobs:
     """An Enqueue that holds the compaction jobs a request's appends ask for until `release()`
-    (the edge calls it once the upstream call is under way), then passes every later one through.
+    (the edge calls it once the first event is relayed), then passes every later one through.
 
     The job compacts for the next request; this one is served from what is stored (a ready prompt,
     or a fit: never over budget, never waiting), so its enqueue (a Redis claim, a broker publish)

@@ -257,9 +257,11 @@ async def _create(request: Request) -> Response:
         )
     relay = Relay(call.hidden)
     if not await _collected(call, relay, response):
+        _release_soon(jobs)
         log.info("proxy.client_disconnected", tenant_id=tenant, streaming=False)
         return Response(status_code=499)  # nobody reads it; nothing is recorded
     if relay.rounds and relay.current.error:
+        _release_soon(jobs)
         return anthropic_error(502, "the upstream stream ended with an error")
     return Response(
         orjson.dumps(relay.client_response()),
@@ -429,28 +431,26 @@ def _settle(future: asyncio.Future[Ahead | None], ahead: Ahead | None) -> None:
 
 
 async def _open_committing(call: Call, committing: Committing) -> httpx.Response:
-    """The upstream call opened while the request's append commits in its worker thread, and
-    returned only once the commit is done: nothing reaches the client before the turns it answers
-    are stored. A commit that fails closes the call (nothing was relayed; the transaction rolled
-    back) and the request is reconciled and sent again the ordinary way, which answers what stopped
-    it (400 for a broken history, 503 for a conversation that keeps changing ...)."""
+    """The upstream call, opened once the request's append has committed (in the worker thread that
+    rendered its prompt, while this loop built the upstream body). A commit that fails rolled back
+    and nothing was sent yet: the request is reconciled and sent the ordinary way, which answers what
+    stopped it (400 for a broken history, 503 for a conversation that keeps changing ...). The call
+    never opens before the commit: a commit that failed after it would mean sending it twice, and
+    compactd never sends upstream a call the provider may have billed again."""
     ahead, commit = committing.ahead, committing.commit
     try:
-        response = await _open(call, "/v1/messages", call.upstream_raw)
-    except BaseException:
-        # the commit runs on (its turns stored: the client's retry finds them); its outcome is moot
+        call.reconciled = await commit
+    except asyncio.CancelledError:
+        # the client went: the commit runs on (its turns stored: a retry finds them), outcome moot
         commit.add_done_callback(_outcome_moot)
         raise
-    try:
-        call.reconciled = await commit
     except Exception as exc:
-        await response.aclose()
         log.info("proxy.ahead_failed", session_id=ahead.plan.session_id, error=type(exc).__name__)
         await _reconcile_in_order(call, [])
         return await _open(call, "/v1/messages", call.upstream_raw)
     _stored(call)
     count_served(call.request, call.tenant, ahead.plan.session_id, ahead.served)
-    return response
+    return await _open(call, "/v1/messages", call.upstream_raw)
 
 
 def _outcome_moot(task: asyncio.Future[Any]) -> None:
@@ -524,6 +524,7 @@ async def _rounds(call: Call, relay: Relay, response: httpx.Response) -> AsyncIt
                         if out:
                             yield out
                             _release_soon(call.jobs)
+                            call.jobs = None  # sent once
             except httpx.HTTPError as exc:
                 # the status line was 200: the failure can only be told in the stream, as the API does
                 log.warning("proxy.upstream_stream_failed", error=type(exc).__name__)
