@@ -345,10 +345,14 @@ async def _reconcile_and_build(call: Call, named: str | None, jobs: HeldJobs) ->
     commit = asyncio.ensure_future(
         run_in_threadpool(_ahead_then_commit, loop, rendered, call.proxied, memo, chains)
     )
-    ahead = await rendered
-    if ahead is not None:
-        call.upstream_raw, call.hidden = upstream_bytes(call.body, ahead.served.body, _compactd_tools())
-        return Committing(ahead, commit)
+    try:
+        ahead = await rendered
+        if ahead is not None:
+            call.upstream_raw, call.hidden = upstream_bytes(call.body, ahead.served.body, _compactd_tools())
+            return Committing(ahead, commit)
+    except BaseException:
+        commit.add_done_callback(_outcome_moot)  # cancelled or failed here: the commit runs on, unread
+        raise
     await commit  # nothing to commit: the thread is done
     await _reconcile_in_order(call, chains)
     return None
