@@ -98,3 +98,15 @@ def test_when_a_publish_refreshes_the_pinned_memory(
         new_epoch=new_epoch, summarized=summarized, system_changed=system_changed, changes=changes
     )
     assert got is expected
+
+
+def test_a_replay_budgets_a_session_window_as_the_service_does() -> None:
+    """The output reserve is capped at a quarter of the window in one place, for the service, the
+    CLI replay and the benches (a 32k replay budgeted 23,808 tokens where the service budgets 24,000)."""
+    from worker.resources import policy_for
+    from worker.settings import Settings
+
+    for window in (8_000, 32_000, 64_000, 200_000):
+        assert Policy().for_window(window) == policy_for(Settings(), window, None)
+    assert Policy().for_window(32_000).budget_tokens == 24_000
+    assert Policy().for_window(32_000, 4_000).budget_tokens == 28_000
