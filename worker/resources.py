@@ -98,6 +98,4 @@ def policy_for(settings: Settings, context_window: int | None, output_reserve: i
 
 @lru_cache(maxsize=1024)
 def _policy(base: Policy, context_window: int | None, output_reserve: int | None) -> Policy:
-    window = context_window or base.context_window
-    reserve = output_reserve if output_reserve is not None else base.output_reserve
-    return base.with_overrides({"context_window": window, "output_reserve": min(reserve, window // 4)})
+    return base.for_window(context_window, output_reserve)

@@ -112,9 +112,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 def policy_from(args: argparse.Namespace) -> Policy:
     from worker.compaction.model import Policy
 
-    base = Policy(
-        context_window=args.context_window, output_reserve=min(args.output_reserve, args.context_window // 4)
-    )
+    base = Policy().for_window(args.context_window, args.output_reserve)
     overrides: dict[str, Any] = {}
     for item in args.policy:
         key, _, value = item.partition("=")

@@ -166,7 +166,7 @@ def through_proxy(system: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
 
 def one(variant: str, session: str, window: int, pace: str, root: Path) -> dict[str, Any]:
     system, messages, times = SESSIONS[session.removesuffix("+proxy")](root)
-    policy = Policy(context_window=window).with_overrides(VARIANTS[variant])
+    policy = Policy().for_window(window).with_overrides(VARIANTS[variant])
     report = replay(
         system,
         messages,

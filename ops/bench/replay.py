@@ -30,9 +30,7 @@ def main(plots: Path | None = None) -> dict[str, Any]:
     for name in SESSIONS:
         imported = load_transcript(root / name)
         for window in WINDOWS:
-            report = replay(
-                imported.system, imported.messages, Policy(context_window=window), pace=Pace(0.25)
-            )
+            report = replay(imported.system, imported.messages, Policy().for_window(window), pace=Pace(0.25))
             rows.append(
                 {
                     "session": name[:8],

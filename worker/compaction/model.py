@@ -227,6 +227,14 @@ class Policy:
         # half the headroom past the trigger, so a busy session still has a gap before it
         return self.budget_tokens - self.headroom_tokens // 2
 
+    def for_window(self, context_window: int | None, output_reserve: int | None = None) -> Policy:
+        """This policy at a session's window: the output reserve (default this one's) never more than
+        a quarter of it. The service's rule (worker/resources.py); benches and the CLI replay use it
+        too, or a 32k replay budgets 23,808 tokens where the service budgets 24,000."""
+        window = context_window or self.context_window
+        reserve = output_reserve if output_reserve is not None else self.output_reserve
+        return replace(self, context_window=window, output_reserve=min(reserve, window // 4))
+
     def reserving(self, tokens: int) -> Policy:
         """The policy for the turns when `tokens` of the budget are taken by the system prompt and memory."""
         return replace(self, output_reserve=self.output_reserve + max(0, tokens))

@@ -214,6 +214,15 @@ def pinned_memory(loaded: snapshots.Loaded, state: Transcript) -> tuple[str, int
     return loaded.pinned(state)
 
 
+def refreshes_memory(*, new_epoch: bool, summarized: bool, system_changed: bool, changes: str) -> bool:
+    """Whether a publish renders the pinned memory block afresh (and empties the changes note): when
+    the prefix is rewritten from the top anyway (a new system prompt, a summary switched in), or at
+    a new epoch once the changes outgrow the note. A structural epoch rewrites only from its first
+    changed turn: refreshing the block there makes the provider cache the whole prompt again.
+    One rule for the job and the replay simulator (worker/flows/simulate.py)."""
+    return system_changed or (new_epoch and (summarized or count_text(changes) > MEMORY_NOTE_TOKENS))
+
+
 def plan_job(job: JobInput, summarizer: Watched | None = None) -> Plan:
     """The job's decision, a function of what was loaded (and the summarizer's answer)."""
     loaded, request = job.loaded, job.request
@@ -238,13 +247,11 @@ def plan_job(job: JobInput, summarizer: Watched | None = None) -> Plan:
     )
     new_epoch = s.verdict.decision is Decision.NEW_EPOCH
     epoch = (snap.epoch if snap else 0) + (1 if new_epoch or system_changed else 0)
-    # The pinned block is refreshed when the prefix is rewritten from the top anyway (a new system
-    # prompt, a summary switched in), or at a new epoch once the changes outgrow the note. A
-    # structural epoch rewrites only from its first changed turn: refreshing the block there would
-    # make the provider cache the whole prompt again.
     publish, note = s.publish, job.memory_changes
     summarized = publish.handoff != current.handoff
-    if system_changed or (new_epoch and (summarized or count_text(note) > MEMORY_NOTE_TOKENS)):
+    if refreshes_memory(
+        new_epoch=new_epoch, summarized=summarized, system_changed=system_changed, changes=note
+    ):
         publish, pinned_version, note = replace(publish, memory=loaded.memory), row.memory_version, ""
     return Plan(
         step=s,

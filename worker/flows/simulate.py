@@ -7,6 +7,10 @@ is pending; a job starts when the worker is free, compacts what had arrived by t
 fixed with `job_seconds`). Fetches in between see the older snapshot plus the tail, and fall
 back exactly as the service does. Every served request is priced with the provider's
 prompt-cache rules from the breakpoints it carries, next to the uncompacted history.
+
+Served as the service serves it: the working-memory block a job observes from the turns, pinned at
+the top and refreshed by the job's own rule (`refreshes_memory`), the changes since in the status
+note, and the virtual files listed there (BENCHMARKS "Replay vs service: the 64k cost gap").
 """
 
 from __future__ import annotations
@@ -15,22 +19,39 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from itertools import groupby
 from typing import Any
 
-from worker.compaction.assemble import assemble, finish, note_tokens, served_tokens, status_note, turn_policy
+from worker.compaction.assemble import (
+    MEMORY_NOTE_TOKENS,
+    FileInfo,
+    assemble,
+    finish,
+    note_tokens,
+    prefix_tokens,
+    served_tokens,
+    status_note,
+    turn_policy,
+)
 from worker.compaction.epochs import Decision, Step, Switch, extend, served_request, step
 from worker.compaction.fit import fit
-from worker.compaction.model import Policy, Transcript, Turn
+from worker.compaction.model import FileWrite, Policy, Transcript, Turn
 from worker.compaction.normalize import normalize_message
 from worker.compaction.pricing import Billed, PromptCache, total
 from worker.compaction.quiet import is_quiet
 from worker.compaction.tokens import count_message, count_request, count_text
 from worker.compaction.validate import request_problems
+from worker.flows.compact import refreshes_memory
 from worker.ingest import ingest
+from worker.memory.model import Item, changes_note, clip_note, render
+from worker.memory.observe import observations
 from worker.redaction import Redactor
+from worker.store.memory import HARD_CAP_TOKENS, apply_groups
 
 # A job's cost beyond its compute: the Celery round trip, loading and publishing (measured ~10 ms).
 JOB_OVERHEAD_SECONDS = 0.01
+_EPOCH = datetime(2026, 1, 1, tzinfo=UTC)  # the simulated clock's zero, for memory timestamps
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,9 +198,23 @@ class RawHistory:
         return {"system": self.system, "messages": finish(self.messages, "")}
 
 
+@dataclass(frozen=True, slots=True)
+class _Job:
+    """A job in flight: what it publishes when it finishes."""
+
+    finish: float
+    result: Step
+    publish: Transcript  # result.publish with the memory block it pins
+    through: int
+    pinned: tuple[Item, ...] | None  # the memory items the published block renders
+    memory_note: str  # the changes since then, for the status note
+    files: tuple[FileWrite, ...]
+
+
 @dataclass
 class _Sim:
-    """The simulated service state for one session: snapshot, tail, prepared summary, the worker."""
+    """The simulated service state for one session: snapshot, tail, prepared summary, the worker,
+    working memory (items observed so far, those the pinned block renders) and the virtual files."""
 
     policy: Policy
     snapshot: Transcript
@@ -188,8 +223,17 @@ class _Sim:
     epoch: int = 0
     claimed_at: float | None = None  # an append claimed a job at this time
     free_at: float = 0.0
-    inflight: tuple[float, Step, int] | None = None  # (finish time, result, through seq)
+    inflight: _Job | None = None
     switches: dict[str, int] = field(default_factory=dict)
+    items: tuple[Item, ...] = ()
+    observed_through: int = 0
+    pinned: tuple[Item, ...] | None = None  # None: nothing published yet
+    memory_note: str = ""
+    files: dict[str, FileInfo] = field(default_factory=dict)  # by ref, in the order stored
+
+    def store_files(self, files: Sequence[FileWrite]) -> None:
+        for f in files:
+            self.files.setdefault(f.ref, FileInfo(f.ref, f.kind, f.content.count("\n") + 1))
 
 
 def replay(
@@ -214,7 +258,9 @@ def replay(
     """
     pace = pace or Pace()
     redactor = redactor or Redactor(b"replay")
-    turns = ingest(messages, first_seq=1, redactor=redactor, policy=policy).turns
+    ingested = ingest(messages, first_seq=1, redactor=redactor, policy=policy)
+    turns = ingested.turns
+    offloaded = _files_by_turn(turns, ingested.files)
     times = pace.times(timestamps, len(turns))
     # served as the service stores it: the system prompt redacted too (the raw history is the client's own)
     sim = _Sim(policy, Transcript(system=redactor.redact_text(system), turns=()))
@@ -225,6 +271,7 @@ def replay(
         now = times[i]
         _advance(sim, now, job_seconds)
         sim.tail.append(turn)
+        sim.store_files(offloaded.get(i, ()))
         raw.add(messages[i])
         if sim.claimed_at is None:
             sim.claimed_at = now
@@ -261,61 +308,112 @@ def replay(
     )
 
 
+def _files_by_turn(turns: Sequence[Turn], files: Sequence[FileWrite]) -> dict[int, list[FileWrite]]:
+    """Ingest's offloaded files by the index of the turn that refers to them (stored at its append)."""
+    out: dict[int, list[FileWrite]] = {}
+    left = list(files)
+    for i, turn in enumerate(turns):
+        if not left:
+            break
+        text = str(turn.content)
+        here = [f for f in left if f.ref in text]
+        if here:
+            out[i] = here
+            left = [f for f in left if f not in here]
+    return out
+
+
 def _advance(sim: _Sim, until: float, job_seconds: float | None) -> None:
     """Run the worker up to `until`: publish jobs that finished, start the pending one when free."""
     while True:
-        if sim.inflight is not None and sim.inflight[0] <= until:
-            finished, result, through = sim.inflight
-            _publish(sim, result, through)
-            sim.free_at, sim.inflight = finished, None
+        if sim.inflight is not None and sim.inflight.finish <= until:
+            _publish(sim, sim.inflight)
+            sim.free_at, sim.inflight = sim.inflight.finish, None
             continue
         if sim.inflight is None and sim.claimed_at is not None and max(sim.claimed_at, sim.free_at) <= until:
             start = max(sim.claimed_at, sim.free_at)
             sim.claimed_at = None
-            current = extend(sim.snapshot, sim.tail)
-            policy = turn_policy(sim.policy, current)
             began = time.perf_counter()
-            result = step(current, policy, pending=sim.pending, quiet=is_quiet(current))
-            assemble(result.publish)
+            job = _job(sim, start)
             seconds = job_seconds if job_seconds is not None else time.perf_counter() - began
-            through = current.turns[-1].seq if current.turns else 0
-            sim.inflight = (start + seconds + JOB_OVERHEAD_SECONDS, result, through)
+            sim.inflight = replace(job, finish=start + seconds + JOB_OVERHEAD_SECONDS)
             continue
         return
 
 
-def _publish(sim: _Sim, result: Step, through: int) -> None:
+def _job(sim: _Sim, start: float) -> _Job:
+    """One compaction job as worker/flows/compact.plan_job decides it: memory observed from the
+    new turns first, the pinned block kept or refreshed by the job's rule."""
+    current = extend(sim.snapshot, sim.tail)
+    _observe(sim, current.turns, _EPOCH + timedelta(seconds=start))
+    fresh = render(sim.items, sim.policy.memory_budget_tokens)
+    pinned = sim.pinned if sim.pinned is not None else sim.items
+    if sim.pinned is None:
+        current = replace(current, memory=fresh)
+    # budget for the larger of the two blocks: a new epoch renders the memory as it is now
+    policy = turn_policy(sim.policy, max(current, replace(current, memory=fresh), key=prefix_tokens))
+    result = step(current, policy, pending=sim.pending, quiet=is_quiet(current))
+    publish, note = result.publish, changes_note(pinned, sim.items, 1 << 30)
+    new_epoch = result.verdict.decision is Decision.NEW_EPOCH
+    summarized = publish.handoff != current.handoff
+    if refreshes_memory(new_epoch=new_epoch, summarized=summarized, system_changed=False, changes=note):
+        publish, pinned, note = replace(publish, memory=fresh), sim.items, ""
+    if result.pending is not None and result.prepared:
+        result = replace(result, pending=replace(result.pending, memory=fresh))
+    assemble(publish)
+    through = current.turns[-1].seq if current.turns else 0
+    return _Job(0.0, result, publish, through, pinned, clip_note(note, MEMORY_NOTE_TOKENS), result.files)
+
+
+def _observe(sim: _Sim, turns: Sequence[Turn], now: datetime) -> None:
+    """Working memory observed from the turns after the watermark (worker/flows/observe.py)."""
+    through = max((t.seq for t in turns), default=sim.observed_through)
+    if through <= sim.observed_through:
+        return
+    found = observations(turns, sim.items, observed_through=sim.observed_through)
+    groups = [(why, [o.change for o in group]) for why, group in groupby(found, key=lambda o: o.reason)]
+    sim.items = apply_groups(sim.items, groups, now, HARD_CAP_TOKENS)[0]
+    sim.observed_through = through
+
+
+def _publish(sim: _Sim, job: _Job) -> None:
+    result = job.result
     if result.verdict.decision is Decision.NEW_EPOCH:
         sim.epoch += 1
     if result.switch is not Switch.NONE:
         sim.switches[str(result.switch)] = sim.switches.get(str(result.switch), 0) + 1
-    sim.snapshot = replace(result.publish, files=())
-    sim.tail = [t for t in sim.tail if t.seq > through]
+    sim.snapshot = replace(job.publish, files=())
+    sim.tail = [t for t in sim.tail if t.seq > job.through]
     sim.pending = result.pending
+    sim.pinned, sim.memory_note = job.pinned, job.memory_note
+    sim.store_files(job.files)
 
 
 def _serve(sim: _Sim) -> tuple[dict[str, Any], int, str | None]:
     """What a fetch returns now, as the service computes it (worker/flows/serve.py)."""
     budget = sim.policy.budget_tokens
-    request, tokens = _rendered(sim.snapshot, sim.tail, budget)
+    files, note = tuple(sim.files.values()), sim.memory_note
+    request, tokens = _rendered(sim.snapshot, sim.tail, budget, files, note)
     if tokens <= budget:
         return request, tokens, None
     if sim.pending is not None:
         last = sim.pending.turns[-1].seq if sim.pending.turns else 0
         newer = [t for t in extend(sim.snapshot, sim.tail).turns if t.seq > last]
-        request, tokens = _rendered(sim.pending, newer, budget)
+        request, tokens = _rendered(sim.pending, newer, budget, files, note)
         if tokens <= budget:
             return request, tokens, "pending"
     current = extend(sim.snapshot, sim.tail)
     policy = turn_policy(sim.policy, current)
     fitted = replace(fit(current, policy).transcript, files=())
-    request, tokens = _rendered(fitted, [], budget)
+    request, tokens = _rendered(fitted, [], budget, files, note)
     return request, tokens, "fit"
 
 
-def _rendered(snapshot: Transcript, tail: Sequence[Turn], budget: int) -> tuple[dict[str, Any], int]:
+def _rendered(
+    snapshot: Transcript, tail: Sequence[Turn], budget: int, files: Sequence[FileInfo], memory_note: str
+) -> tuple[dict[str, Any], int]:
     tokens = served_tokens(snapshot) + sum(t.tokens for t in tail)
-    note = status_note(tokens, budget, ())
+    note = status_note(tokens, budget, files, memory_note)
     request = served_request(snapshot, tail, note)
     return request, tokens + note_tokens(note)
 

@@ -332,7 +332,7 @@ def record_observed(
         if not _advance(conn, session_pk, seen, through):
             return None
         before = _entries(conn, tenant_id, session_pk, "")
-        items, events, refused = _apply_groups(before, groups, now, hard_cap_tokens)
+        items, events, refused = apply_groups(before, groups, now, hard_cap_tokens)
         wanted = set(mentioned)
         items = tuple(replace(i, referenced_at=now) if (i.section, i.key) in wanted else i for i in items)
         ident = {"tenant_id": tenant_id, "session_id": session_pk, "scope": ""}
@@ -354,7 +354,7 @@ def _advance(conn: Connection, session_pk: int, seen: int, through: int) -> bool
     )
 
 
-def _apply_groups(
+def apply_groups(
     before: Sequence[Item], groups: Sequence[tuple[str, Sequence[Change]]], now: datetime, cap: int
 ) -> tuple[tuple[Item, ...], tuple[Event, ...], tuple[tuple[str, str], ...]]:
     items: tuple[Item, ...] = tuple(before)
