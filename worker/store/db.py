@@ -210,10 +210,10 @@ def raw_write(conn: Connection, stmt: Any, rows: Sequence[dict[str, Any]]) -> No
     transaction: the parameters converted by their column types as SQLAlchemy would (datetimes)."""
     sql, order, processors = _compiled(stmt, conn.dialect)
     args = [_args(row, order, processors) for row in rows]
-    dialect = conn.dialect
-    dbapi_error = dialect.loaded_dbapi.Error
+    dbapi_conn: Any = conn.connection.dbapi_connection
+    dbapi_error = conn.dialect.loaded_dbapi.Error
     try:
-        cur = conn.connection.dbapi_connection.cursor()
+        cur = dbapi_conn.cursor()
         try:
             cur.executemany(sql, args)
         finally:
