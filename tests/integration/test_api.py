@@ -379,3 +379,27 @@ def test_a_prompt_ending_with_the_models_turn_is_flagged_as_a_prefill(api: AppCl
     assert api.append("pf", user("list the files")).status_code == 200
     served = api.get("/v1/sessions/pf/prompt").json()
     assert served["messages"][-1]["role"] == "user" and served["prefill"] is False
+
+
+def test_an_appends_compaction_job_is_sent_after_its_response(
+    tmp_path: Path, database_url: str, redis_url: str
+) -> None:
+    """The compaction job an append asks for goes out once the response is complete, and still goes out."""
+    events: list[Any] = []
+
+    def after_response(app: FastAPI) -> Any:
+        async def recorded(scope: Any, receive: Any, send: Any) -> None:
+            async def send_and_note(message: Any) -> None:
+                await send(message)
+                if message["type"] == "http.response.body" and not message.get("more_body"):
+                    events.append("response")
+
+            await app(scope, receive, send_and_note if scope["type"] == "http" else send)
+
+        recorded.state = app.state  # type: ignore[attr-defined]
+        return recorded
+
+    settings = make_settings(tmp_path, database_url, redis_url)
+    with open_app(settings, enqueue=lambda *job: events.append(job), app=after_response) as api:
+        api.appended("s1", user("task"))
+        assert events == ["response", (api.tenant, api.session_pk("s1"), 1)]

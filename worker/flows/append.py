@@ -155,9 +155,7 @@ def _ingested(res: Resources, p: Prepared) -> Prepared:
     # is redacted on both sides while the new one is still as it came (seams.py)
     stored = last_message(res.engine, p.tenant_id, p.session_id)
     after, rewritable = seam_view(res, stored)
-    ingested = ingest(
-        p.body.messages, first_seq=1, redactor=counting, policy=res.settings.policy(), after=after
-    )
+    ingested = ingest(p.body.messages, first_seq=1, redactor=counting, policy=res.base_policy, after=after)
     return replace(
         p,
         stored=stored,

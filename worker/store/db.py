@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -192,7 +192,7 @@ def drop_sqlite_reader(engine: Engine) -> None:
         conn.close()
 
 
-_RAW_SQL: dict[tuple[int, str], tuple[str, tuple[str, ...] | None]] = {}
+_RAW_SQL: dict[tuple[int, str], tuple[str, tuple[str, ...] | None, dict[str, Any]]] = {}
 
 
 def raw_rows(conn: Connection, stmt: Any, params: dict[str, Any]) -> list[tuple[Any, ...]]:
@@ -203,6 +203,23 @@ def raw_rows(conn: Connection, stmt: Any, params: dict[str, Any]) -> list[tuple[
     for the query itself: the append path's reads go this way.
     """
     return run_raw(conn.connection.dbapi_connection, conn.dialect, stmt, params)
+
+
+def raw_write(conn: Connection, stmt: Any, rows: Sequence[dict[str, Any]]) -> None:
+    """A built-once INSERT or UPDATE run for each of `rows` on `conn`'s DBAPI connection, in its
+    transaction: the parameters converted by their column types as SQLAlchemy would (datetimes)."""
+    sql, order, processors = _compiled(stmt, conn.dialect)
+    args = [_args(row, order, processors) for row in rows]
+    dbapi_conn: Any = conn.connection.dbapi_connection
+    dbapi_error = conn.dialect.loaded_dbapi.Error
+    try:
+        cur = dbapi_conn.cursor()
+        try:
+            cur.executemany(sql, args)
+        finally:
+            cur.close()
+    except dbapi_error as exc:
+        raise DBAPIError.instance(sql, args, exc, dbapi_error) from exc
 
 
 def sqlite_rows(engine: Engine, stmt: Any, params: dict[str, Any]) -> list[tuple[Any, ...]]:
@@ -219,17 +236,28 @@ def sqlite_rows(engine: Engine, stmt: Any, params: dict[str, Any]) -> list[tuple
         raise
 
 
-def run_raw(dbapi_conn: Any, dialect: Any, stmt: Any, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-    """Compiled once per (statement, dialect); a driver error is wrapped as SQLAlchemy's would be
-    (DBAPIError), so callers see one kind of error."""
+def _compiled(stmt: Any, dialect: Any) -> tuple[str, tuple[str, ...] | None, dict[str, Any]]:
+    """(SQL, positional parameter order or None, parameter converters), once per (statement, dialect)."""
     key = (id(stmt), dialect.name)
     compiled = _RAW_SQL.get(key)
     if compiled is None:
         done = stmt.compile(dialect=dialect, compile_kwargs={"render_postcompile": True})
         order = tuple(done.positiontup or ()) if dialect.positional else None
-        compiled = _RAW_SQL[key] = (str(done), order)
-    sql, order = compiled
-    args: Any = params if order is None else tuple(params[k] for k in order)
+        compiled = _RAW_SQL[key] = (str(done), order, dict(done._bind_processors))
+    return compiled
+
+
+def _args(params: dict[str, Any], order: tuple[str, ...] | None, processors: dict[str, Any]) -> Any:
+    if processors:
+        params = {k: processors[k](v) if k in processors else v for k, v in params.items()}
+    return params if order is None else tuple(params[k] for k in order)
+
+
+def run_raw(dbapi_conn: Any, dialect: Any, stmt: Any, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """Compiled once per (statement, dialect); a driver error is wrapped as SQLAlchemy's would be
+    (DBAPIError), so callers see one kind of error."""
+    sql, order, processors = _compiled(stmt, dialect)
+    args = _args(params, order, processors)
     dbapi_error = dialect.loaded_dbapi.Error
     try:
         cur = dbapi_conn.cursor()

@@ -17,7 +17,7 @@ from worker.compaction.tokens import count_message
 from worker.ingest import rewrite_turn_end
 from worker.redaction.seams import Reseamed
 from worker.store import memory as memory_store
-from worker.store.db import insert_ignore, is_sqlite, raw_rows, read_tx, sqlite_rows, write_tx
+from worker.store.db import insert_ignore, is_sqlite, raw_rows, raw_write, read_tx, sqlite_rows, write_tx
 from worker.store.tables import Append, File, FileRead, Snapshot, SnapshotLog, utcnow
 from worker.store.tables import Session as SessionTable
 from worker.store.tables import Turn as TurnTable
@@ -127,7 +127,8 @@ def append_turns(
             turns, reseamed, delta = _reseam(conn, row, list(turns), seam)
         first = row.version + 1
         numbered = [replace(t, seq=first + i) for i, t in enumerate(turns)]
-        conn.execute(
+        raw_write(
+            conn,
             _INSERT_TURNS,
             [
                 {
@@ -151,20 +152,23 @@ def append_turns(
             "p_tokens": row.tokens + delta + sum(t.tokens for t in numbered),
         }
         if activity is not None:
-            conn.execute(_BUMP_ACTIVE, {**values, "p_activity": activity})
+            raw_write(conn, _BUMP_ACTIVE, [{**values, "p_activity": activity}])
         else:
-            conn.execute(_BUMP, values)
+            raw_write(conn, _BUMP, [values])
         if idempotency_key is not None:
-            conn.execute(
+            raw_write(
+                conn,
                 _INSERT_APPEND,
-                {
-                    "session_id": pk,
-                    "idempotency_key": idempotency_key,
-                    "request_hash": body_hash,
-                    "first_seq": first,
-                    "last_seq": last,
-                    "created_at": now,
-                },
+                [
+                    {
+                        "session_id": pk,
+                        "idempotency_key": idempotency_key,
+                        "request_hash": body_hash,
+                        "first_seq": first,
+                        "last_seq": last,
+                        "created_at": now,
+                    }
+                ],
             )
         if files:
             save_files_conn(conn, engine, tenant_id, pk, files)
@@ -296,8 +300,20 @@ _LAST_MESSAGE = (
     .select_from(S.join(TT, (TT.c.session_id == S.c.id) & (TT.c.seq == S.c.version)))
     .where(S.c.tenant_id == bindparam("tenant_id"), S.c.client_id == bindparam("client_id"))
 )
-_INSERT_TURNS = insert(TT)
-_INSERT_APPEND = insert(A)
+# the writes too run as compiled once (raw_write): every column given, none with an onupdate
+_TURN_COLUMNS = (
+    "session_id",
+    "seq",
+    "role",
+    "content",
+    "content_hash",
+    "tokens",
+    "idempotency_key",
+    "created_at",
+)
+_APPEND_COLUMNS = ("session_id", "idempotency_key", "request_hash", "first_seq", "last_seq", "created_at")
+_INSERT_TURNS = insert(TT).values({c: bindparam(c) for c in _TURN_COLUMNS})
+_INSERT_APPEND = insert(A).values({c: bindparam(c) for c in _APPEND_COLUMNS})
 _BUMP = (
     update(S)
     .where(S.c.id == bindparam("pk"))
