@@ -25,11 +25,13 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 from ops.bench.common import data_dir, table
 from ops.bench.fidelity import final_fidelity
 from worker.compaction.formats import load_transcript
 from worker.compaction.model import Policy
+from worker.flows import simulate
 from worker.flows.simulate import Fetch, parse_pace, replay
 
 JOB_SECONDS = 0.05
@@ -79,7 +81,21 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "args1000": {"arg_clip_chars": 1_000},
     "keep0.03": {"keep_share": 0.03},
     "keep0.1": {"keep_share": 0.1},
+    # re-tuned on the faithful simulator (issue 27): the reverted knobs, each with stacking off too
+    "clip1500+no-stack": {"clip_tokens": 1_500, "stack_notes": False},
+    "struct0.3+no-stack": {"structural_trigger": 0.3, "stack_notes": False},
+    "clip1500+struct0.3+no-stack": {"clip_tokens": 1_500, "structural_trigger": 0.3, "stack_notes": False},
 }
+
+# `<variant>+memory-at-summary`: the variant with the pinned working-memory block refreshed only
+# when a summary or a new system prompt rewrites the prefix from the top anyway (not the service's
+# rule: between summaries the agent sees an older block plus at most 200 tokens of changes).
+MEMORY_AT_SUMMARY = "+memory-at-summary"
+
+
+def refresh_at_summary(*, new_epoch: bool, summarized: bool, system_changed: bool, changes: str) -> bool:
+    """The alternative memory rule (`refreshes_memory`'s signature; `changes` is not looked at)."""
+    return system_changed or (new_epoch and summarized)
 
 
 Loaded = tuple[str, list[dict[str, Any]], list[float | None] | None]  # system, messages, times
@@ -166,16 +182,19 @@ def through_proxy(system: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
 
 def one(variant: str, session: str, window: int, pace: str, root: Path) -> dict[str, Any]:
     system, messages, times = SESSIONS[session.removesuffix("+proxy")](root)
-    policy = Policy().for_window(window).with_overrides(VARIANTS[variant])
-    report = replay(
-        system,
-        messages,
-        policy,
-        pace=parse_pace(pace),
-        timestamps=times,
-        job_seconds=JOB_SECONDS,
-        upstream=through_proxy(system) if session.endswith("+proxy") else None,
-    )
+    base = variant.removesuffix(MEMORY_AT_SUMMARY)
+    policy = Policy().for_window(window).with_overrides(VARIANTS[base])
+    rule = refresh_at_summary if base != variant else simulate.refreshes_memory
+    with mock.patch.object(simulate, "refreshes_memory", rule):
+        report = replay(
+            system,
+            messages,
+            policy,
+            pace=parse_pace(pace),
+            timestamps=times,
+            job_seconds=JOB_SECONDS,
+            upstream=through_proxy(system) if session.endswith("+proxy") else None,
+        )
     s = report.summary()
     return {
         "variant": variant,
