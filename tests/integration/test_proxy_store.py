@@ -169,7 +169,7 @@ def test_a_request_served_ahead_stores_what_its_prompt_holds(res: Resources, new
     req = _remembering(res, tenant, key, memo, jobs, history)
     ahead = reconcile_ahead(req, chains(KEY, history))
     assert ahead is not None and get_session(res.engine, tenant, key).version == 3  # nothing stored yet
-    assert bool(ahead.prepared.files) == (new_text != "and now?")
+    assert bool(ahead.prepared.read.ingested.files) == (new_text != "and now?")
     done = commit_ahead(ahead)
     assert (done.plan.kind, done.appended) == ("extend", 2)
     assert get_session(res.engine, tenant, key).version == 5

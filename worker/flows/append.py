@@ -21,7 +21,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from worker.compaction import pointers
 from worker.compaction.assemble import merge_roles
 from worker.compaction.errors import InvalidTranscript
-from worker.compaction.model import Block, FileWrite, Turn
+from worker.compaction.model import Block, Turn
 from worker.compaction.profiles import known_profile, profile_for
 from worker.compaction.validate import request_problems
 from worker.contracts import Activity, AppendRequest, Enqueue, SessionId
@@ -99,8 +99,20 @@ def append_messages(
             return store_prepared(res, prepared, enqueue, locked, last_try=attempt == READ_ATTEMPTS)
         except StaleRead:
             log.info("append.reread", session_id=session_id, tenant_id=tenant_id, attempt=attempt)
-            prepared = _ingested(res, prepared)
+            prepared = replace(prepared, read=_after_stored(res, tenant_id, session_id, body))
     raise AssertionError("unreachable: the last try reseams instead of raising StaleRead")
+
+
+@dataclass(frozen=True, slots=True)
+class AfterStored:
+    """An append's messages ingested (normalized, redacted, offloaded, counted) after the session's
+    last stored message, as read then."""
+
+    stored: Stored | None  # the message the turns follow, as read
+    rewritable: bool
+    counting: CountingRedactor
+    # its turns and files; `after`: the stored message with a secret cut at the seam redacted
+    ingested: Ingested
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,18 +127,16 @@ class Prepared:
     activity: str | None
     stored_key: str | None
     body_hash: str
-    stored: Stored | None  # the message the turns follow, as read
-    rewritable: bool
-    counting: CountingRedactor
-    turns: tuple[Turn, ...]
-    files: tuple[FileWrite, ...]
-    # the stored message with a secret cut at the seam redacted (None: the ingest left it alone)
-    after: tuple[Block, ...] | None
+    read: AfterStored
+
+    @property
+    def turns(self) -> tuple[Turn, ...]:
+        return self.read.ingested.turns
 
     @property
     def rewrites_stored(self) -> bool:
         """Whether storing it rewrites the message before it (a secret cut at the seam)."""
-        return self.rewritable and self.after is not None
+        return self.read.rewritable and self.read.ingested.after is not None
 
 
 def prepare_append(
@@ -140,31 +150,19 @@ def prepare_append(
     """The append's first half, no transaction: its profile, and its messages ingested (normalized,
     redacted, offloaded, counted) after the session's last stored message, read now."""
     stored_key, body_hash = _idempotency(res, body, idempotency_key)
-    empty = Ingested(turns=(), files=())
-    blank = Prepared(
-        tenant_id, session_id, body, profile_of(body, res), activity, stored_key, body_hash,
-        None, False, CountingRedactor.of(res.redactor), empty.turns, empty.files, None,
-    )  # fmt: skip
-    return _ingested(res, blank)
+    read = _after_stored(res, tenant_id, session_id, body)
+    return Prepared(tenant_id, session_id, body, profile_of(body, res), activity, stored_key, body_hash, read)
 
 
-def _ingested(res: Resources, p: Prepared) -> Prepared:
-    """`p` ingested (again) after the session's last stored message as it is now."""
+def _after_stored(res: Resources, tenant_id: int, session_id: str, body: AppendRequest) -> AfterStored:
+    """`body`'s messages ingested after the session's last stored message as it is now."""
     counting = CountingRedactor.of(res.redactor)
     # the stored message this append follows: a secret cut between it and the first new message
     # is redacted on both sides while the new one is still as it came (seams.py)
-    stored = last_message(res.engine, p.tenant_id, p.session_id)
+    stored = last_message(res.engine, tenant_id, session_id)
     after, rewritable = seam_view(res, stored)
-    ingested = ingest(p.body.messages, first_seq=1, redactor=counting, policy=res.base_policy, after=after)
-    return replace(
-        p,
-        stored=stored,
-        rewritable=rewritable,
-        counting=counting,
-        turns=ingested.turns,
-        files=ingested.files,
-        after=ingested.after,
-    )
+    ingested = ingest(body.messages, first_seq=1, redactor=counting, policy=res.base_policy, after=after)
+    return AfterStored(stored, rewritable, counting, ingested)
 
 
 def store_prepared(
@@ -178,19 +176,20 @@ def store_prepared(
     """The append's second half: validate and store `p` in one transaction, then make sure a job is
     pending. Raises StaleRead when the session's last message is no longer the one `p` was ingested
     after (unless `last_try`: then the two halves are redacted as each was alone, see _seam)."""
+    read = p.read
     done = append_turns(
         res.engine,
         p.tenant_id,
         p.session_id,
-        p.turns,
-        files=p.files,
+        read.ingested.turns,
+        files=read.ingested.files,
         profile=p.profile,
         activity=p.activity,
         idempotency_key=p.stored_key,
         body_hash=p.body_hash,
         validate=check_window,
         locked=locked,
-        seam=_seam(p.stored, p.after if p.rewritable else None, p.counting, last_try),
+        seam=_seam(read.stored, read.ingested.after if read.rewritable else None, read.counting, last_try),
     )
     if done.reseamed:  # the turn before was rewritten: a cached prompt may still hold it
         res.cache.invalidate(done.session_pk)
@@ -200,7 +199,7 @@ def store_prepared(
             done.session_pk, done.version, done.context_window, done.output_reserve
         )
         enqueue(p.tenant_id, done.session_pk, done.version)
-    return Outcome(done, p.profile, len(p.turns), dict(p.counting.counts))
+    return Outcome(done, p.profile, len(read.ingested.turns), dict(read.counting.counts))
 
 
 # how often an append is ingested again when another append to its session came between its read

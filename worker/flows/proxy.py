@@ -315,8 +315,10 @@ def reconcile_ahead(req: Proxied, chains: list[str]) -> Ahead | None:
         return None
     memo_key = (req.tenant_id, req.conversation.key)
     remembered = req.records.get(memo_key)
-    p = plan(remembered, chains, req.conversation.key) if remembered is not None else None
-    if p is None or p.kind != "extend" or remembered is None:
+    if remembered is None:
+        return None
+    p = plan(remembered, chains, req.conversation.key)
+    if p.kind != "extend":
         return None
     res = req.res
     # no cached prompt (the worker has not published one yet): the ordinary path, before any ingest
