@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from worker.flows.proxy import HeldJobs
+from worker.flows.held_jobs import HeldJobs
 
 JOB = st.tuples(st.integers(1, 5), st.integers(1, 50), st.integers(1, 9))
 

@@ -123,50 +123,6 @@ def append_body(
     )
 
 
-class HeldJobs:
-    """An Enqueue that holds the compaction jobs a request's appends ask for until `release()`
-    (the edge calls it once the first event is relayed), then passes every later one through.
-
-    The job compacts for the next request; this one is served from what is stored (a ready prompt,
-    or a fit: never over budget, never waiting), so its enqueue (a Redis claim, a broker publish)
-    and the worker it wakes need not come before the first byte. Nothing is lost: the turns are
-    committed before, and a job not sent (release never reached, Redis down) is the beat sweep's.
-    """
-
-    def __init__(self, enqueue: Enqueue) -> None:
-        self._enqueue = enqueue
-        self._held: list[tuple[int, int, int]] = []
-        self._released = False
-        self._lock = threading.Lock()
-
-    def __call__(self, tenant_id: int, session_pk: int, version: int) -> None:
-        with self._lock:
-            if not self._released:
-                self._held.append((tenant_id, session_pk, version))
-                return
-        self._enqueue(tenant_id, session_pk, version)
-
-    @property
-    def holding(self) -> bool:
-        return bool(self._held)
-
-    def release(self) -> None:
-        """Send the held jobs (in order) and stop holding; an enqueue that fails is logged, not raised."""
-        with self._lock:
-            self._released = True
-            held, self._held = self._held, []
-        for tenant_id, session_pk, version in held:
-            try:
-                self._enqueue(tenant_id, session_pk, version)
-            except Exception as exc:
-                log.warning(
-                    "proxy.enqueue_failed",
-                    tenant_id=tenant_id,
-                    session_pk=session_pk,
-                    error=type(exc).__name__,
-                )
-
-
 class RecordMemo:
     """Each conversation's branch records as this process last read or moved them, so the usual
     request (its history extends the branch it extended last time) plans without reading them.

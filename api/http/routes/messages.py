@@ -41,9 +41,9 @@ from worker.compaction.errors import InvalidTranscript
 from worker.compaction.tools import tool_definitions
 from worker.flows import proxy_tools
 from worker.flows.append import BrokenConversation
+from worker.flows.held_jobs import HeldJobs
 from worker.flows.proxy import (
     Ahead,
-    HeldJobs,
     ProviderKeyUnreadable,
     Proxied,
     Reconciled,

@@ -16,7 +16,7 @@ from api.http.schemas import AppendResponse
 from worker.compaction.profiles import known_profile
 from worker.contracts import Activity, AppendRequest
 from worker.flows.append import BrokenConversation, Outcome, append_messages
-from worker.flows.proxy import HeldJobs
+from worker.flows.held_jobs import HeldJobs
 from worker.limits import check_turn_sizes
 from worker.resources import Resources
 from worker.store.sessions import Appended, Profile
