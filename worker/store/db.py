@@ -210,16 +210,8 @@ def raw_write(conn: Connection, stmt: Any, rows: Sequence[dict[str, Any]]) -> No
     transaction: the parameters converted by their column types as SQLAlchemy would (datetimes)."""
     sql, order, processors = _compiled(stmt, conn.dialect)
     args = [_args(row, order, processors) for row in rows]
-    dbapi_conn: Any = conn.connection.dbapi_connection
-    dbapi_error = conn.dialect.loaded_dbapi.Error
-    try:
-        cur = dbapi_conn.cursor()
-        try:
-            cur.executemany(sql, args)
-        finally:
-            cur.close()
-    except dbapi_error as exc:
-        raise DBAPIError.instance(sql, args, exc, dbapi_error) from exc
+    with _cursor(conn.connection.dbapi_connection, conn.dialect, sql, args) as cur:
+        cur.executemany(sql, args)
 
 
 def sqlite_rows(engine: Engine, stmt: Any, params: dict[str, Any]) -> list[tuple[Any, ...]]:
@@ -254,16 +246,23 @@ def _args(params: dict[str, Any], order: tuple[str, ...] | None, processors: dic
 
 
 def run_raw(dbapi_conn: Any, dialect: Any, stmt: Any, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-    """Compiled once per (statement, dialect); a driver error is wrapped as SQLAlchemy's would be
-    (DBAPIError), so callers see one kind of error."""
+    """Rows of `stmt`, compiled once per (statement, dialect), run on a DBAPI connection."""
     sql, order, processors = _compiled(stmt, dialect)
     args = _args(params, order, processors)
+    with _cursor(dbapi_conn, dialect, sql, args) as cur:
+        cur.execute(sql, args)
+        return list(cur.fetchall())
+
+
+@contextmanager
+def _cursor(dbapi_conn: Any, dialect: Any, sql: str, args: Any) -> Iterator[Any]:
+    """A cursor of the DBAPI connection, closed after use; a driver error is wrapped as SQLAlchemy's
+    would be (DBAPIError), so callers see one kind of error."""
     dbapi_error = dialect.loaded_dbapi.Error
     try:
         cur = dbapi_conn.cursor()
         try:
-            cur.execute(sql, args)
-            return list(cur.fetchall())
+            yield cur
         finally:
             cur.close()
     except dbapi_error as exc:
