@@ -75,16 +75,25 @@ def span_items(turns: Iterable[Turn]) -> dict[str, list[str]]:
     return {k: list(dict.fromkeys(fold(x)[:80] for x in v if x.strip())) for k, v in found.items()}
 
 
+# a handoff note states its paths' common root once and writes them relative to it
+STATED_ROOT = re.compile(r"File paths below are relative to (/\S+?)/?$", re.MULTILINE)
+
+
 def kept_share(items: dict[str, list[str]], haystack: str) -> dict[str, Any]:
     text = fold(haystack)
-    out: dict[str, Any] = {}
-    for k in KINDS:
-        n = len(items[k])
-        out[k] = f"{sum(x in text for x in items[k])}/{n}"
-    total = sum(len(v) for v in items.values())
+    roots = STATED_ROOT.findall(haystack)
+    kept = {k: [x in text or _under_stated_root(x, roots, text) for x in items[k]] for k in KINDS}
+    out: dict[str, Any] = {k: f"{sum(kept[k])}/{len(kept[k])}" for k in KINDS}
+    total = sum(len(v) for v in kept.values())
     # nothing compacted: nothing lost
-    out["all"] = round(sum(x in text for v in items.values() for x in v) / total, 3) if total else 1.0
+    out["all"] = round(sum(sum(v) for v in kept.values()) / total, 3) if total else 1.0
     return out
+
+
+def _under_stated_root(item: str, roots: list[str], text: str) -> bool:
+    """An absolute path a note wrote relative to the root it states (`File paths below are
+    relative to <root>/`): the rest of the path is in the text."""
+    return any(item.startswith(root + "/") and item[len(root) + 1 :] in text for root in roots)
 
 
 def served_fidelity(path: Path, window: int) -> dict[str, Any]:

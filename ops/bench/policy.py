@@ -6,7 +6,8 @@ Run: python -m ops.bench.policy [--variants today,chosen] [--sessions fa812bfe,.
 Per (variant, session, window, pace): the cost under the provider's cache prices against the
 uncompacted history (`cost_ratio`), the share of consecutive fetches that read a prefix from the
 cache (`hit`) and that read the whole previous prompt (`whole`), the share of input tokens read
-from the cache, epochs, fetches over budget and the fidelity of the last prompt served.
+from the cache, epochs, fetches over budget and the fidelity of the last prompt served (and its
+mean over 16 fetches of the run's second half, `fidelity_run`).
 Jobs take a fixed JOB_SECONDS, so every figure is a token count, whatever the machine's load.
 
 Sessions (`SESSIONS`): the two long Claude Code sessions; `258c7280x2`, that session twice in a
@@ -35,6 +36,7 @@ from worker.flows import simulate
 from worker.flows.simulate import Fetch, parse_pace, replay
 
 JOB_SECONDS = 0.05
+FIDELITY_SAMPLES = 16
 SPOTTER = "transcripts/claude-code/spotter/"
 LONG = {
     "fa812bfe": SPOTTER + "fa812bfe-b295-4cca-9c2f-fdf01028cb46.jsonl",
@@ -180,11 +182,40 @@ def through_proxy(system: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
     return upstream
 
 
+class Recorded:
+    """The `upstream` hook of `replay` that keeps every request the provider receives, in order."""
+
+    def __init__(self, rewrite: Callable[[dict[str, Any]], dict[str, Any]] | None) -> None:
+        self.rewrite, self.requests = rewrite, list[dict[str, Any]]()
+
+    def __call__(self, request: dict[str, Any]) -> dict[str, Any]:
+        self.requests.append(self.rewrite(request) if self.rewrite else request)
+        return self.requests[-1]
+
+
+def run_fidelity(
+    system: str,
+    messages: Sequence[dict[str, Any]],
+    fetches: Sequence[Fetch],
+    requests: Sequence[dict[str, Any]],
+) -> float:
+    """Fidelity over the run, less coarse than the last prompt's: the mean of `final_fidelity` at
+    FIDELITY_SAMPLES fetches spread evenly over the run's second half (where compaction has
+    happened), each scored against the history up to that fetch."""
+    half = len(fetches) // 2
+    picks = sorted(
+        {half + (len(fetches) - 1 - half) * k // (FIDELITY_SAMPLES - 1) for k in range(FIDELITY_SAMPLES)}
+    )
+    scores = [final_fidelity(system, list(messages[: fetches[i].turn]), requests[i])["all"] for i in picks]
+    return round(sum(scores) / max(1, len(scores)), 3)
+
+
 def one(variant: str, session: str, window: int, pace: str, root: Path) -> dict[str, Any]:
     system, messages, times = SESSIONS[session.removesuffix("+proxy")](root)
     base = variant.removesuffix(MEMORY_AT_SUMMARY)
     policy = Policy().for_window(window).with_overrides(VARIANTS[base])
     rule = refresh_at_summary if base != variant else simulate.refreshes_memory
+    recorded = Recorded(through_proxy(system) if session.endswith("+proxy") else None)
     with mock.patch.object(simulate, "refreshes_memory", rule):
         report = replay(
             system,
@@ -193,7 +224,7 @@ def one(variant: str, session: str, window: int, pace: str, root: Path) -> dict[
             pace=parse_pace(pace),
             timestamps=times,
             job_seconds=JOB_SECONDS,
-            upstream=through_proxy(system) if session.endswith("+proxy") else None,
+            upstream=recorded,
         )
     s = report.summary()
     return {
@@ -211,6 +242,7 @@ def one(variant: str, session: str, window: int, pace: str, root: Path) -> dict[
         "uncompacted_usd": s["cost_usd_uncompacted"],
         "cost_ratio": round(s["cost_usd"] / s["cost_usd_uncompacted"], 3),
         "fidelity": final_fidelity(system, messages, report.final_request)["all"],
+        "fidelity_run": run_fidelity(system, messages, report.fetches, recorded.requests),
     }
 
 
@@ -229,6 +261,7 @@ COLUMNS = [
     "uncompacted_usd",
     "cost_ratio",
     "fidelity",
+    "fidelity_run",
 ]
 
 

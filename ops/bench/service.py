@@ -1,4 +1,5 @@
-"""Service benchmark: prompt fetch and append latency at 10, 100 and 1,000 turns, and fetch throughput.
+"""Service benchmark: prompt fetch and append latency at 10 to 10,000 turns, the append of a typical
+turn (1,000 in a row, for a p99 that is not the largest sample), and fetch throughput.
 
 Runs a real `compactd api` process (uvicorn, uvloop, httptools) on SQLite and a private redis-server,
 publishes a snapshot for each session (as the worker would), then measures over loopback with a
@@ -28,7 +29,8 @@ from tests.services import free_port as _free_port  # also ops/bench/proxy.py's 
 
 SIZES = (10, 100, 1_000, 10_000)
 FETCHES = 2000
-APPENDS = 100
+APPENDS = 100  # per size, in the table's rows
+TYPICAL_APPENDS = 1_000  # in a row on a 100-turn session: enough samples for a p99 that is not the max
 CONNECTIONS = 32
 THROUGHPUT_SECONDS = 6.0
 WRK_LATENCY_SECONDS = 3.0  # wrk on one connection, per size: latency with a client that costs little
@@ -354,6 +356,16 @@ def main() -> dict[str, Any]:
             }
             rows.append(row)
             figures["sizes"][n] = row
+        asyncio.run(_fill(api_port, key, "typical", messages[:100]))
+        cpu = cpu_seconds(api.pid)
+        typical = asyncio.run(_appends(api_port, key, "typical", TYPICAL_APPENDS))
+        figures["typical_append"] = {
+            "appends": TYPICAL_APPENDS,
+            "p50_ms": round(pct(typical, 0.5) * 1000, 3),
+            "p99_ms": round(pct(typical, 0.99) * 1000, 3),
+            "max_ms": round(max(typical) * 1000, 3),
+            "cpu_ms": round((cpu_seconds(api.pid) - cpu) / TYPICAL_APPENDS * 1000, 2),
+        }
         # the same sessions declared with a 32k window: compacted (summarized) once past the trigger,
         # so the prompt a fetch copies stops growing with the session
         compacted = []
@@ -428,6 +440,8 @@ def main() -> dict[str, Any]:
         f"compactd api (1 uvicorn process, uvloop+httptools, SQLite) on {figures['cores']} cores; turns: {origin}"
     )
     print(table(rows, list(rows[0])))
+    print(f"append of a typical turn, {TYPICAL_APPENDS:,} in a row on a 100-turn session:")
+    print(table([figures["typical_append"]], list(figures["typical_append"])))
     print(f"the same sessions at a {COMPACTED_WINDOW:,}-token window, compacted:")
     print(table(figures["compacted"], list(figures["compacted"][0])))
     print(f"fetch throughput with {CONNECTIONS} connections ({THROUGHPUT_SECONDS:.0f} s each):")

@@ -8,11 +8,12 @@ from typing import Any
 import orjson
 import pytest
 
+from worker.compaction.assemble import FILES_NOTE_TOKENS, MEMORY_NOTE_TOKENS, prefix_tokens, turn_policy
 from worker.compaction.codec import transcript_to_json
 from worker.compaction.epochs import Decision
 from worker.compaction.model import Policy, Transcript, Turn
 from worker.compaction.quiet import is_quiet, why_not_quiet
-from worker.compaction.tokens import count_message
+from worker.compaction.tokens import count_message, count_text
 from worker.flows.compact import JobInput, plan_job
 from worker.store.snapshots import Loaded
 
@@ -186,3 +187,50 @@ def test_a_compact_request_waits_for_a_quiet_point() -> None:
     plan = plan_job(job(chat(2, in_flight=True), request=request))
     assert "tool call" in plan.waiting
     assert plan.step.switch.value != "forced"
+
+
+def changes_of(tokens: int) -> str:
+    """A changes note of about `tokens` tokens, as memory.model.changes_note writes one."""
+    lines = [f"- Decisions (added): use plan {i} for module {i}" for i in range(tokens // 12)]
+    return "Working memory changed since the block at the top:\n" + "\n".join(lines)
+
+
+@pytest.mark.parametrize(
+    ("changes_tokens", "refreshed"), [(MEMORY_NOTE_TOKENS // 2, False), (2 * MEMORY_NOTE_TOKENS, True)]
+)
+def test_a_structural_epoch_refreshes_the_pinned_block_only_when_the_changes_outgrow_the_note(
+    changes_tokens: int, refreshed: bool
+) -> None:
+    """A new epoch from clipping (no summary) leaves the pinned block, and the cached prefix it
+    starts, alone while every change since fits the note (up to MEMORY_NOTE_TOKENS, well over
+    the old cap of 200 that refreshed it here): the note carries them whole instead."""
+    rounds = chat(4, big=True)
+    state = Transcript(system="you are helpful", turns=tuple(rounds[:1]), memory="## memory v1")
+    changes = changes_of(changes_tokens)
+    assert count_text(changes) > 200
+    plan = plan_job(
+        job(
+            rounds[1:],
+            snapshot_state=state,
+            memory="## memory v2",
+            memory_version=2,
+            pinned_version=1,
+            changes=changes,
+        )
+    )
+    assert plan.new_epoch and not plan.summarized
+    if refreshed:
+        assert plan.publish.memory == "## memory v2" and plan.pinned_version == 2 and plan.memory_note == ""
+    else:
+        assert plan.publish.memory == "## memory v1" and plan.pinned_version == 1
+        assert plan.memory_note == changes
+
+
+def test_the_turns_budget_keeps_room_for_the_note_the_fetches_carry() -> None:
+    """turn_policy takes the memory changes note's tokens from the turns' budget, on top of the
+    room for the budget line and file lines."""
+    t = Transcript(system="you are helpful", turns=tuple(chat(2)), memory="## memory")
+    note = changes_of(300)
+    without, with_note = turn_policy(POLICY, t), turn_policy(POLICY, t, note)
+    assert without.budget_tokens - with_note.budget_tokens == count_text("\n" + note)
+    assert POLICY.budget_tokens - without.budget_tokens == prefix_tokens(t) + FILES_NOTE_TOKENS

@@ -24,9 +24,13 @@ from worker.compaction.model import Block, Policy, Transcript
 from worker.compaction.tokens import count_block, count_text
 
 CACHE_CONTROL = {"type": "ephemeral"}
-# Room the engine leaves in the budget for the status note a fetch adds (at most 20 file lines).
-STATUS_NOTE_TOKENS = 600  # budget and virtual files (~400) + memory changes since the epoch (200)
-MEMORY_NOTE_TOKENS = 200
+# Room the engine leaves in the budget for the status note a fetch adds: its budget line and at
+# most 20 file lines, plus the memory changes it carries (`turn_policy`: what the note holds).
+FILES_NOTE_TOKENS = 600
+# The memory changes since the pinned block at the top, at most: the working-memory budget, so the
+# note can carry every change and the block is refreshed (the cached prefix written again) only
+# when a summary or a new system prompt rewrites the top anyway, or the changes outgrow this.
+MEMORY_NOTE_TOKENS = 800
 MAX_RANGES_SHOWN = 4  # read ranges listed per file, so the note stays within its room
 # blocks the API refuses a cache_control on
 _UNMARKABLE = {"thinking", "redacted_thinking"}
@@ -84,10 +88,12 @@ def served_tokens(t: Transcript) -> int:
     return t.tokens() + prefix_tokens(t)
 
 
-def turn_policy(policy: Policy, t: Transcript) -> Policy:
+def turn_policy(policy: Policy, t: Transcript, memory_note: str = "") -> Policy:
     """The policy t's turns are compacted with: the budget less the system prompt, the memory
-    block and the room kept for the status note."""
-    return policy.reserving(prefix_tokens(t) + STATUS_NOTE_TOKENS)
+    block and the room kept for the status note (its file lines and the memory changes it will
+    carry, `memory_note`: a line of its own)."""
+    note_room = count_text("\n" + memory_note) if memory_note else 0
+    return policy.reserving(prefix_tokens(t) + FILES_NOTE_TOKENS + note_room)
 
 
 def mark_message(message: dict[str, Any]) -> dict[str, Any]:

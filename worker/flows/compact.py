@@ -230,9 +230,11 @@ def plan_job(job: JobInput, summarizer: Watched | None = None) -> Plan:
     system_changed = snap is not None and state.system != row.system
     pinned, pinned_version = pinned_memory(loaded, state)
     current = loaded.current(state, memory=pinned)
-    # budget for the larger of the two blocks: a new epoch renders the memory as it is now
+    note = clip_note(job.memory_changes, MEMORY_NOTE_TOKENS)
+    # budget for the larger of the two blocks (a new epoch renders the memory as it is now) and
+    # the changes note the fetches will carry
     engine_policy = turn_policy(
-        job.policy, max(current, replace(current, memory=loaded.memory), key=prefix_tokens)
+        job.policy, max(current, replace(current, memory=loaded.memory), key=prefix_tokens), note
     )
     waiting = why_not_quiet(current, busy=row.activity == "busy")
     s = epochs.step(
@@ -247,10 +249,10 @@ def plan_job(job: JobInput, summarizer: Watched | None = None) -> Plan:
     )
     new_epoch = s.verdict.decision is Decision.NEW_EPOCH
     epoch = (snap.epoch if snap else 0) + (1 if new_epoch or system_changed else 0)
-    publish, note = s.publish, job.memory_changes
+    publish = s.publish
     summarized = publish.handoff != current.handoff
     if refreshes_memory(
-        new_epoch=new_epoch, summarized=summarized, system_changed=system_changed, changes=note
+        new_epoch=new_epoch, summarized=summarized, system_changed=system_changed, changes=job.memory_changes
     ):
         publish, pinned_version, note = replace(publish, memory=loaded.memory), row.memory_version, ""
     return Plan(
@@ -261,7 +263,7 @@ def plan_job(job: JobInput, summarizer: Watched | None = None) -> Plan:
         summarized=summarized,
         system_changed=system_changed,
         pinned_version=pinned_version,
-        memory_note=clip_note(note, MEMORY_NOTE_TOKENS),
+        memory_note=note,
         through_seq=loaded.tail[-1].seq if loaded.tail else (snap.through_seq if snap else 0),
         waiting=waiting,
         tokens_before=s.verdict.tokens_before + prefix_tokens(current),

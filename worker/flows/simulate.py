@@ -350,19 +350,22 @@ def _job(sim: _Sim, start: float) -> _Job:
     pinned = sim.pinned if sim.pinned is not None else sim.items
     if sim.pinned is None:
         current = replace(current, memory=fresh)
-    # budget for the larger of the two blocks: a new epoch renders the memory as it is now
-    policy = turn_policy(sim.policy, max(current, replace(current, memory=fresh), key=prefix_tokens))
+    changes = changes_note(pinned, sim.items, 1 << 30)
+    note = clip_note(changes, MEMORY_NOTE_TOKENS)
+    # budget for the larger of the two blocks (a new epoch renders the memory as it is now) and
+    # the changes note the fetches will carry
+    policy = turn_policy(sim.policy, max(current, replace(current, memory=fresh), key=prefix_tokens), note)
     result = step(current, policy, pending=sim.pending, quiet=is_quiet(current))
-    publish, note = result.publish, changes_note(pinned, sim.items, 1 << 30)
+    publish = result.publish
     new_epoch = result.verdict.decision is Decision.NEW_EPOCH
     summarized = publish.handoff != current.handoff
-    if refreshes_memory(new_epoch=new_epoch, summarized=summarized, system_changed=False, changes=note):
+    if refreshes_memory(new_epoch=new_epoch, summarized=summarized, system_changed=False, changes=changes):
         publish, pinned, note = replace(publish, memory=fresh), sim.items, ""
     if result.pending is not None and result.prepared:
         result = replace(result, pending=replace(result.pending, memory=fresh))
     assemble(publish)
     through = current.turns[-1].seq if current.turns else 0
-    return _Job(0.0, result, publish, through, pinned, clip_note(note, MEMORY_NOTE_TOKENS), result.files)
+    return _Job(0.0, result, publish, through, pinned, note, result.files)
 
 
 def _observe(sim: _Sim, turns: Sequence[Turn], now: datetime) -> None:
@@ -403,7 +406,7 @@ def _serve(sim: _Sim) -> tuple[dict[str, Any], int, str | None]:
         if tokens <= budget:
             return request, tokens, "pending"
     current = extend(sim.snapshot, sim.tail)
-    policy = turn_policy(sim.policy, current)
+    policy = turn_policy(sim.policy, current, note)
     fitted = replace(fit(current, policy).transcript, files=())
     request, tokens = _rendered(fitted, [], budget, files, note)
     return request, tokens, "fit"
