@@ -99,7 +99,18 @@ def _reply_text(sse: bytes) -> str:
     return text
 
 
-def measure(client: httpx.Client, compactd: str, upstream: str, key: str, target: int) -> dict[str, Any]:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process `pid` so far (Linux /proc; 0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure(
+    client: httpx.Client, compactd: str, upstream: str, key: str, target: int, api_pid: int = 0
+) -> dict[str, Any]:
     messages, tokens, _ = history(target)
     common = {"content-type": "application/json", "anthropic-version": "2023-06-01"}
     via = {
@@ -115,6 +126,7 @@ def measure(client: httpx.Client, compactd: str, upstream: str, key: str, target
     time.sleep(3)  # the worker publishes the adopted history's first snapshot
     rows: dict[str, list[float]] = {"direct": [], "direct_ttfb": [], "proxy": [], "proxy_ttfb": []}
     answer = _reply_text(adopt[2])
+    cpu_before = cpu_seconds(api_pid)
     for step in range(STEPS):
         body["messages"] = [
             *body["messages"],
@@ -131,6 +143,7 @@ def measure(client: httpx.Client, compactd: str, upstream: str, key: str, target
             rows[f"{name}_ttfb"].append(ttfb)
             if name == "proxy":
                 answer = _reply_text(data)
+    api_cpu = cpu_seconds(api_pid) - cpu_before
     added = [p - d for p, d in zip(rows["proxy"], rows["direct"], strict=True)]
     added_first = [p - d for p, d in zip(rows["proxy_ttfb"], rows["direct_ttfb"], strict=True)]
     ms = lambda v: round(v * 1000, 2)  # noqa: E731
@@ -145,6 +158,9 @@ def measure(client: httpx.Client, compactd: str, upstream: str, key: str, target
         "ttfb_added_p50_ms": ms(pct(added_first, 0.5)),
         "ttfb_added_p99_ms": ms(pct(added_first, 0.99)),
         "adopt_ms": ms(adopt[1]),
+        # everything the API process did per step (the previous reply's recording too): less
+        # sensitive to the machine's load than wall time
+        "api_cpu_per_step_ms": ms(api_cpu / STEPS),
     }
 
 
@@ -208,7 +224,7 @@ def main() -> dict[str, Any]:
         _wait_port(api_port, api)
         with httpx.Client(timeout=120) as client:
             for target in TARGETS:
-                rows.append(measure(client, f"http://127.0.0.1:{api_port}", upstream, key, target))
+                rows.append(measure(client, f"http://127.0.0.1:{api_port}", upstream, key, target, api.pid))
     finally:
         for proc in (api, worker, redis_proc):
             if proc is not None and proc.poll() is None:

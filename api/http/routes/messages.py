@@ -31,6 +31,8 @@ from api.http.replies import ReplyGrace, may_wait
 from api.http.routes.prompt import count_served, serve_prompt
 from api.http.upstream import (
     AUTH_HEADERS,
+    Upstream,
+    UpstreamResponse,
     error_body,
     forwarded_headers,
     open_stream,
@@ -237,11 +239,8 @@ async def _create(request: Request) -> Response:
         return await _pass_through(call, raw, "/v1/messages")
     call.jobs = jobs = HeldJobs(request.app.state.enqueue)
     try:
-        committing = await _reconcile_and_build(call, named, jobs)
-        if committing is None:
-            response = await _open(call, "/v1/messages", call.upstream_raw)
-        else:
-            response = await _open_committing(call, committing)
+        await _reconcile_and_build(call, named, jobs)
+        response = await _open(call, "/v1/messages", call.upstream_raw)
     except BaseException:
         _release_soon(jobs)
         raise
@@ -271,7 +270,7 @@ async def _create(request: Request) -> Response:
     )
 
 
-async def _collected(call: Call, relay: Relay, response: httpx.Response) -> bool:
+async def _collected(call: Call, relay: Relay, response: UpstreamResponse) -> bool:
     """Every round of a non-streaming answer read into `relay`; False when the client disconnected
     first: the upstream call is then closed at once (_rounds closes it), as for a stream."""
     done = False
@@ -308,21 +307,16 @@ def _release_soon(jobs: HeldJobs | None) -> None:
         jobs.release()
 
 
-@dataclass(frozen=True, slots=True)
-class Committing:
-    """A request served ahead (its prompt rendered with its new turns) and their commit, under way
-    in the worker thread that rendered it."""
+async def _reconcile_and_build(call: Call, named: str | None, jobs: HeldJobs) -> None:
+    """Reconcile the history with its session, store what it adds, and build the upstream request
+    from the ready prompt.
 
-    ahead: Ahead
-    commit: asyncio.Future[Reconciled | None]
-
-
-async def _reconcile_and_build(call: Call, named: str | None, jobs: HeldJobs) -> Committing | None:
-    """Reconcile the history with its session and build the upstream request from the ready prompt.
-
-    The usual request (it extends the branch this process remembers) comes back as Committing: its
-    prompt rendered with its new turns, which commit meanwhile (_open_committing); any other is
-    reconciled and stored here, the ordinary way (None)."""
+    The usual request (it extends the branch this process remembers) is served ahead: one worker
+    thread renders its prompt with its new turns and commits them (_served_ahead); any other, or
+    one whose commit failed (rolled back), is reconciled and stored the ordinary way, which answers
+    what stopped it (400 for a broken history, 503 for a conversation that keeps changing ...).
+    Either way the turns are committed before the upstream call opens: a commit that failed after
+    it would mean sending the request twice, which the provider may bill twice."""
     key: bytes = call.request.app.state.proxy_key
     call.conversation = identify(key, call.body, named)
     given = call.body.get("tools")
@@ -338,24 +332,19 @@ async def _reconcile_and_build(call: Call, named: str | None, jobs: HeldJobs) ->
         call.request.app.state.proxy_records,
     )
     chains: list[str] = []
-    # one thread hop: the hashing, the ingest and the render, then (the loop told) the commit
-    loop = asyncio.get_running_loop()
-    rendered: asyncio.Future[Ahead | None] = loop.create_future()
     memo = call.request.app.state.proxy_chains
-    commit = asyncio.ensure_future(
-        run_in_threadpool(_ahead_then_commit, loop, rendered, call.proxied, memo, chains)
-    )
-    try:
-        ahead = await rendered
-        if ahead is not None:
-            call.upstream_raw, call.hidden = upstream_bytes(call.body, ahead.served.body, _compactd_tools())
-            return Committing(ahead, commit)
-    except BaseException:
-        commit.add_done_callback(_outcome_moot)  # cancelled or failed here: the commit runs on, unread
-        raise
-    await commit  # nothing to commit: the thread is done
+    # one thread hop: the hashing, the ingest, the render and the commit
+    ahead = await run_in_threadpool(_served_ahead, call.proxied, memo, chains)
+    if ahead is not None:
+        done, committed = ahead
+        if isinstance(committed, Reconciled):
+            call.reconciled = committed
+            _stored(call)
+            count_served(call.request, call.tenant, done.plan.session_id, done.served)
+            call.upstream_raw, call.hidden = upstream_bytes(call.body, done.served.body, _compactd_tools())
+            return
+        log.info("proxy.ahead_failed", session_id=done.plan.session_id, error=type(committed).__name__)
     await _reconcile_in_order(call, chains)
-    return None
 
 
 async def _reconcile_in_order(call: Call, chains: list[str]) -> None:
@@ -406,17 +395,13 @@ def _reconciled(
     return reconcile(proxied, chains, missing)
 
 
-def _ahead_then_commit(
-    loop: asyncio.AbstractEventLoop,
-    rendered: asyncio.Future[Ahead | None],
-    proxied: Proxied,
-    memo: fingerprints.ChainMemo,
-    chains: list[str],
-) -> Reconciled | None:
+def _served_ahead(
+    proxied: Proxied, memo: fingerprints.ChainMemo, chains: list[str]
+) -> tuple[Ahead, Reconciled | Exception] | None:
     """In a worker thread: reconcile_ahead (the history's chain computed first, kept in `chains` for
-    the ordinary path), its outcome handed to the event loop at once (`rendered`: the upstream call
-    can start), then its commit, in the same thread: no second hop. None: nothing served ahead."""
-    ahead = None
+    the ordinary path), then its commit: the prompt rendered with the new turns, and the commit's
+    outcome (the exception that stopped it, rolled back: the ordinary path then). None: nothing
+    served ahead."""
     try:
         chains.extend(memo.chains((proxied.tenant_id, proxied.conversation.key), proxied.body["messages"]))
         ahead = reconcile_ahead(proxied, chains)
@@ -424,50 +409,21 @@ def _ahead_then_commit(
         # whatever stops it (an unreadable message, the database): the ordinary path meets it
         # again and answers it as it does
         log.debug("proxy.ahead_skipped", error=type(exc).__name__)
-    finally:
-        loop.call_soon_threadsafe(_settle, rendered, ahead)
-    return None if ahead is None else commit_ahead(ahead)
-
-
-def _settle(future: asyncio.Future[Ahead | None], ahead: Ahead | None) -> None:
-    if not future.done():
-        future.set_result(ahead)
-
-
-async def _open_committing(call: Call, committing: Committing) -> httpx.Response:
-    """The upstream call, opened once the request's append has committed (in the worker thread that
-    rendered its prompt, while this loop built the upstream body). A commit that fails rolled back
-    and nothing was sent yet: the request is reconciled and sent the ordinary way, which answers what
-    stopped it (400 for a broken history, 503 for a conversation that keeps changing ...). The call
-    never opens before the commit: a commit that failed after it would mean sending it twice, and
-    compactd never sends upstream a call the provider may have billed again."""
-    ahead, commit = committing.ahead, committing.commit
+        return None
+    if ahead is None:
+        return None
     try:
-        call.reconciled = await commit
-    except asyncio.CancelledError:
-        # the client went: the commit runs on (its turns stored: a retry finds them), outcome moot
-        commit.add_done_callback(_outcome_moot)
-        raise
+        return ahead, commit_ahead(ahead)
     except Exception as exc:
-        log.info("proxy.ahead_failed", session_id=ahead.plan.session_id, error=type(exc).__name__)
-        await _reconcile_in_order(call, [])
-        return await _open(call, "/v1/messages", call.upstream_raw)
-    _stored(call)
-    count_served(call.request, call.tenant, ahead.plan.session_id, ahead.served)
-    return await _open(call, "/v1/messages", call.upstream_raw)
-
-
-def _outcome_moot(task: asyncio.Future[Any]) -> None:
-    if not task.cancelled():
-        task.exception()  # retrieved: never logged as "never retrieved"
+        return ahead, exc
 
 
 def _compactd_tools() -> list[dict[str, Any]]:
     return tool_definitions() + memory_tool_definitions()
 
 
-async def _open(call: Call, path: str, body: bytes) -> httpx.Response:
-    client: httpx.AsyncClient = call.request.app.state.upstream
+async def _open(call: Call, path: str, body: bytes) -> UpstreamResponse:
+    client: Upstream = call.request.app.state.upstream
     try:
         return await open_stream(client, path, call.request.url.query, call.headers(), body)
     except httpx.TimeoutException:
@@ -477,7 +433,7 @@ async def _open(call: Call, path: str, body: bytes) -> httpx.Response:
         raise ProxyError(502, "the upstream could not be reached") from None
 
 
-async def _upstream_error(response: httpx.Response) -> Response:
+async def _upstream_error(response: UpstreamResponse) -> Response:
     """The upstream's error, status, headers and body, passed through unchanged."""
     try:
         data = await response.aread()
@@ -488,7 +444,7 @@ async def _upstream_error(response: httpx.Response) -> Response:
 
 async def _pass_through(call: Call, raw: bytes, path: str) -> Response:
     """A side request: the client's body goes upstream as is; the answer comes back as is."""
-    client: httpx.AsyncClient = call.request.app.state.upstream
+    client: Upstream = call.request.app.state.upstream
     try:
         response = await open_stream(client, path, call.request.url.query, call.headers(), raw)
     except httpx.TimeoutException:
@@ -511,7 +467,7 @@ async def _pass_through(call: Call, raw: bytes, path: str) -> Response:
     return EventStream(relayed(), headers=returned_headers(response.headers), media_type="text/event-stream")
 
 
-async def _rounds(call: Call, relay: Relay, response: httpx.Response) -> AsyncIterator[bytes]:
+async def _rounds(call: Call, relay: Relay, response: UpstreamResponse) -> AsyncIterator[bytes]:
     """Every byte for the client, round after round, then the closing events; `call.answered` set
     once the client has them all (recorded after the response)."""
     settings = call.res.settings
@@ -628,7 +584,7 @@ async def _record(call: Call) -> None:
         log.warning("proxy.reply_unrecorded", error=type(exc).__name__)
 
 
-async def _stream(call: Call, response: httpx.Response) -> AsyncIterator[bytes]:
+async def _stream(call: Call, response: UpstreamResponse) -> AsyncIterator[bytes]:
     relay = Relay(call.hidden)
     async for out in _rounds(call, relay, response):
         yield out
