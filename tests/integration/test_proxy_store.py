@@ -12,7 +12,7 @@ import pytest
 
 from tests.integration.conftest import flush_prefix, make_settings
 from worker.contracts import AppendRequest
-from worker.flows.append import append_messages
+from worker.flows.append import append_messages, note_version
 from worker.flows.proxy import (
     Proxied,
     Reconciled,
@@ -173,6 +173,11 @@ def test_a_request_served_ahead_stores_what_its_prompt_holds(res: Resources, new
     done = commit_ahead(ahead)
     assert (done.plan.kind, done.appended) == ("extend", 2)
     assert get_session(res.engine, tenant, key).version == 5
+    # its version is the caller's to note (beside the upstream call): not noted yet, then noted
+    assert done.unnoted is not None and done.unnoted.version == 5
+    assert res.cache.prompts.noted_version(done.unnoted.session_pk)[0] == 3  # type: ignore[index]
+    note_version(res, done.unnoted)
+    assert res.cache.prompts.noted_version(done.unnoted.session_pk)[0] == 5  # type: ignore[index]
     served = fetch_ready(res.engine, res.cache, tenant, first.plan.session_id, res.policy_for)
     assert served is not None and served.body == ahead.served.body
     assert load_records(res.engine, tenant, key)[0].messages == 5

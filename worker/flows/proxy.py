@@ -39,7 +39,7 @@ from worker.store.proxy import (
     sealed_provider_key,
     store_provider_key,
 )
-from worker.store.sessions import Profile
+from worker.store.sessions import Appended, Profile
 
 log = structlog.get_logger("compactd.proxy")
 
@@ -88,6 +88,9 @@ class Reconciled:
 
     plan: Plan
     appended: int  # client messages appended by this request
+    # an append committed but not yet noted in the prompt cache: the caller notes it (note_version)
+    # beside the upstream call, before the first byte reaches the client (commit_ahead's)
+    unnoted: Appended | None = None
 
 
 class Unreconciled(Exception):
@@ -317,13 +320,13 @@ def commit_ahead(ahead: Ahead) -> Reconciled:
         moved(conn, session)
 
     try:
-        store_prepared(req.res, prepared, req.enqueue, locked, last_try=False)
+        done = store_prepared(req.res, prepared, req.enqueue, locked, last_try=False, note=False)
     except StalePlan:
         if req.records is not None:
             req.records.distrust(memo_key)
         raise
     _remember(req, memo_key, ahead.records, p)
-    return Reconciled(p, ahead.appended)
+    return Reconciled(p, ahead.appended, None if done.appended.replayed else done.appended)
 
 
 def _rendered_from(version: int, profile: Profile) -> Callable[[Any], None]:

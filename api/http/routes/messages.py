@@ -42,7 +42,7 @@ from worker.compaction.assemble import merge_roles
 from worker.compaction.errors import InvalidTranscript
 from worker.compaction.tools import tool_definitions
 from worker.flows import proxy_tools
-from worker.flows.append import BrokenConversation
+from worker.flows.append import BrokenConversation, note_version
 from worker.flows.held_jobs import HeldJobs
 from worker.flows.proxy import (
     Ahead,
@@ -67,6 +67,7 @@ from worker.proxy.system_turns import fold_system_messages
 from worker.resources import Resources, redaction_key
 from worker.settings import Settings
 from worker.store.proxy import load_records, provider_key_id
+from worker.store.sessions import Appended
 
 router = APIRouter(tags=["messages"])
 log = structlog.get_logger("compactd.proxy")
@@ -200,6 +201,8 @@ class Call:
     hidden: frozenset[str] = frozenset()
     # the compaction jobs its appends asked for, sent once the first event is relayed (HeldJobs)
     jobs: HeldJobs | None = None
+    # the append's version being noted in the prompt cache, beside the upstream call (_note_soon)
+    noting: asyncio.Future[None] | None = None
 
     def headers(self) -> dict[str, str]:
         return forwarded_headers(self.request.headers, self.auth.provider)
@@ -340,6 +343,7 @@ async def _reconcile_and_build(call: Call, named: str | None, jobs: HeldJobs) ->
         if isinstance(committed, Reconciled):
             call.reconciled = committed
             _stored(call)
+            _note_soon(call, committed.unnoted)
             count_served(call.request, call.tenant, done.plan.session_id, done.served)
             call.upstream_raw, call.hidden = upstream_bytes(call.body, done.served.body, _compactd_tools())
             return
@@ -375,6 +379,13 @@ async def _reconcile_in_order(call: Call, chains: list[str]) -> None:
     if served is None:
         raise ProxyError(503, "the conversation's session could not be served; retry")
     call.upstream_raw, call.hidden = upstream_bytes(body, served.body, _compactd_tools())
+
+
+def _note_soon(call: Call, appended: Appended | None) -> None:
+    """note_version in a worker thread, beside the upstream call (a Redis round trip not waited for
+    before it opens); _rounds waits for it before the first byte goes to the client."""
+    if appended is not None:
+        call.noting = asyncio.get_running_loop().run_in_executor(None, note_version, call.res, appended)
 
 
 def _stored(call: Call) -> None:
@@ -474,6 +485,8 @@ async def _rounds(call: Call, relay: Relay, response: UpstreamResponse) -> Async
     results: list[list[dict[str, Any]]] = []
     body: dict[str, Any] | None = None  # parsed only when a server-side round needs it
     try:
+        if call.noting is not None:
+            await call.noting  # the append's version noted before anything reaches the client
         while True:
             relay.start_round()
             splitter = EventSplitter()
