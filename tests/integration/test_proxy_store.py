@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from worker.flows.proxy import (
     reconcile_ahead,
     record_reply,
 )
-from worker.flows.serve import fetch_ready
+from worker.flows.serve import fetch_ready, session_pk
 from worker.proxy.conversations import Conversation
 from worker.proxy.fingerprints import chains
 from worker.proxy.reconcile import Record
@@ -181,6 +182,29 @@ def test_a_request_served_ahead_stores_what_its_prompt_holds(res: Resources, new
     served = fetch_ready(res.engine, res.cache, tenant, first.plan.session_id, res.policy_for)
     assert served is not None and served.body == ahead.served.body
     assert load_records(res.engine, tenant, key)[0].messages == 5
+
+
+def test_a_prefetched_entry_is_taken_for_its_own_session_only(res: Resources) -> None:
+    """The entry read with the key check stands for the session it was read for (none there: the
+    ordinary path); for another session the entry is read as usual."""
+    tenant = create_tenant(res.engine, f"t-{uuid.uuid4().hex[:6]}")[0]
+    key, memo, jobs = f"k-{uuid.uuid4().hex[:8]}", RecordMemo(), []
+    start = [_u("task"), _a("ok"), _u("next")]
+    first = _run(res, _remembering(res, tenant, key, memo, jobs, start))
+    _published(res, jobs)
+    history = [*start, _a("done"), _u("and now?")]
+    req = _remembering(res, tenant, key, memo, jobs, history)
+    pk = session_pk(res.engine, tenant, first.plan.session_id, res.cache)
+    assert pk is not None
+    cached = res.cache.prompts.get(pk)
+    assert cached is not None
+    for prefetched, served in [
+        ((first.plan.session_id, pk, None), False),  # read with the key check: none cached
+        ((first.plan.session_id, pk, cached), True),
+        (("another-session", pk, None), True),  # not this one's: read here
+    ]:
+        ahead = reconcile_ahead(replace(req, prefetched=prefetched), chains(KEY, history))
+        assert (ahead is not None) == served
 
 
 def test_a_commit_ahead_that_lost_its_session_writes_nothing(res: Resources) -> None:

@@ -21,6 +21,7 @@ import orjson
 import structlog
 from sqlalchemy import Engine
 
+from worker.cache.prompts import Entry
 from worker.compaction.tokens import count_text
 from worker.contracts import AppendRequest, Enqueue
 from worker.flows.append import Prepared, append_messages, prepare_append, store_prepared
@@ -91,6 +92,10 @@ class Reconciled:
     # an append committed but not yet noted in the prompt cache: the caller notes it (note_version)
     # beside the upstream call, before the first byte reaches the client (commit_ahead's)
     unnoted: Appended | None = None
+
+
+# a session's cached prompt entry as read ahead: (session id, pk, the entry; None: none cached)
+Prefetched = tuple[str, int, Entry | None]
 
 
 class Unreconciled(Exception):
@@ -191,6 +196,8 @@ class Proxied:
     context_window: int | None
     enqueue: Enqueue
     records: RecordMemo | None = None  # this process's memo of branch records (None: always read)
+    # a session's cached prompt entry read already (with the key check): (session id, pk, entry)
+    prefetched: Prefetched | None = None
 
 
 def reconcile(req: Proxied, chains: list[str], missing: bool = False) -> Reconciled:
@@ -281,7 +288,7 @@ def reconcile_ahead(req: Proxied, chains: list[str]) -> Ahead | None:
         return None
     res = req.res
     # no cached prompt (the worker has not published one yet): the ordinary path, before any ingest
-    cached = cached_entry(res.engine, res.cache, req.tenant_id, p.session_id)
+    cached = _cached_entry(req, p.session_id)
     if cached is None:
         return None
     messages = req.body["messages"]
@@ -303,6 +310,14 @@ def reconcile_ahead(req: Proxied, chains: list[str]) -> Ahead | None:
     if served is None:
         return None
     return Ahead(req, p, remembered, prepared, served, len(messages) - p.start)
+
+
+def _cached_entry(req: Proxied, session_id: str) -> tuple[int, Entry] | None:
+    """The session's pk and cached prompt entry: the one prefetched when it is this session's."""
+    pre = req.prefetched
+    if pre is None or pre[0] != session_id:
+        return cached_entry(req.res.engine, req.res.cache, req.tenant_id, session_id)
+    return None if pre[2] is None else (pre[1], pre[2])
 
 
 def commit_ahead(ahead: Ahead) -> Reconciled:

@@ -25,7 +25,7 @@ from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 from starlette.types import Receive, Scope, Send
 
-from api.http.deps import TenantDep, tenant_for
+from api.http.deps import Reads, TenantDep, authorize_key
 from api.http.errors import ApiError, NotFound, TooManyRequests
 from api.http.replies import ReplyGrace, may_wait
 from api.http.routes.prompt import count_served, serve_prompt
@@ -38,6 +38,7 @@ from api.http.upstream import (
     open_stream,
     returned_headers,
 )
+from worker.cache.prompts import entry_of
 from worker.compaction.assemble import merge_roles
 from worker.compaction.errors import InvalidTranscript
 from worker.compaction.tools import tool_definitions
@@ -46,6 +47,7 @@ from worker.flows.append import BrokenConversation, note_version
 from worker.flows.held_jobs import HeldJobs
 from worker.flows.proxy import (
     Ahead,
+    Prefetched,
     ProviderKeyUnreadable,
     Proxied,
     Reconciled,
@@ -156,14 +158,18 @@ def session_header(headers: Mapping[str, str]) -> str | None:
     return value
 
 
-async def authenticate(request: Request) -> tuple[int, Auth]:
+async def authenticate(
+    request: Request, reads_for: Reads | None = None
+) -> tuple[int, Auth, list[Any] | None]:
+    """The caller's tenant and auth, and the replies to `reads_for(tenant)` read in the key check's
+    Redis round trip (None: not read; deps.authorize_key)."""
     auth = resolve_auth(request.headers, request.app.state.resources.settings)
     if auth is None:
         raise ProxyError(
             401, "send your compactd API key as x-api-key, Authorization: Bearer, or x-compactd-key"
         )
     try:
-        tenant = await tenant_for(request, auth.key)
+        tenant, replies = await authorize_key(request, auth.key, reads_for)
     except TooManyRequests as exc:
         raise ProxyError(429, str(exc), {"retry-after": str(exc.extensions["retry_after_seconds"])}) from None
     except ApiError as exc:
@@ -179,7 +185,7 @@ async def authenticate(request: Request) -> tuple[int, Auth]:
             ) from None
         if key is not None:
             auth = replace(auth, provider={"x-api-key": key})
-    return tenant, auth
+    return tenant, auth, replies
 
 
 @dataclass
@@ -229,20 +235,30 @@ async def _answered(work: Awaitable[Response]) -> Response:
 
 
 async def _create(request: Request) -> Response:
-    tenant, auth = await authenticate(request)
     res: Resources = request.app.state.resources
     raw = await request.body()
-    body = parse_body(raw)
-    # Claude Code's role "system" messages: a session stores user and assistant turns only
-    body["messages"] = fold_system_messages(body["messages"])
-    named = session_header(request.headers)
+    try:
+        body = parse_body(raw)
+        # Claude Code's role "system" messages: a session stores user and assistant turns only
+        body["messages"] = fold_system_messages(body["messages"])
+        named = session_header(request.headers)
+        invalid = None
+    except ProxyError as exc:
+        body, named, invalid = {}, None, exc  # answered after the key check: a bad key is a 401 first
+    side = invalid is None and is_side_request(body, named is not None)
+    conversation = None if invalid or side else identify(request.app.state.proxy_key, body, named)
+    prefetch = EntryPrefetch(request, conversation)
+    tenant, auth, replies = await authenticate(request, prefetch.reads)
+    if invalid is not None:
+        raise invalid
     call = Call(request, res, tenant, auth, body, context_window=window_header(request.headers))
-    if is_side_request(body, named is not None):
+    if conversation is None:
         log.info("proxy.passed_through", tenant_id=tenant, reason="side_request")
         return await _pass_through(call, raw, "/v1/messages")
+    call.conversation = conversation
     call.jobs = jobs = HeldJobs(request.app.state.enqueue)
     try:
-        await _reconcile_and_build(call, named, jobs)
+        await _reconcile_and_build(call, jobs, prefetch.entry(replies))
         response = await _open(call, "/v1/messages", call.upstream_raw)
     except BaseException:
         _release_soon(jobs)
@@ -310,7 +326,34 @@ def _release_soon(jobs: HeldJobs | None) -> None:
         jobs.release()
 
 
-async def _reconcile_and_build(call: Call, named: str | None, jobs: HeldJobs) -> None:
+class EntryPrefetch:
+    """The cached prompt entry of the session a request most likely extends (its conversation's
+    branch moved last, as this process remembers it), read in the key check's Redis round trip
+    rather than one of its own (reconcile_ahead takes it when its plan picks that session)."""
+
+    def __init__(self, request: Request, conversation: Conversation | None) -> None:
+        self.request, self.conversation = request, conversation
+        self.read: tuple[str, int] | None = None  # (session id, pk) whose entry was asked for
+
+    def reads(self, tenant: int) -> list[tuple[str, ...]]:
+        if self.conversation is None:
+            return []
+        records = self.request.app.state.proxy_records.get((tenant, self.conversation.key))
+        cache = self.request.app.state.resources.cache
+        pk = cache.pks.get((tenant, records[0].session_id)) if records else None
+        if pk is None:
+            return []
+        self.read = (records[0].session_id, pk)
+        return [cache.prompts.entry_read(pk)]
+
+    def entry(self, replies: list[Any] | None) -> Prefetched | None:
+        """(session id, pk, its entry or None: none cached); None when nothing was read."""
+        if self.read is None or not replies:
+            return None
+        return (*self.read, entry_of(replies[0]))
+
+
+async def _reconcile_and_build(call: Call, jobs: HeldJobs, prefetched: Prefetched | None) -> None:
     """Reconcile the history with its session, store what it adds, and build the upstream request
     from the ready prompt.
 
@@ -320,8 +363,7 @@ async def _reconcile_and_build(call: Call, named: str | None, jobs: HeldJobs) ->
     what stopped it (400 for a broken history, 503 for a conversation that keeps changing ...).
     Either way the turns are committed before the upstream call opens: a commit that failed after
     it would mean sending the request twice, which the provider may bill twice."""
-    key: bytes = call.request.app.state.proxy_key
-    call.conversation = identify(key, call.body, named)
+    assert call.conversation is not None  # identified by _create
     given = call.body.get("tools")
     client_tools: list[Any] = given if isinstance(given, list) else []
     call.proxied = Proxied(
@@ -333,6 +375,7 @@ async def _reconcile_and_build(call: Call, named: str | None, jobs: HeldJobs) ->
         call.context_window,
         jobs,
         call.request.app.state.proxy_records,
+        prefetched,
     )
     chains: list[str] = []
     memo = call.request.app.state.proxy_chains
@@ -655,7 +698,7 @@ COUNT_FIELDS = (
 
 
 async def _count(request: Request) -> Response:
-    tenant, auth = await authenticate(request)
+    tenant, auth, _ = await authenticate(request)
     res: Resources = request.app.state.resources
     raw = await request.body()
     body = parse_body(raw)
