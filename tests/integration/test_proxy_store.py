@@ -144,8 +144,8 @@ def _published(res: Resources, jobs: list[tuple[int, int, int]]) -> None:
     """Run the compaction jobs the appends asked for (the worker's part: the cached prompt)."""
     from worker.flows.compact import run_job
 
-    for tenant, session_pk, _ in jobs:
-        run_job(tenant, session_pk, res, None)
+    for tenant, pk, _ in jobs:
+        run_job(tenant, pk, res, None)
     jobs.clear()
 
 
