@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import collections
 from collections.abc import AsyncIterator, Mapping
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import httptools
 import httpx
@@ -116,6 +116,8 @@ class Http1Client:
 
 def request_head(target: str, host: bytes, headers: Mapping[str, str], length: int) -> bytes:
     """The request line and headers of a POST with a `length`-byte body."""
+    if not target.isascii():  # as httpx sends it: the non-ASCII characters percent-encoded
+        target = quote(target, safe="/?#[]@!$&'()*+,;=:%~")
     lines = [b"POST ", target.encode("ascii"), b" HTTP/1.1\r\nhost: ", host, b"\r\n"]
     for name, value in headers.items():
         if any(c in name or c in value for c in _FORBIDDEN) or ":" in name:

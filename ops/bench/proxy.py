@@ -250,9 +250,10 @@ def phases(steps: int = 30) -> list[dict[str, Any]]:
     """In-process phase timings (wall and CPU, one thread, no HTTP, no upstream) of what the edge
     does for a request, in the route's order: parse the body, the chain of the history, serve (the
     usual request: its new messages ingested and its prompt rendered ahead of their commit; else the
-    ordinary reconcile, append and commit, then the ready prompt), the upstream body, and the commit
-    that runs beside the upstream call ("commit": off the path to the first byte, 0 when there was
-    none). The worker's job runs inline after each step (it publishes the snapshot the prompt is
+    ordinary reconcile, append and commit, then the ready prompt), the upstream body, and the served-
+    ahead request's commit (0 when there was none; done before the upstream call opens). The
+    edge's Redis round trips (the key check with the prompt entry, the version noted beside the
+    call) are not here. The worker's job runs inline after each step (it publishes the snapshot the prompt is
     served from), outside the timed phases. The reply is not recorded on its own: as when the
     agent asks again within the reply's grace, the next request stores it."""
     from api.http.routes.messages import _compactd_tools, parse_body
@@ -349,15 +350,14 @@ def phases(steps: int = 30) -> list[dict[str, Any]]:
 def _phase_row(
     tokens: int, wall: dict[str, list[float]], cpu: dict[str, list[float]], steps: int, ahead: int
 ) -> dict[str, Any]:
-    """One size's row: each phase's p50 (wall / CPU), and the path to the first byte (all but the
-    commit, which runs beside the upstream call) at p50 and p99."""
+    """One size's row: each phase's p50 (wall / CPU), and the path to the first byte (all the
+    phases together) at p50 and p99."""
     ms = lambda v: round(v * 1000, 2)  # noqa: E731
     row: dict[str, Any] = {"history_tokens": tokens, "served_ahead": f"{ahead}/{steps}"}
     for p in PHASES:
         row[f"{p}_ms"] = f"{ms(pct(wall[p], 0.5))} / {ms(pct(cpu[p], 0.5))}"
-    path = PHASES[:-1]
-    path_wall = [sum(wall[p][i] for p in path) for i in range(steps)]
-    path_cpu = [sum(cpu[p][i] for p in path) for i in range(steps)]
+    path_wall = [sum(wall[p][i] for p in PHASES) for i in range(steps)]
+    path_cpu = [sum(cpu[p][i] for p in PHASES) for i in range(steps)]
     row["first_byte_path_ms"] = f"{ms(pct(path_wall, 0.5))} / {ms(pct(path_cpu, 0.5))}"
     row["first_byte_path_p99_ms"] = f"{ms(pct(path_wall, 0.99))} / {ms(pct(path_cpu, 0.99))}"
     return row

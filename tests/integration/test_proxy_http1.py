@@ -66,6 +66,7 @@ def test_the_request_head_is_what_the_upstream_gets() -> None:
         b"POST /base/v1/messages?beta=true HTTP/1.1\r\nhost: api.example\r\nx-api-key: k\r\n"
         b"content-length: 2\r\n\r\n"
     )
+    assert request_head("/v1/m?q=é%20x", b"h", {}, 0).startswith(b"POST /v1/m?q=%C3%A9%20x HTTP/1.1\r\n")
     with pytest.raises(httpx.LocalProtocolError):
         request_head("/", b"h", {"x-api-key": "k\r\nx-evil: 1"}, 0)
 
