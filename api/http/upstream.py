@@ -1,17 +1,22 @@
-"""The upstream Messages API (COMPACTD_UPSTREAM_URL): one httpx AsyncClient per API process, no retries.
+"""The upstream Messages API (COMPACTD_UPSTREAM_URL): one client per API process, no retries.
 
 compactd never retries a call that may have been billed: the client (Claude Code, the SDK) retries,
-and sees the upstream's own status, headers and error body to decide how.
+and sees the upstream's own status, headers and error body to decide how. The client is the small
+HTTP/1.1 one (api/http/http1.py); httpx when the environment sends the upstream through a proxy
+(HTTPS_PROXY, ALL_PROXY ...: httpx speaks to proxies, http1.py does not). Both raise httpx's errors.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import urllib.request
+from collections.abc import AsyncIterator, Mapping
 from http.cookiejar import CookieJar, DefaultCookiePolicy
-from typing import Any
+from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 import httpx
 
+from api.http.http1 import Http1Client
 from worker.settings import Settings
 
 # request headers passed on as the client sent them (the auth headers are decided separately)
@@ -28,10 +33,46 @@ RETURNED_PREFIXES = ("anthropic-ratelimit-",)
 AUTH_HEADERS = ("x-api-key", "authorization")
 
 
-def upstream_client(settings: Settings) -> httpx.AsyncClient:
-    """The client the app's lifespan opens and closes: timeouts from Settings, no retries, and a
-    cookie jar that keeps nothing (one client serves every tenant: a cookie the upstream set in one
-    caller's answer must never ride along on another caller's request)."""
+class UpstreamResponse(Protocol):
+    """What the edge reads of an upstream answer (httpx.Response and http1.Response alike)."""
+
+    @property
+    def status_code(self) -> int: ...
+
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+    def aiter_raw(self) -> AsyncIterator[bytes]: ...
+
+    async def aread(self) -> bytes: ...
+
+    async def aclose(self) -> None: ...
+
+
+Upstream = Http1Client | httpx.AsyncClient
+
+
+def upstream_client(settings: Settings) -> Upstream:
+    """The client the app's lifespan opens and closes: timeouts from Settings, no retries, no
+    cookies kept (one client serves every tenant: a cookie the upstream set in one caller's answer
+    must never ride along on another caller's request)."""
+    url = settings.upstream_url.rstrip("/")
+    if proxied(url):
+        return httpx_client(settings)
+    return Http1Client(url, settings.upstream_connect_timeout_seconds, settings.upstream_read_timeout_seconds)
+
+
+def proxied(url: str) -> bool:
+    """Whether the environment sends calls to `url` through a proxy (as httpx would read it)."""
+    parts = urlsplit(url)
+    proxies = urllib.request.getproxies()
+    return bool(proxies.get(parts.scheme) or proxies.get("all")) and not urllib.request.proxy_bypass(
+        parts.hostname or ""
+    )
+
+
+def httpx_client(settings: Settings) -> httpx.AsyncClient:
+    """httpx for an upstream behind a proxy: the same timeouts, no retries, a jar that keeps nothing."""
     timeout = httpx.Timeout(
         connect=settings.upstream_connect_timeout_seconds,
         read=settings.upstream_read_timeout_seconds,
@@ -57,18 +98,21 @@ def forwarded_headers(client_headers: Mapping[str, str], provider_auth: Mapping[
     return out
 
 
-def returned_headers(upstream: httpx.Headers) -> dict[str, str]:
+def returned_headers(upstream: Mapping[str, str]) -> dict[str, str]:
     return {
         k: v for k, v in upstream.items() if k.lower() in RETURNED or k.lower().startswith(RETURNED_PREFIXES)
     }
 
 
 async def open_stream(
-    client: httpx.AsyncClient, path: str, query: str, headers: Mapping[str, str], body: bytes
-) -> httpx.Response:
+    client: Upstream, path: str, query: str, headers: Mapping[str, str], body: bytes
+) -> UpstreamResponse:
     """Send the request and return once the response's status and headers are in (body unread);
-    the caller closes it (aclose) — closing early cancels the upstream call."""
+    the caller closes it (aclose) — closing early cancels the upstream call. Raises httpx.HTTPError
+    (httpx.TimeoutException for a timeout)."""
     url = path + (f"?{query}" if query else "")
+    if isinstance(client, Http1Client):
+        return await client.open(url, headers, body)
     request = client.build_request("POST", url, content=body, headers=dict(headers))
     return await client.send(request, stream=True)
 

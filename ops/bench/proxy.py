@@ -99,7 +99,18 @@ def _reply_text(sse: bytes) -> str:
     return text
 
 
-def measure(client: httpx.Client, compactd: str, upstream: str, key: str, target: int) -> dict[str, Any]:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process `pid` so far (Linux /proc; 0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure(
+    client: httpx.Client, compactd: str, upstream: str, key: str, target: int, api_pid: int = 0
+) -> dict[str, Any]:
     messages, tokens, _ = history(target)
     common = {"content-type": "application/json", "anthropic-version": "2023-06-01"}
     via = {
@@ -115,6 +126,7 @@ def measure(client: httpx.Client, compactd: str, upstream: str, key: str, target
     time.sleep(3)  # the worker publishes the adopted history's first snapshot
     rows: dict[str, list[float]] = {"direct": [], "direct_ttfb": [], "proxy": [], "proxy_ttfb": []}
     answer = _reply_text(adopt[2])
+    cpu_before = cpu_seconds(api_pid)
     for step in range(STEPS):
         body["messages"] = [
             *body["messages"],
@@ -131,6 +143,7 @@ def measure(client: httpx.Client, compactd: str, upstream: str, key: str, target
             rows[f"{name}_ttfb"].append(ttfb)
             if name == "proxy":
                 answer = _reply_text(data)
+    api_cpu = cpu_seconds(api_pid) - cpu_before
     added = [p - d for p, d in zip(rows["proxy"], rows["direct"], strict=True)]
     added_first = [p - d for p, d in zip(rows["proxy_ttfb"], rows["direct_ttfb"], strict=True)]
     ms = lambda v: round(v * 1000, 2)  # noqa: E731
@@ -145,6 +158,9 @@ def measure(client: httpx.Client, compactd: str, upstream: str, key: str, target
         "ttfb_added_p50_ms": ms(pct(added_first, 0.5)),
         "ttfb_added_p99_ms": ms(pct(added_first, 0.99)),
         "adopt_ms": ms(adopt[1]),
+        # everything the API process did per step (the previous reply's recording too): less
+        # sensitive to the machine's load than wall time
+        "api_cpu_per_step_ms": ms(api_cpu / STEPS),
     }
 
 
@@ -208,7 +224,7 @@ def main() -> dict[str, Any]:
         _wait_port(api_port, api)
         with httpx.Client(timeout=120) as client:
             for target in TARGETS:
-                rows.append(measure(client, f"http://127.0.0.1:{api_port}", upstream, key, target))
+                rows.append(measure(client, f"http://127.0.0.1:{api_port}", upstream, key, target, api.pid))
     finally:
         for proc in (api, worker, redis_proc):
             if proc is not None and proc.poll() is None:
@@ -234,9 +250,10 @@ def phases(steps: int = 30) -> list[dict[str, Any]]:
     """In-process phase timings (wall and CPU, one thread, no HTTP, no upstream) of what the edge
     does for a request, in the route's order: parse the body, the chain of the history, serve (the
     usual request: its new messages ingested and its prompt rendered ahead of their commit; else the
-    ordinary reconcile, append and commit, then the ready prompt), the upstream body, and the commit
-    that runs beside the upstream call ("commit": off the path to the first byte, 0 when there was
-    none). The worker's job runs inline after each step (it publishes the snapshot the prompt is
+    ordinary reconcile, append and commit, then the ready prompt), the upstream body, and the served-
+    ahead request's commit (0 when there was none; done before the upstream call opens). The
+    edge's Redis round trips (the key check with the prompt entry, the version noted beside the
+    call) are not here. The worker's job runs inline after each step (it publishes the snapshot the prompt is
     served from), outside the timed phases. The reply is not recorded on its own: as when the
     agent asks again within the reply's grace, the next request stores it."""
     from api.http.routes.messages import _compactd_tools, parse_body
@@ -333,15 +350,14 @@ def phases(steps: int = 30) -> list[dict[str, Any]]:
 def _phase_row(
     tokens: int, wall: dict[str, list[float]], cpu: dict[str, list[float]], steps: int, ahead: int
 ) -> dict[str, Any]:
-    """One size's row: each phase's p50 (wall / CPU), and the path to the first byte (all but the
-    commit, which runs beside the upstream call) at p50 and p99."""
+    """One size's row: each phase's p50 (wall / CPU), and the path to the first byte (all the
+    phases together) at p50 and p99."""
     ms = lambda v: round(v * 1000, 2)  # noqa: E731
     row: dict[str, Any] = {"history_tokens": tokens, "served_ahead": f"{ahead}/{steps}"}
     for p in PHASES:
         row[f"{p}_ms"] = f"{ms(pct(wall[p], 0.5))} / {ms(pct(cpu[p], 0.5))}"
-    path = PHASES[:-1]
-    path_wall = [sum(wall[p][i] for p in path) for i in range(steps)]
-    path_cpu = [sum(cpu[p][i] for p in path) for i in range(steps)]
+    path_wall = [sum(wall[p][i] for p in PHASES) for i in range(steps)]
+    path_cpu = [sum(cpu[p][i] for p in PHASES) for i in range(steps)]
     row["first_byte_path_ms"] = f"{ms(pct(path_wall, 0.5))} / {ms(pct(path_cpu, 0.5))}"
     row["first_byte_path_p99_ms"] = f"{ms(pct(path_wall, 0.99))} / {ms(pct(path_cpu, 0.99))}"
     return row

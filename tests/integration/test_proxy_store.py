@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ import pytest
 
 from tests.integration.conftest import flush_prefix, make_settings
 from worker.contracts import AppendRequest
-from worker.flows.append import append_messages
+from worker.flows.append import append_messages, note_version
 from worker.flows.proxy import (
     Proxied,
     Reconciled,
@@ -23,7 +24,7 @@ from worker.flows.proxy import (
     reconcile_ahead,
     record_reply,
 )
-from worker.flows.serve import fetch_ready
+from worker.flows.serve import fetch_ready, session_pk
 from worker.proxy.conversations import Conversation
 from worker.proxy.fingerprints import chains
 from worker.proxy.reconcile import Record
@@ -143,8 +144,8 @@ def _published(res: Resources, jobs: list[tuple[int, int, int]]) -> None:
     """Run the compaction jobs the appends asked for (the worker's part: the cached prompt)."""
     from worker.flows.compact import run_job
 
-    for tenant, session_pk, _ in jobs:
-        run_job(tenant, session_pk, res, None)
+    for tenant, pk, _ in jobs:
+        run_job(tenant, pk, res, None)
     jobs.clear()
 
 
@@ -173,9 +174,37 @@ def test_a_request_served_ahead_stores_what_its_prompt_holds(res: Resources, new
     done = commit_ahead(ahead)
     assert (done.plan.kind, done.appended) == ("extend", 2)
     assert get_session(res.engine, tenant, key).version == 5
+    # its version is the caller's to note (beside the upstream call): not noted yet, then noted
+    assert done.unnoted is not None and done.unnoted.version == 5
+    assert res.cache.prompts.noted_version(done.unnoted.session_pk)[0] == 3  # type: ignore[index]
+    note_version(res, done.unnoted)
+    assert res.cache.prompts.noted_version(done.unnoted.session_pk)[0] == 5  # type: ignore[index]
     served = fetch_ready(res.engine, res.cache, tenant, first.plan.session_id, res.policy_for)
     assert served is not None and served.body == ahead.served.body
     assert load_records(res.engine, tenant, key)[0].messages == 5
+
+
+def test_a_prefetched_entry_is_taken_for_its_own_session_only(res: Resources) -> None:
+    """The entry read with the key check stands for the session it was read for (none there: the
+    ordinary path); for another session the entry is read as usual."""
+    tenant = create_tenant(res.engine, f"t-{uuid.uuid4().hex[:6]}")[0]
+    key, memo, jobs = f"k-{uuid.uuid4().hex[:8]}", RecordMemo(), []
+    start = [_u("task"), _a("ok"), _u("next")]
+    first = _run(res, _remembering(res, tenant, key, memo, jobs, start))
+    _published(res, jobs)
+    history = [*start, _a("done"), _u("and now?")]
+    req = _remembering(res, tenant, key, memo, jobs, history)
+    pk = session_pk(res.engine, tenant, first.plan.session_id, res.cache)
+    assert pk is not None
+    cached = res.cache.prompts.get(pk)
+    assert cached is not None
+    for prefetched, served in [
+        ((first.plan.session_id, pk, None), False),  # read with the key check: none cached
+        ((first.plan.session_id, pk, cached), True),
+        (("another-session", pk, None), True),  # not this one's: read here
+    ]:
+        ahead = reconcile_ahead(replace(req, prefetched=prefetched), chains(KEY, history))
+        assert (ahead is not None) == served
 
 
 def test_a_commit_ahead_that_lost_its_session_writes_nothing(res: Resources) -> None:

@@ -393,3 +393,23 @@ def test_the_chain_memo_sees_an_edit_deep_in_the_history() -> None:
     first = memo.chains("c", history)
     edited = memo.chains("c", [_user("a"), _assistant("B"), *history[2:]])
     assert edited[:2] == first[:2] and all(x != y for x, y in zip(edited[2:], first[2:], strict=True))
+
+
+def test_the_chain_memo_over_histories_longer_than_its_tail() -> None:
+    """Past ChainMemo.TAIL messages the unchanged prefix is hashed in bulk: growing, an edit deep in
+    the history or in its tail, a truncation and a regrowth all give the full computation's chains."""
+    from worker.proxy.fingerprints import ChainMemo
+
+    memo = ChainMemo(KEY)
+    history = [(_user if i % 2 == 0 else _assistant)(f"turn {i}") for i in range(81)]
+    requests = [
+        history[:79],
+        history,  # grown by two: its prefix found among the last request's lengths
+        [*history, _assistant("more"), _user("again")],
+        [*history[:10], _assistant("edited deep"), *history[11:]],
+        [*history[:75], _assistant("edited in the tail"), *history[76:]],
+        history[:40],  # truncated
+        history[:44],
+    ]
+    for messages in requests:
+        assert memo.chains("c", messages) == chains(KEY, messages)

@@ -172,8 +172,10 @@ def store_prepared(
     locked: Callable[[Any, Any], None] | None = None,
     *,
     last_try: bool,
+    note: bool = True,
 ) -> Outcome:
-    """The append's second half: validate and store `p` in one transaction, then make sure a job is
+    """The append's second half: validate and store `p` in one transaction, then note its version
+    in the prompt cache (unless not `note`: the caller does, note_version) and make sure a job is
     pending. Raises StaleRead when the session's last message is no longer the one `p` was ingested
     after (unless `last_try`: then the two halves are redacted as each was alone, see _seam)."""
     read = p.read
@@ -194,12 +196,16 @@ def store_prepared(
     if done.reseamed:  # the turn before was rewritten: a cached prompt may still hold it
         res.cache.invalidate(done.session_pk)
     if not done.replayed:
-        # what a fetch served from the cache alone (the database down) must cover
-        res.cache.prompts.note_version(
-            done.session_pk, done.version, done.context_window, done.output_reserve
-        )
+        if note:
+            note_version(res, done)
         enqueue(p.tenant_id, done.session_pk, done.version)
     return Outcome(done, p.profile, len(read.ingested.turns), dict(read.counting.counts))
+
+
+def note_version(res: Resources, done: Appended) -> None:
+    """What a fetch served from the cache alone (the database down) must cover: the append's
+    version, noted in Redis once it is committed. Best effort: never raises."""
+    res.cache.prompts.note_version(done.session_pk, done.version, done.context_window, done.output_reserve)
 
 
 # how often an append is ingested again when another append to its session came between its read

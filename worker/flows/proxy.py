@@ -21,6 +21,7 @@ import orjson
 import structlog
 from sqlalchemy import Engine
 
+from worker.cache.prompts import Entry
 from worker.compaction.tokens import count_text
 from worker.contracts import AppendRequest, Enqueue
 from worker.flows.append import Prepared, append_messages, prepare_append, store_prepared
@@ -39,7 +40,7 @@ from worker.store.proxy import (
     sealed_provider_key,
     store_provider_key,
 )
-from worker.store.sessions import Profile
+from worker.store.sessions import Appended, Profile
 
 log = structlog.get_logger("compactd.proxy")
 
@@ -88,6 +89,13 @@ class Reconciled:
 
     plan: Plan
     appended: int  # client messages appended by this request
+    # an append committed but not yet noted in the prompt cache: the caller notes it (note_version)
+    # beside the upstream call, before the first byte reaches the client (commit_ahead's)
+    unnoted: Appended | None = None
+
+
+# a session's cached prompt entry as read ahead: (session id, pk, the entry; None: none cached)
+Prefetched = tuple[str, int, Entry | None]
 
 
 class Unreconciled(Exception):
@@ -188,6 +196,8 @@ class Proxied:
     context_window: int | None
     enqueue: Enqueue
     records: RecordMemo | None = None  # this process's memo of branch records (None: always read)
+    # a session's cached prompt entry read already (with the key check): (session id, pk, entry)
+    prefetched: Prefetched | None = None
 
 
 def reconcile(req: Proxied, chains: list[str], missing: bool = False) -> Reconciled:
@@ -278,7 +288,7 @@ def reconcile_ahead(req: Proxied, chains: list[str]) -> Ahead | None:
         return None
     res = req.res
     # no cached prompt (the worker has not published one yet): the ordinary path, before any ingest
-    cached = cached_entry(res.engine, res.cache, req.tenant_id, p.session_id)
+    cached = _cached_entry(req, p.session_id)
     if cached is None:
         return None
     messages = req.body["messages"]
@@ -302,6 +312,14 @@ def reconcile_ahead(req: Proxied, chains: list[str]) -> Ahead | None:
     return Ahead(req, p, remembered, prepared, served, len(messages) - p.start)
 
 
+def _cached_entry(req: Proxied, session_id: str) -> tuple[int, Entry] | None:
+    """The session's pk and cached prompt entry: the one prefetched when it is this session's."""
+    pre = req.prefetched
+    if pre is None or pre[0] != session_id:
+        return cached_entry(req.res.engine, req.res.cache, req.tenant_id, session_id)
+    return None if pre[2] is None else (pre[1], pre[2])
+
+
 def commit_ahead(ahead: Ahead) -> Reconciled:
     """Store the turns `ahead` was served with, the record moving in the same transaction, checked
     under the session lock: the session must be exactly the one the prompt was rendered from.
@@ -317,13 +335,13 @@ def commit_ahead(ahead: Ahead) -> Reconciled:
         moved(conn, session)
 
     try:
-        store_prepared(req.res, prepared, req.enqueue, locked, last_try=False)
+        done = store_prepared(req.res, prepared, req.enqueue, locked, last_try=False, note=False)
     except StalePlan:
         if req.records is not None:
             req.records.distrust(memo_key)
         raise
     _remember(req, memo_key, ahead.records, p)
-    return Reconciled(p, ahead.appended)
+    return Reconciled(p, ahead.appended, None if done.appended.replayed else done.appended)
 
 
 def _rendered_from(version: int, profile: Profile) -> Callable[[Any], None]:

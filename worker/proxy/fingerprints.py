@@ -130,9 +130,9 @@ class ChainMemo:
     past the longest of those lengths whose running digest it shares (usually the reply and the new
     user turn, plus the turns whose cache_control moved), not its whole history.
 
-    Exact: the running digest after k messages is one sha256 over the length-prefixed
-    serializations (orjson, key order kept) of the first k; equal digests mean byte-identical
-    prefixes, so the chain up to there is the one computed then. A request that shares none of the
+    Exact: the running digest after k messages is one sha256 over the first k as a JSON array
+    serialized (orjson, key order kept) without its brackets; equal digests mean byte-identical
+    prefixes (one array's text parses one way), so the chain up to there is the one computed then. A request that shares none of the
     last TAIL lengths (an edit deeper in the history, another conversation) is computed in full.
     One sha256 stream over the history instead of a sha256 per message (1,971 messages, 625 KB:
     ~1 ms CPU instead of ~2.3). Only digests are kept, never a message's text; bounded, least
@@ -158,16 +158,19 @@ class ChainMemo:
         same = 0
         running = hashlib.sha256()
         first_mark = max(1, n - self.TAIL)
-        for k, m in enumerate(messages, 1):
-            data = orjson.dumps(m)
-            running.update(len(data).to_bytes(8, "big"))
-            running.update(data)
-            if k >= first_mark or k in seen:
-                digest = running.digest()
-                if seen.get(k) == digest:
-                    same = k
-                if k >= first_mark:
-                    marks[k] = digest
+        hashed = 0  # messages fed to `running`
+        for k in [*sorted(k for k in seen if k < first_mark), *range(first_mark, n + 1)]:
+            # messages hashed..k as their JSON array serialized, without its brackets: the bulk
+            # of the history in one orjson call (a call a message cost ~0.3 ms more at 150k)
+            if hashed:
+                running.update(b",")
+            running.update(orjson.dumps(messages[hashed:k])[1:-1])
+            hashed = k
+            digest = running.digest()
+            if seen.get(k) == digest:
+                same = k
+            if k >= first_mark:
+                marks[k] = digest
         out = seen_chains[: same + 1]
         value = bytes.fromhex(out[-1])
         for m in messages[same:]:

@@ -214,6 +214,15 @@ def raw_write(conn: Connection, stmt: Any, rows: Sequence[dict[str, Any]]) -> No
         cur.executemany(sql, args)
 
 
+def raw_update(conn: Connection, stmt: Any, params: dict[str, Any]) -> int:
+    """raw_write of one row, and how many rows it changed."""
+    sql, order, processors = _compiled(stmt, conn.dialect)
+    args = _args(params, order, processors)
+    with _cursor(conn.connection.dbapi_connection, conn.dialect, sql, args) as cur:
+        cur.execute(sql, args)
+        return int(cur.rowcount)
+
+
 def sqlite_rows(engine: Engine, stmt: Any, params: dict[str, Any]) -> list[tuple[Any, ...]]:
     """raw_rows of one statement outside any transaction, on this thread's sqlite_reader."""
     dbapi_error = engine.dialect.loaded_dbapi.Error

@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, bindparam, delete, insert, select, update
 
 from worker.proxy.reconcile import Plan, Record
-from worker.store.db import read_tx, write_tx
+from worker.store.db import raw_update, read_tx, write_tx
 from worker.store.tables import ProxyConversation, TenantProviderKey, utcnow
 
 P = ProxyConversation.__table__  # type: ignore[attr-defined]
@@ -68,6 +68,25 @@ def main_session(engine: Engine, tenant_id: int, prefix: str, other_than: str) -
         ).scalar()
 
 
+# a record moved by every proxied append: built once, run on the DBAPI connection (raw_update)
+_MOVE = (
+    update(P)
+    .where(
+        P.c.tenant_id == bindparam("tenant_id"),
+        P.c.key == bindparam("key"),
+        P.c.session_client_id == bindparam("b_session"),
+        P.c.messages == bindparam("b_messages"),
+        P.c.chain == bindparam("b_chain"),
+    )
+    .values(
+        session_client_id=bindparam("a_session"),
+        messages=bindparam("a_messages"),
+        chain=bindparam("a_chain"),
+        updated_at=bindparam("a_at"),
+    )
+)
+
+
 def claim(tenant_id: int, key: str, plan: Plan) -> Any:
     """append_turns' `locked` hook: move the record from plan.expected to plan.after, or raise."""
 
@@ -97,22 +116,21 @@ def claim(tenant_id: int, key: str, plan: Plan) -> Any:
             )
             return
         before = plan.expected
-        moved = conn.execute(
-            update(P)
-            .where(
-                P.c.tenant_id == tenant_id,
-                P.c.key == key,
-                P.c.session_client_id == before.session_id,
-                P.c.messages == before.messages,
-                P.c.chain == before.chain,
-            )
-            .values(
-                session_client_id=after.session_id,
-                messages=after.messages,
-                chain=after.chain,
-                updated_at=utcnow(),
-            )
-        ).rowcount
+        moved = raw_update(
+            conn,
+            _MOVE,
+            {
+                "tenant_id": tenant_id,
+                "key": key,
+                "b_session": before.session_id,
+                "b_messages": before.messages,
+                "b_chain": before.chain,
+                "a_session": after.session_id,
+                "a_messages": after.messages,
+                "a_chain": after.chain,
+                "a_at": utcnow(),
+            },
+        )
         if moved != 1:
             raise StalePlan(key)
 

@@ -25,25 +25,29 @@ from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 from starlette.types import Receive, Scope, Send
 
-from api.http.deps import TenantDep, tenant_for
+from api.http.deps import Reads, TenantDep, authorize_key
 from api.http.errors import ApiError, NotFound, TooManyRequests
 from api.http.replies import ReplyGrace, may_wait
 from api.http.routes.prompt import count_served, serve_prompt
 from api.http.upstream import (
     AUTH_HEADERS,
+    Upstream,
+    UpstreamResponse,
     error_body,
     forwarded_headers,
     open_stream,
     returned_headers,
 )
+from worker.cache.prompts import entry_of
 from worker.compaction.assemble import merge_roles
 from worker.compaction.errors import InvalidTranscript
 from worker.compaction.tools import tool_definitions
 from worker.flows import proxy_tools
-from worker.flows.append import BrokenConversation
+from worker.flows.append import BrokenConversation, note_version
 from worker.flows.held_jobs import HeldJobs
 from worker.flows.proxy import (
     Ahead,
+    Prefetched,
     ProviderKeyUnreadable,
     Proxied,
     Reconciled,
@@ -65,6 +69,7 @@ from worker.proxy.system_turns import fold_system_messages
 from worker.resources import Resources, redaction_key
 from worker.settings import Settings
 from worker.store.proxy import load_records, provider_key_id
+from worker.store.sessions import Appended
 
 router = APIRouter(tags=["messages"])
 log = structlog.get_logger("compactd.proxy")
@@ -153,14 +158,18 @@ def session_header(headers: Mapping[str, str]) -> str | None:
     return value
 
 
-async def authenticate(request: Request) -> tuple[int, Auth]:
+async def authenticate(
+    request: Request, reads_for: Reads | None = None
+) -> tuple[int, Auth, list[Any] | None]:
+    """The caller's tenant and auth, and the replies to `reads_for(tenant)` read in the key check's
+    Redis round trip (None: not read; deps.authorize_key)."""
     auth = resolve_auth(request.headers, request.app.state.resources.settings)
     if auth is None:
         raise ProxyError(
             401, "send your compactd API key as x-api-key, Authorization: Bearer, or x-compactd-key"
         )
     try:
-        tenant = await tenant_for(request, auth.key)
+        tenant, replies = await authorize_key(request, auth.key, reads_for)
     except TooManyRequests as exc:
         raise ProxyError(429, str(exc), {"retry-after": str(exc.extensions["retry_after_seconds"])}) from None
     except ApiError as exc:
@@ -176,7 +185,7 @@ async def authenticate(request: Request) -> tuple[int, Auth]:
             ) from None
         if key is not None:
             auth = replace(auth, provider={"x-api-key": key})
-    return tenant, auth
+    return tenant, auth, replies
 
 
 @dataclass
@@ -198,6 +207,8 @@ class Call:
     hidden: frozenset[str] = frozenset()
     # the compaction jobs its appends asked for, sent once the first event is relayed (HeldJobs)
     jobs: HeldJobs | None = None
+    # the append's version being noted in the prompt cache, beside the upstream call (_note_soon)
+    noting: asyncio.Future[None] | None = None
 
     def headers(self) -> dict[str, str]:
         return forwarded_headers(self.request.headers, self.auth.provider)
@@ -224,24 +235,31 @@ async def _answered(work: Awaitable[Response]) -> Response:
 
 
 async def _create(request: Request) -> Response:
-    tenant, auth = await authenticate(request)
     res: Resources = request.app.state.resources
     raw = await request.body()
-    body = parse_body(raw)
-    # Claude Code's role "system" messages: a session stores user and assistant turns only
-    body["messages"] = fold_system_messages(body["messages"])
-    named = session_header(request.headers)
+    try:
+        body = parse_body(raw)
+        # Claude Code's role "system" messages: a session stores user and assistant turns only
+        body["messages"] = fold_system_messages(body["messages"])
+        named = session_header(request.headers)
+        invalid = None
+    except ProxyError as exc:
+        body, named, invalid = {}, None, exc  # answered after the key check: a bad key is a 401 first
+    side = invalid is None and is_side_request(body, named is not None)
+    conversation = None if invalid or side else identify(request.app.state.proxy_key, body, named)
+    prefetch = EntryPrefetch(request, conversation)
+    tenant, auth, replies = await authenticate(request, prefetch.reads)
+    if invalid is not None:
+        raise invalid
     call = Call(request, res, tenant, auth, body, context_window=window_header(request.headers))
-    if is_side_request(body, named is not None):
+    if conversation is None:
         log.info("proxy.passed_through", tenant_id=tenant, reason="side_request")
         return await _pass_through(call, raw, "/v1/messages")
+    call.conversation = conversation
     call.jobs = jobs = HeldJobs(request.app.state.enqueue)
     try:
-        committing = await _reconcile_and_build(call, named, jobs)
-        if committing is None:
-            response = await _open(call, "/v1/messages", call.upstream_raw)
-        else:
-            response = await _open_committing(call, committing)
+        await _reconcile_and_build(call, jobs, prefetch.entry(replies))
+        response = await _open(call, "/v1/messages", call.upstream_raw)
     except BaseException:
         _release_soon(jobs)
         raise
@@ -271,7 +289,7 @@ async def _create(request: Request) -> Response:
     )
 
 
-async def _collected(call: Call, relay: Relay, response: httpx.Response) -> bool:
+async def _collected(call: Call, relay: Relay, response: UpstreamResponse) -> bool:
     """Every round of a non-streaming answer read into `relay`; False when the client disconnected
     first: the upstream call is then closed at once (_rounds closes it), as for a stream."""
     done = False
@@ -308,23 +326,44 @@ def _release_soon(jobs: HeldJobs | None) -> None:
         jobs.release()
 
 
-@dataclass(frozen=True, slots=True)
-class Committing:
-    """A request served ahead (its prompt rendered with its new turns) and their commit, under way
-    in the worker thread that rendered it."""
+class EntryPrefetch:
+    """The cached prompt entry of the session a request most likely extends (its conversation's
+    branch moved last, as this process remembers it), read in the key check's Redis round trip
+    rather than one of its own (reconcile_ahead takes it when its plan picks that session)."""
 
-    ahead: Ahead
-    commit: asyncio.Future[Reconciled | None]
+    def __init__(self, request: Request, conversation: Conversation | None) -> None:
+        self.request, self.conversation = request, conversation
+        self.read: tuple[str, int] | None = None  # (session id, pk) whose entry was asked for
+
+    def reads(self, tenant: int) -> list[tuple[str, ...]]:
+        if self.conversation is None:
+            return []
+        records = self.request.app.state.proxy_records.get((tenant, self.conversation.key))
+        cache = self.request.app.state.resources.cache
+        pk = cache.pks.get((tenant, records[0].session_id)) if records else None
+        if pk is None:
+            return []
+        self.read = (records[0].session_id, pk)
+        return [cache.prompts.entry_read(pk)]
+
+    def entry(self, replies: list[Any] | None) -> Prefetched | None:
+        """(session id, pk, its entry or None: none cached); None when nothing was read."""
+        if self.read is None or not replies:
+            return None
+        return (*self.read, entry_of(replies[0]))
 
 
-async def _reconcile_and_build(call: Call, named: str | None, jobs: HeldJobs) -> Committing | None:
-    """Reconcile the history with its session and build the upstream request from the ready prompt.
+async def _reconcile_and_build(call: Call, jobs: HeldJobs, prefetched: Prefetched | None) -> None:
+    """Reconcile the history with its session, store what it adds, and build the upstream request
+    from the ready prompt.
 
-    The usual request (it extends the branch this process remembers) comes back as Committing: its
-    prompt rendered with its new turns, which commit meanwhile (_open_committing); any other is
-    reconciled and stored here, the ordinary way (None)."""
-    key: bytes = call.request.app.state.proxy_key
-    call.conversation = identify(key, call.body, named)
+    The usual request (it extends the branch this process remembers) is served ahead: one worker
+    thread renders its prompt with its new turns and commits them (_served_ahead); any other, or
+    one whose commit failed (rolled back), is reconciled and stored the ordinary way, which answers
+    what stopped it (400 for a broken history, 503 for a conversation that keeps changing ...).
+    Either way the turns are committed before the upstream call opens: a commit that failed after
+    it would mean sending the request twice, which the provider may bill twice."""
+    assert call.conversation is not None  # identified by _create
     given = call.body.get("tools")
     client_tools: list[Any] = given if isinstance(given, list) else []
     call.proxied = Proxied(
@@ -336,26 +375,23 @@ async def _reconcile_and_build(call: Call, named: str | None, jobs: HeldJobs) ->
         call.context_window,
         jobs,
         call.request.app.state.proxy_records,
+        prefetched,
     )
     chains: list[str] = []
-    # one thread hop: the hashing, the ingest and the render, then (the loop told) the commit
-    loop = asyncio.get_running_loop()
-    rendered: asyncio.Future[Ahead | None] = loop.create_future()
     memo = call.request.app.state.proxy_chains
-    commit = asyncio.ensure_future(
-        run_in_threadpool(_ahead_then_commit, loop, rendered, call.proxied, memo, chains)
-    )
-    try:
-        ahead = await rendered
-        if ahead is not None:
-            call.upstream_raw, call.hidden = upstream_bytes(call.body, ahead.served.body, _compactd_tools())
-            return Committing(ahead, commit)
-    except BaseException:
-        commit.add_done_callback(_outcome_moot)  # cancelled or failed here: the commit runs on, unread
-        raise
-    await commit  # nothing to commit: the thread is done
+    # one thread hop: the hashing, the ingest, the render and the commit
+    ahead = await run_in_threadpool(_served_ahead, call.proxied, memo, chains)
+    if ahead is not None:
+        done, committed = ahead
+        if isinstance(committed, Reconciled):
+            call.reconciled = committed
+            _stored(call)
+            _note_soon(call, committed.unnoted)
+            count_served(call.request, call.tenant, done.plan.session_id, done.served)
+            call.upstream_raw, call.hidden = upstream_bytes(call.body, done.served.body, _compactd_tools())
+            return
+        log.info("proxy.ahead_failed", session_id=done.plan.session_id, error=type(committed).__name__)
     await _reconcile_in_order(call, chains)
-    return None
 
 
 async def _reconcile_in_order(call: Call, chains: list[str]) -> None:
@@ -388,6 +424,13 @@ async def _reconcile_in_order(call: Call, chains: list[str]) -> None:
     call.upstream_raw, call.hidden = upstream_bytes(body, served.body, _compactd_tools())
 
 
+def _note_soon(call: Call, appended: Appended | None) -> None:
+    """note_version in a worker thread, beside the upstream call (a Redis round trip not waited for
+    before it opens); _rounds waits for it before the first byte goes to the client."""
+    if appended is not None:
+        call.noting = asyncio.get_running_loop().run_in_executor(None, note_version, call.res, appended)
+
+
 def _stored(call: Call) -> None:
     """The request's history is stored: the previous reply, if still waiting out its grace, is in
     it (or the client left it out): it is not recorded on its own."""
@@ -406,17 +449,13 @@ def _reconciled(
     return reconcile(proxied, chains, missing)
 
 
-def _ahead_then_commit(
-    loop: asyncio.AbstractEventLoop,
-    rendered: asyncio.Future[Ahead | None],
-    proxied: Proxied,
-    memo: fingerprints.ChainMemo,
-    chains: list[str],
-) -> Reconciled | None:
+def _served_ahead(
+    proxied: Proxied, memo: fingerprints.ChainMemo, chains: list[str]
+) -> tuple[Ahead, Reconciled | Exception] | None:
     """In a worker thread: reconcile_ahead (the history's chain computed first, kept in `chains` for
-    the ordinary path), its outcome handed to the event loop at once (`rendered`: the upstream call
-    can start), then its commit, in the same thread: no second hop. None: nothing served ahead."""
-    ahead = None
+    the ordinary path), then its commit: the prompt rendered with the new turns, and the commit's
+    outcome (the exception that stopped it, rolled back: the ordinary path then). None: nothing
+    served ahead."""
     try:
         chains.extend(memo.chains((proxied.tenant_id, proxied.conversation.key), proxied.body["messages"]))
         ahead = reconcile_ahead(proxied, chains)
@@ -424,50 +463,21 @@ def _ahead_then_commit(
         # whatever stops it (an unreadable message, the database): the ordinary path meets it
         # again and answers it as it does
         log.debug("proxy.ahead_skipped", error=type(exc).__name__)
-    finally:
-        loop.call_soon_threadsafe(_settle, rendered, ahead)
-    return None if ahead is None else commit_ahead(ahead)
-
-
-def _settle(future: asyncio.Future[Ahead | None], ahead: Ahead | None) -> None:
-    if not future.done():
-        future.set_result(ahead)
-
-
-async def _open_committing(call: Call, committing: Committing) -> httpx.Response:
-    """The upstream call, opened once the request's append has committed (in the worker thread that
-    rendered its prompt, while this loop built the upstream body). A commit that fails rolled back
-    and nothing was sent yet: the request is reconciled and sent the ordinary way, which answers what
-    stopped it (400 for a broken history, 503 for a conversation that keeps changing ...). The call
-    never opens before the commit: a commit that failed after it would mean sending it twice, and
-    compactd never sends upstream a call the provider may have billed again."""
-    ahead, commit = committing.ahead, committing.commit
+        return None
+    if ahead is None:
+        return None
     try:
-        call.reconciled = await commit
-    except asyncio.CancelledError:
-        # the client went: the commit runs on (its turns stored: a retry finds them), outcome moot
-        commit.add_done_callback(_outcome_moot)
-        raise
+        return ahead, commit_ahead(ahead)
     except Exception as exc:
-        log.info("proxy.ahead_failed", session_id=ahead.plan.session_id, error=type(exc).__name__)
-        await _reconcile_in_order(call, [])
-        return await _open(call, "/v1/messages", call.upstream_raw)
-    _stored(call)
-    count_served(call.request, call.tenant, ahead.plan.session_id, ahead.served)
-    return await _open(call, "/v1/messages", call.upstream_raw)
-
-
-def _outcome_moot(task: asyncio.Future[Any]) -> None:
-    if not task.cancelled():
-        task.exception()  # retrieved: never logged as "never retrieved"
+        return ahead, exc
 
 
 def _compactd_tools() -> list[dict[str, Any]]:
     return tool_definitions() + memory_tool_definitions()
 
 
-async def _open(call: Call, path: str, body: bytes) -> httpx.Response:
-    client: httpx.AsyncClient = call.request.app.state.upstream
+async def _open(call: Call, path: str, body: bytes) -> UpstreamResponse:
+    client: Upstream = call.request.app.state.upstream
     try:
         return await open_stream(client, path, call.request.url.query, call.headers(), body)
     except httpx.TimeoutException:
@@ -477,7 +487,7 @@ async def _open(call: Call, path: str, body: bytes) -> httpx.Response:
         raise ProxyError(502, "the upstream could not be reached") from None
 
 
-async def _upstream_error(response: httpx.Response) -> Response:
+async def _upstream_error(response: UpstreamResponse) -> Response:
     """The upstream's error, status, headers and body, passed through unchanged."""
     try:
         data = await response.aread()
@@ -488,7 +498,7 @@ async def _upstream_error(response: httpx.Response) -> Response:
 
 async def _pass_through(call: Call, raw: bytes, path: str) -> Response:
     """A side request: the client's body goes upstream as is; the answer comes back as is."""
-    client: httpx.AsyncClient = call.request.app.state.upstream
+    client: Upstream = call.request.app.state.upstream
     try:
         response = await open_stream(client, path, call.request.url.query, call.headers(), raw)
     except httpx.TimeoutException:
@@ -511,13 +521,15 @@ async def _pass_through(call: Call, raw: bytes, path: str) -> Response:
     return EventStream(relayed(), headers=returned_headers(response.headers), media_type="text/event-stream")
 
 
-async def _rounds(call: Call, relay: Relay, response: httpx.Response) -> AsyncIterator[bytes]:
+async def _rounds(call: Call, relay: Relay, response: UpstreamResponse) -> AsyncIterator[bytes]:
     """Every byte for the client, round after round, then the closing events; `call.answered` set
     once the client has them all (recorded after the response)."""
     settings = call.res.settings
     results: list[list[dict[str, Any]]] = []
     body: dict[str, Any] | None = None  # parsed only when a server-side round needs it
     try:
+        if call.noting is not None:
+            await call.noting  # the append's version noted before anything reaches the client
         while True:
             relay.start_round()
             splitter = EventSplitter()
@@ -628,7 +640,7 @@ async def _record(call: Call) -> None:
         log.warning("proxy.reply_unrecorded", error=type(exc).__name__)
 
 
-async def _stream(call: Call, response: httpx.Response) -> AsyncIterator[bytes]:
+async def _stream(call: Call, response: UpstreamResponse) -> AsyncIterator[bytes]:
     relay = Relay(call.hidden)
     async for out in _rounds(call, relay, response):
         yield out
@@ -686,7 +698,7 @@ COUNT_FIELDS = (
 
 
 async def _count(request: Request) -> Response:
-    tenant, auth = await authenticate(request)
+    tenant, auth, _ = await authenticate(request)
     res: Resources = request.app.state.resources
     raw = await request.body()
     body = parse_body(raw)
