@@ -81,6 +81,11 @@ ROWS: tuple[tuple[tuple[str, ...], str], ...] = (
     ),
     (("max_request_bytes", "redis_socket_timeout_seconds", "log_level"), "limits and logging"),
     (
+        ("prompt_memo_mb",),
+        "per API process: prompt entries it served, kept while Redis holds them at the same rev "
+        "(a fetch then reads 16 bytes from Redis instead of the entry); 0 turns it off",
+    ),
+    (
         ("log_format",),
         "`auto`: human-readable lines on a terminal, JSON lines otherwise; or `console` / `json`. "
         "`compactd up` on a terminal runs its processes at `WARNING` unless `LOG_LEVEL` is set",

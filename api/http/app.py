@@ -23,6 +23,7 @@ from api.http.prometheus import Metrics
 from api.http.replies import ReplyGrace
 from api.http.routes import files, health, memory, messages, prompt, sessions, turns, ui
 from api.http.upstream import upstream_client
+from worker.cache.prompts import EntryMemo
 from worker.contracts import Enqueue
 from worker.enqueue import CeleryEnqueue
 from worker.flows.proxy import RecordMemo, provider_key_reader, proxy_key
@@ -54,6 +55,7 @@ def create_app(settings: Settings, *, enqueue: Enqueue | None = None, log_setup:
                 settings.rate_limit_burst,
                 res.cache.breaker,
             )
+            app.state.entry_memo = EntryMemo(settings.prompt_memo_mb << 20)
             app.state.enqueue = owned or enqueue
             app.state.upstream = upstream_client(settings)
             app.state.proxy_key = proxy_key(redaction_key(settings))

@@ -1,13 +1,17 @@
 """Per-request checks every API process shares through Redis: the key-revocation stamp and per-key rate limits.
 
-Both come back in one pipelined round trip. Redis down fails them differently on purpose: keys are
-then looked up in the database on every request (a revoked key is never served from a stale
-cache), while rate limits let the request through (an outage of the limiter is not one of the API).
+Both come back in one pipelined round trip, which the event loop does not wait on: the commands of
+concurrent requests share one connection (Redis answers in order) and one reader hands the replies
+out. Redis down fails them differently on purpose: keys are then looked up in the database on every
+request (a revoked key is never served from a stale cache), while rate limits let the request
+through (an outage of the limiter is not one of the API).
 """
 
 from __future__ import annotations
 
-import threading
+import asyncio
+import collections
+import ssl
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -64,10 +68,12 @@ class Guard:
     """The per-request Redis round trip: read the keys stamp and, when limits are on, take a token;
     the caller's own reads (a fetch's prompt entry) ride in the same round trip.
 
-    It holds one connection of its own (redis-py's, for its handshake: AUTH, SELECT, TLS) and writes
+    It holds one connection of its own (redis-py's, for its handshake: AUTH, SELECT, TLS), writes
     the commands on its socket and parses the replies with hiredis directly: redis-py's pipeline and
-    pool cost ~2x the round trip itself on the fetch path (~0.2 ms against ~0.09 ms here), and its
-    per-command packing and reply reading were still ~15% of a fetch's CPU.
+    pool cost ~2x the round trip itself on the fetch path, and its per-command packing and reply
+    reading were still ~15% of a fetch's CPU. The event loop awaits the replies (`_Pipe`) instead of
+    blocking on them, so one API process keeps serving while Redis answers; over TLS (a socket the
+    loop cannot drive) the round trip blocks, as it did before.
     """
 
     def __init__(
@@ -80,12 +86,11 @@ class Guard:
         self.breaker = breaker or Breaker()
         pool = client.connection_pool
         self._conn = pool.connection_class(**pool.connection_kwargs)
-        self._reader = _reader()
+        self.timeout = float(pool.connection_kwargs.get("socket_timeout") or 0.25)
         self._get_stamp = _pack(("GET", stamp_key(prefix)))
-        # the event loop calls it; a lock keeps a stray thread from interleaving replies
-        self._lock = threading.Lock()
+        self._pipe: _Pipe | None = None
 
-    def check(self, digest: str, reads: Sequence[tuple[Any, ...]] = ()) -> Verdict:
+    async def check(self, digest: str, reads: Sequence[tuple[Any, ...]] = ()) -> Verdict:
         """The stamp and, for this key, how long to wait (0: go ahead), plus the replies to `reads`
         (Redis commands, e.g. ("HMGET", key, *fields)) sent in the same round trip. Never raises."""
         if not self.breaker.allow():
@@ -96,55 +101,141 @@ class Guard:
             packed.append(_pack(("EVAL", _BUCKET, 1, bucket, self.per_second, self.burst)))
         packed += [_pack(tuple(read)) for read in reads]
         try:
-            with self._lock:
-                results = self._round_trip(b"".join(packed), len(packed))
-        except (redis.ConnectionError, redis.TimeoutError, OSError):
+            results = await self._round_trip(b"".join(packed), len(packed))
+        except (redis.ConnectionError, redis.TimeoutError, OSError, TimeoutError):
             self.breaker.failed()
             return Verdict(None)
         except redis.RedisError:
             self.breaker.succeeded()
             return Verdict(None)
         self.breaker.succeeded()
-        raw, wait = results[0], results[1] if self.per_second > 0 else 0
-        replies = [
-            None if isinstance(r, redis.ResponseError) else r for r in results[len(results) - len(reads) :]
-        ]
-        if isinstance(raw, redis.ResponseError) or isinstance(wait, redis.ResponseError):
-            # the server answered with an error (a wrong type at the stamp's key, a script error)
-            return Verdict(None, replies=replies)
-        stamp = raw.decode() if isinstance(raw, bytes) else (raw or "")
-        return Verdict(stamp, int(wait), replies)
+        return _verdict(results, len(reads), limited=self.per_second > 0)
 
-    def _round_trip(self, packed: bytes, count: int) -> list[Any]:
-        """Write the packed commands, read `count` replies (an error reply in its place); on a
-        failure the connection is dropped, so no reply is left for the next request to read."""
-        conn = self._conn
+    async def _round_trip(self, packed: bytes, count: int) -> list[Any]:
+        pipe = self._pipe
+        if pipe is not None and not pipe.closed and not pipe.on_this_loop():
+            pipe.close(redis.ConnectionError("the event loop changed"))  # a test's asyncio.run, say
+        if pipe is None or pipe.closed:
+            self._conn.connect()  # redis-py's handshake; blocking, once per connection
+            pipe = self._pipe = _Pipe(self._conn, self.timeout)
+        return await pipe.call(packed, count)
+
+    def close(self) -> None:
+        if self._pipe is not None:
+            self._pipe.close(redis.ConnectionError("the guard is closed"))
+        self._conn.disconnect()
+
+
+def _verdict(results: list[Any], reads: int, *, limited: bool) -> Verdict:
+    """The Verdict of one round trip's replies: the stamp, the rate limit's wait, the reads'."""
+    raw, wait = results[0], results[1] if limited else 0
+    replies = [None if isinstance(r, redis.ResponseError) else r for r in results[len(results) - reads :]]
+    if isinstance(raw, redis.ResponseError) or isinstance(wait, redis.ResponseError):
+        # the server answered with an error (a wrong type at the stamp's key, a script error)
+        return Verdict(None, replies=replies)
+    stamp = raw.decode() if isinstance(raw, bytes) else (raw or "")
+    return Verdict(stamp, int(wait), replies)
+
+
+class _Pipe:
+    """One connected Redis socket that requests share: each writes its commands and awaits its
+    replies, which one reader task hands out in the order Redis sends them. A timeout or an error
+    closes it (the replies would no longer line up) and fails every request still waiting; the
+    Guard opens a new one on the next request."""
+
+    def __init__(self, conn: Any, timeout: float) -> None:
+        self.conn, self.timeout, self.closed = conn, timeout, False
+        self.sock = conn._sock  # redis-py's socket, after its handshake
+        self.blocking = isinstance(self.sock, ssl.SSLSocket)  # the loop cannot drive a TLS socket
+        self.reader = _reader()
+        # (replies expected, replies so far, the request's future), oldest first
+        self.waiting: collections.deque[tuple[int, list[Any], asyncio.Future[list[Any]]]] = (
+            collections.deque()
+        )
+        if not self.blocking:
+            self.loop = asyncio.get_running_loop()
+            self.sock.setblocking(False)
+            self.task = self.loop.create_task(self._read())
+
+    def on_this_loop(self) -> bool:
+        return self.blocking or self.loop is asyncio.get_running_loop()
+
+    async def call(self, packed: bytes, count: int) -> list[Any]:
+        if self.blocking:
+            return self._call_blocking(packed, count)
+        future: asyncio.Future[list[Any]] = self.loop.create_future()
+        self.waiting.append((count, [], future))
         try:
-            sock = conn._sock  # redis-py's socket, after its handshake (connect() does AUTH, SELECT)
-            if sock is None:
-                conn.connect()
-                sock = conn._sock
-            assert sock is not None
-            sock.sendall(packed)
-            reader = self._reader
+            await self.loop.sock_sendall(self.sock, packed)
+        except BaseException as exc:  # a partial write (or none) leaves the replies out of step
+            self.close(exc if isinstance(exc, Exception) else redis.ConnectionError("interrupted"))
+            raise
+        try:
+            # shielded: a request cancelled meanwhile (its client left) leaves its entry, whose
+            # replies are read and dropped in turn
+            return await asyncio.wait_for(asyncio.shield(future), self.timeout)
+        except TimeoutError:
+            self.close(redis.TimeoutError("Redis did not answer in time"))
+            raise
+
+    async def _read(self) -> None:
+        buf = bytearray(1 << 20)
+        view = memoryview(buf)
+        try:
+            while True:
+                n = await self.loop.sock_recv_into(self.sock, view)
+                if not n:
+                    raise redis.ConnectionError("Redis closed the connection")
+                self.reader.feed(buf, 0, n)  # type: ignore[arg-type]  # any buffer; the stub says bytes
+                self._hand_out()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.close(exc)
+
+    def _hand_out(self) -> None:
+        while self.waiting:
+            reply = self.reader.gets()
+            if reply is False:
+                return
+            count, got, future = self.waiting[0]
+            got.append(reply)
+            if len(got) == count:
+                self.waiting.popleft()
+                if not future.done():
+                    future.set_result(got)
+
+    def _call_blocking(self, packed: bytes, count: int) -> list[Any]:
+        """The round trip on a TLS socket: write, then read `count` replies, blocking."""
+        try:
+            self.sock.sendall(packed)
             out: list[Any] = []
             while len(out) < count:
-                reply = reader.gets()
+                reply = self.reader.gets()
                 if reply is False:
-                    data = sock.recv(65536)
+                    data = self.sock.recv(65536)
                     if not data:
                         raise redis.ConnectionError("Redis closed the connection")
-                    reader.feed(data)
+                    self.reader.feed(data)
                 else:
                     out.append(reply)
             return out
-        except BaseException:
-            conn.disconnect()
-            self._reader = _reader()
+        except BaseException as exc:
+            self.close(exc if isinstance(exc, Exception) else redis.ConnectionError("interrupted"))
             raise
 
-    def close(self) -> None:
-        self._conn.disconnect()
+    def close(self, exc: Exception) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        while self.waiting:
+            future = self.waiting.popleft()[2]
+            if not future.done():
+                future.set_exception(exc)
+                future.exception()  # retrieved here: a request that left no longer awaits it
+        if not self.blocking:
+            self.task.cancel()
+        self.conn.disconnect()
 
 
 def _pack(command: tuple[Any, ...]) -> bytes:

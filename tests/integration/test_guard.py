@@ -1,16 +1,21 @@
 """The per-request Redis round trip (api/http/guard.py) over real Redis: the key stamp, the token bucket and
-the caller's reads come back together, in order, whatever the server answers."""
+the caller's reads come back together, in order, whatever the server answers, for concurrent
+requests on one connection too, and a frozen server costs a request at most the socket timeout."""
 
 from __future__ import annotations
 
+import asyncio
+import signal
+import time
 import uuid
 from collections.abc import Iterator
 
 import pytest
 import redis
 
-from api.http.guard import Guard, bump_stamp
+from api.http.guard import Guard, Verdict, bump_stamp
 from tests.integration.conftest import flush_prefix, free_port
+from tests.services import PrivateRedis
 from worker.cache.client import make_redis
 
 pytestmark = pytest.mark.services
@@ -33,7 +38,9 @@ def test_reads_ride_in_the_key_check_and_come_back_in_order(client: tuple[redis.
     stamp = bump_stamp(c, prefix)
     guard = Guard(c, prefix, per_second=10.0, burst=5)
     try:
-        verdict = guard.check("d" * 64, [("GET", f"{prefix}a"), ("HMGET", f"{prefix}h", "x", "y")])
+        verdict = asyncio.run(
+            guard.check("d" * 64, [("GET", f"{prefix}a"), ("HMGET", f"{prefix}h", "x", "y")])
+        )
     finally:
         guard.close()
     assert verdict.stamp == stamp and verdict.retry_after_ms == 0
@@ -47,12 +54,16 @@ def test_an_error_reply_leaves_the_next_round_trip_in_step(client: tuple[redis.R
     c.rpush(f"{prefix}keys:stamp", b"not a string")
     c.set(f"{prefix}a", b"first")
     guard = Guard(c, prefix, per_second=0.0, burst=1)
-    try:
-        broken = guard.check("d" * 64, [("GET", f"{prefix}a"), ("LPOP", f"{prefix}a")])
+
+    async def two_checks() -> tuple[Verdict, Verdict, str]:
+        broken = await guard.check("d" * 64, [("GET", f"{prefix}a"), ("LPOP", f"{prefix}a")])
         c.delete(f"{prefix}keys:stamp")
         stamp = bump_stamp(c, prefix)
         c.set(f"{prefix}b", b"second")
-        after = guard.check("d" * 64, [("GET", f"{prefix}b")])
+        return broken, await guard.check("d" * 64, [("GET", f"{prefix}b")]), stamp
+
+    try:
+        broken, after, stamp = asyncio.run(two_checks())
     finally:
         guard.close()
     assert broken.stamp is None and broken.replies == [b"first", None]
@@ -64,8 +75,12 @@ def test_rate_limit_counts_every_check_of_a_key(client: tuple[redis.Redis, str])
     c, prefix = client
     guard = Guard(c, prefix, per_second=0.5, burst=3)
     try:
-        waits = [guard.check("a" * 64).retry_after_ms for _ in range(4)]
-        other = guard.check("b" * 64).retry_after_ms
+
+        async def checks() -> tuple[list[int], int]:
+            waits = [(await guard.check("a" * 64)).retry_after_ms for _ in range(4)]
+            return waits, (await guard.check("b" * 64)).retry_after_ms
+
+        waits, other = asyncio.run(checks())
     finally:
         guard.close()
     assert waits[:3] == [0, 0, 0] and waits[3] > 0 and other == 0
@@ -77,9 +92,64 @@ def test_a_dead_redis_gives_no_stamp_and_opens_the_circuit() -> None:
     c = make_redis(f"redis://127.0.0.1:{free_port()}/0")
     guard = Guard(c, "test-dead:", per_second=1.0, burst=1)
     try:
-        verdict = guard.check("d" * 64, [("GET", "x")])
+        verdict = asyncio.run(guard.check("d" * 64, [("GET", "x")]))
         assert verdict.stamp is None and verdict.replies is None
         assert not guard.breaker.closed
     finally:
         guard.close()
         c.close()
+
+
+def test_concurrent_checks_share_the_connection_and_each_gets_its_own_replies(
+    client: tuple[redis.Redis, str],
+) -> None:
+    """Many requests in flight at once on the one connection (their commands interleaved on the
+    wire, replies as large as a prompt entry) each get their own reads back, and a request
+    cancelled while waiting does not shift the replies of the ones after it."""
+    c, prefix = client
+    for i in range(40):
+        c.set(f"{prefix}k{i}", f"value {i} ".encode() * (4_000 * (i % 5)) or b"-")
+    stamp = bump_stamp(c, prefix)
+    guard = Guard(c, prefix, per_second=0.0, burst=1)
+
+    async def many() -> list[Verdict]:
+        tasks = [asyncio.create_task(guard.check("d" * 64, [("GET", f"{prefix}k{i}")])) for i in range(40)]
+        tasks[7].cancel()  # its client left: its reply is read and dropped
+        done = await asyncio.gather(*tasks, return_exceptions=True)
+        return [v for v in done if isinstance(v, Verdict)]
+
+    try:
+        verdicts = asyncio.run(many())
+    finally:
+        guard.close()
+    assert len(verdicts) == 39 and all(v.stamp == stamp for v in verdicts)
+    got = {v.replies[0] for v in verdicts if v.replies}
+    assert got == {c.get(f"{prefix}k{i}") for i in range(40) if i != 7}
+
+
+def test_a_frozen_redis_costs_a_request_at_most_the_timeout_then_the_guard_recovers(
+    private_redis: PrivateRedis,
+) -> None:
+    """SIGSTOP: the waiting request gets no stamp after the socket timeout (0.25 s) and the
+    circuit opens; once the server runs again a new connection answers in step."""
+    c = make_redis(private_redis.url)
+    stamp = bump_stamp(c, "test-frozen:")
+    guard = Guard(c, "test-frozen:", per_second=0.0, burst=1)
+
+    async def frozen_then_resumed() -> tuple[Verdict, float, Verdict]:
+        assert (await guard.check("d" * 64)).stamp == stamp  # the connection is open
+        private_redis.signal(signal.SIGSTOP)
+        started = time.monotonic()
+        during = await guard.check("d" * 64)
+        took = time.monotonic() - started
+        private_redis.signal(signal.SIGCONT)
+        await asyncio.sleep(guard.breaker.cooldown_seconds + 0.1)  # the circuit lets a probe through
+        return during, took, await guard.check("d" * 64, [("GET", "test-frozen:keys:stamp")])
+
+    try:
+        during, took, after = asyncio.run(frozen_then_resumed())
+    finally:
+        guard.close()
+        c.close()
+    assert during.stamp is None and took < 1.0
+    assert after.stamp == stamp and after.replies == [stamp.encode()]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,7 +17,7 @@ local e, t, m = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 if ce > e or (ce == e and (ct > t or (ct == t and cm >= m))) then return 0 end
 redis.call('HSET', KEYS[1], 'epoch', ARGV[1], 'through', ARGV[2], 'memver', ARGV[3], 'system', ARGV[4],
            'head', ARGV[5], 'last', ARGV[6], 'tokens', ARGV[7], 'files', ARGV[8], 'files_ver', 0,
-           'memory_note', ARGV[9])
+           'memory_note', ARGV[9], 'rev', ARGV[10])
 return 1
 """
 # A file was read: replace the entry's file list (the status note's "what has been read") only if
@@ -25,7 +27,7 @@ _REFRESH_FILES = """
 local cur = redis.call('HMGET', KEYS[1], 'epoch', 'through', 'memver', 'files_ver')
 if cur[1] == ARGV[1] and cur[2] == ARGV[2] and cur[3] == ARGV[3]
    and tonumber(cur[4] or '0') < tonumber(ARGV[5]) then
-  redis.call('HSET', KEYS[1], 'files', ARGV[4], 'files_ver', ARGV[5])
+  redis.call('HSET', KEYS[1], 'files', ARGV[4], 'files_ver', ARGV[5], 'rev', ARGV[6])
   return 1
 end
 return 0
@@ -41,6 +43,8 @@ return 1
 """
 
 FIELDS = ("epoch", "through", "memver", "system", "head", "last", "tokens", "files", "memory_note")
+# Every write of an entry (a publish, a file-list refresh, a refill) stores a new random `rev`: a
+# process that holds a copy knows it is current when the rev in Redis is still the copy's.
 _MISSING: list[Any] = [None] * len(FIELDS)  # an entry's values when Redis is skipped or down
 
 
@@ -119,7 +123,7 @@ class PromptEntries:
 
     def put(self, session_pk: int, entry: Entry) -> bool:
         """Guarded write; False when a newer entry is already cached."""
-        return bool(self._publish(keys=[self.key(session_pk)], args=entry_values(entry)))
+        return bool(self._publish(keys=[self.key(session_pk)], args=[*entry_values(entry), new_rev()]))
 
     def position(self, session_pk: int) -> tuple[int, int, int] | None:
         """(epoch, through, memver) of the cached entry; None when there is none or Redis is down."""
@@ -132,5 +136,59 @@ class PromptEntries:
     ) -> bool:
         """Replace the entry's file list if it is still at `seen` and its list has seen fewer than
         `reads_seen` reads; False otherwise or on a Redis error."""
-        args: list[bytes | int] = [*seen, files, reads_seen]
+        args: list[bytes | int] = [*seen, files, reads_seen, new_rev()]
         return bool(self.r.call(lambda: self._refresh_files(keys=[self.key(session_pk)], args=args), 0))
+
+
+def new_rev() -> bytes:
+    return os.urandom(8).hex().encode()
+
+
+class EntryMemo:
+    """The prompt entries one API process served last, by session pk, with the rev Redis held each
+    at: a fetch whose entry is still at that rev reads the rev (16 bytes) in the key check's round
+    trip instead of the whole entry (150 KB at 10,000 turns, 600 KB at a full 200k window). Bounded
+    by the bytes it holds, least recently served out first. One per API process; event loop only."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes, self.held = max_bytes, 0
+        self.entries: OrderedDict[int, tuple[bytes, Entry, int]] = OrderedDict()
+
+    def read(self, prompts: PromptEntries, session_pk: int) -> tuple[str, ...]:
+        """The command for the round trip: the rev alone when a copy is held, else rev and entry."""
+        key = prompts.key(session_pk)
+        return ("HGET", key, "rev") if session_pk in self.entries else ("HMGET", key, "rev", *FIELDS)
+
+    def answer(self, session_pk: int, reply: Any) -> Entry | bool | None:
+        """The entry `reply` (to `read`'s command) stands for: the held copy when its rev is still
+        the one in Redis, the entry read along (held from now on), None when Redis has none, or
+        False when the held copy is stale (dropped: the caller reads the entry itself)."""
+        if isinstance(reply, list):
+            rev, values = reply[0], reply[1:]
+            entry = entry_of(values)
+            if entry is not None and rev:
+                self._hold(session_pk, rev, entry)
+            return entry
+        held = self.entries.get(session_pk)
+        if held is not None and reply == held[0]:
+            self.entries.move_to_end(session_pk)
+            return held[1]
+        self._drop(session_pk)
+        return False
+
+    def _hold(self, session_pk: int, rev: bytes, entry: Entry) -> None:
+        self._drop(session_pk)
+        size = (
+            len(entry.system) + len(entry.head) + len(entry.last) + len(entry.files) + len(entry.memory_note)
+        )
+        if size > self.max_bytes:
+            return
+        self.entries[session_pk] = (rev, entry, size)
+        self.held += size
+        while self.held > self.max_bytes:
+            self._drop(next(iter(self.entries)))
+
+    def _drop(self, session_pk: int) -> None:
+        held = self.entries.pop(session_pk, None)
+        if held is not None:
+            self.held -= held[2]

@@ -16,7 +16,7 @@ from api.http.deps import authorize
 from api.http.errors import NotFound, Unavailable
 from api.http.routes.paths import SessionId
 from api.http.schemas import PromptResponse
-from worker.cache.prompts import entry_of
+from worker.cache.prompts import EntryMemo
 from worker.flows.serve import Served, fallback, fetch_ready
 from worker.resources import Resources
 from worker.store.db import is_sqlite
@@ -42,18 +42,24 @@ async def prompt_body(sid: str, request: Request) -> bytes:
     # the hot path: auth and resources without FastAPI's dependency solver (a third of the request's CPU)
     res: Resources = request.app.state.resources
     cache = res.cache
+    memo: EntryMemo = request.app.state.entry_memo
     known: list[int] = []
 
     def entry_read(tenant: int) -> list[tuple[str, ...]]:
-        # the session's cached entry, read in the key check's Redis round trip
+        # the session's cached entry (or, when this process holds it, its rev), read in the key
+        # check's Redis round trip
         pk = cache.pks.get((tenant, sid))
         if pk is None:
             return []
         known.append(pk)
-        return [cache.prompts.entry_read(pk)]
+        return [memo.read(cache.prompts, pk)]
 
     tenant, replies = await authorize(request, entry_read)
-    prefetched = (known[0], entry_of(replies[0])) if replies and replies[0] is not None else None
+    prefetched = None
+    if replies:
+        entry = memo.answer(known[0], replies[0])
+        if entry is not False:  # False: the held copy is stale; the fetch reads the entry
+            prefetched = (known[0], entry)
     served = await serve_prompt(request, tenant, sid, prefetched)
     return served.body
 
