@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import socket
 import ssl
 import uuid
 from collections.abc import Sequence
@@ -88,7 +89,8 @@ class Guard:
         self._conn = pool.connection_class(**pool.connection_kwargs)
         self.timeout = float(pool.connection_kwargs.get("socket_timeout") or 0.25)
         self._get_stamp = _pack(("GET", stamp_key(prefix)))
-        self._pipe: _Pipe | None = None
+        self._pipe: _Pipe | _BlockingPipe | None = None
+        self._opening: asyncio.Future[_Pipe | _BlockingPipe] | None = None
 
     async def check(self, digest: str, reads: Sequence[tuple[Any, ...]] = ()) -> Verdict:
         """The stamp and, for this key, how long to wait (0: go ahead), plus the replies to `reads`
@@ -113,12 +115,29 @@ class Guard:
 
     async def _round_trip(self, packed: bytes, count: int) -> list[Any]:
         pipe = self._pipe
-        if pipe is not None and not pipe.closed and not pipe.on_this_loop():
-            pipe.close(redis.ConnectionError("the event loop changed"))  # a test's asyncio.run, say
-        if pipe is None or pipe.closed:
-            self._conn.connect()  # redis-py's handshake; blocking, once per connection
-            pipe = self._pipe = _Pipe(self._conn, self.timeout)
+        if pipe is None or pipe.closed or not pipe.on_this_loop():
+            pipe = await self._open()
         return await pipe.call(packed, count)
+
+    async def _open(self) -> _Pipe | _BlockingPipe:
+        """The connection of this event loop, opened by one request at a time (the others await
+        it): redis-py's handshake (blocking, once per connection), then the loop takes it over."""
+        loop = asyncio.get_running_loop()
+        opening = self._opening
+        if opening is not None and opening.get_loop() is loop and not opening.done():
+            return await asyncio.shield(opening)
+        if self._pipe is not None:
+            self._pipe.close(redis.ConnectionError("reopened"))  # closed already, or another loop's
+        opening = self._opening = loop.create_future()
+        try:
+            self._conn.connect()
+            self._pipe = await _open_pipe(self._conn, self.timeout)
+        except Exception as exc:
+            opening.set_exception(exc)
+            opening.exception()  # retrieved: the requests awaiting it raise it themselves
+            raise
+        opening.set_result(self._pipe)
+        return self._pipe
 
     def close(self) -> None:
         if self._pipe is not None:
@@ -137,83 +156,107 @@ def _verdict(results: list[Any], reads: int, *, limited: bool) -> Verdict:
     return Verdict(stamp, int(wait), replies)
 
 
-class _Pipe:
-    """One connected Redis socket that requests share: each writes its commands and awaits its
-    replies, which one reader task hands out in the order Redis sends them. A timeout or an error
-    closes it (the replies would no longer line up) and fails every request still waiting; the
-    Guard opens a new one on the next request."""
+async def _open_pipe(conn: Any, timeout: float) -> _Pipe | _BlockingPipe:
+    """The connection redis-py just opened (its handshake done), driven by the event loop; over
+    TLS (a socket the loop cannot take over) the round trip blocks, as it always did."""
+    sock = conn._sock
+    if isinstance(sock, ssl.SSLSocket):
+        return _BlockingPipe(conn)
+    conn._sock = None  # the loop's transport owns the socket from here
+    sock.setblocking(False)
+    loop = asyncio.get_running_loop()
+    _, pipe = await loop.create_connection(lambda: _Pipe(timeout, sock), sock=sock)
+    return pipe
 
-    def __init__(self, conn: Any, timeout: float) -> None:
-        self.conn, self.timeout, self.closed = conn, timeout, False
-        self.sock = conn._sock  # redis-py's socket, after its handshake
-        self.blocking = isinstance(self.sock, ssl.SSLSocket)  # the loop cannot drive a TLS socket
+
+class _Pipe(asyncio.Protocol):
+    """One Redis connection that requests share: each writes its commands and awaits its replies,
+    handed out in the order Redis sends them as they arrive. A timeout or an error closes it (the
+    replies would no longer line up) and fails every request still waiting; the Guard opens a new
+    one on the next request. A request cancelled while it waits (its client left) leaves its place:
+    its replies are read and dropped in turn."""
+
+    def __init__(self, timeout: float, sock: socket.socket) -> None:
+        self.timeout, self.sock, self.closed = timeout, sock, False
+        self.loop = asyncio.get_running_loop()
         self.reader = _reader()
-        # (replies expected, replies so far, the request's future), oldest first
-        self.waiting: collections.deque[tuple[int, list[Any], asyncio.Future[list[Any]]]] = (
-            collections.deque()
-        )
-        if not self.blocking:
-            self.loop = asyncio.get_running_loop()
-            self.sock.setblocking(False)
-            self.task = self.loop.create_task(self._read())
+        # (replies expected, replies so far, the request's future, its timeout), oldest first
+        self.waiting: collections.deque[_Waiting] = collections.deque()
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
 
     def on_this_loop(self) -> bool:
-        return self.blocking or self.loop is asyncio.get_running_loop()
+        return self.loop is asyncio.get_running_loop()
 
     async def call(self, packed: bytes, count: int) -> list[Any]:
-        if self.blocking:
-            return self._call_blocking(packed, count)
         future: asyncio.Future[list[Any]] = self.loop.create_future()
-        self.waiting.append((count, [], future))
-        try:
-            await self.loop.sock_sendall(self.sock, packed)
-        except BaseException as exc:  # a partial write (or none) leaves the replies out of step
-            self.close(exc if isinstance(exc, Exception) else redis.ConnectionError("interrupted"))
-            raise
-        try:
-            # shielded: a request cancelled meanwhile (its client left) leaves its entry, whose
-            # replies are read and dropped in turn
-            return await asyncio.wait_for(asyncio.shield(future), self.timeout)
-        except TimeoutError:
-            self.close(redis.TimeoutError("Redis did not answer in time"))
-            raise
+        timer = self.loop.call_later(self.timeout, self._timed_out, future)
+        self.waiting.append((count, [], future, timer))
+        assert self.transport is not None
+        self.transport.write(packed)
+        return await future
 
-    async def _read(self) -> None:
-        buf = bytearray(1 << 20)
-        view = memoryview(buf)
-        try:
-            while True:
-                n = await self.loop.sock_recv_into(self.sock, view)
-                if not n:
-                    raise redis.ConnectionError("Redis closed the connection")
-                self.reader.feed(buf, 0, n)  # type: ignore[arg-type]  # any buffer; the stub says bytes
-                self._hand_out()
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            self.close(exc)
-
-    def _hand_out(self) -> None:
+    def data_received(self, data: bytes) -> None:
+        self.reader.feed(data)
         while self.waiting:
             reply = self.reader.gets()
             if reply is False:
                 return
-            count, got, future = self.waiting[0]
+            count, got, future, timer = self.waiting[0]
             got.append(reply)
             if len(got) == count:
                 self.waiting.popleft()
+                timer.cancel()
                 if not future.done():
                     future.set_result(got)
 
-    def _call_blocking(self, packed: bytes, count: int) -> list[Any]:
-        """The round trip on a TLS socket: write, then read `count` replies, blocking."""
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.close(exc or redis.ConnectionError("Redis closed the connection"))
+
+    def _timed_out(self, future: asyncio.Future[list[Any]]) -> None:
+        if not future.done():
+            self.close(redis.TimeoutError("Redis did not answer in time"))
+
+    def close(self, exc: Exception) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        while self.waiting:
+            _, _, future, timer = self.waiting.popleft()
+            timer.cancel()
+            if not future.done():
+                future.set_exception(exc)
+                future.exception()  # retrieved here: a request that left no longer awaits it
+        if self.transport is not None and not self.loop.is_closed():
+            self.transport.abort()
+        else:  # its loop is gone (an asyncio.run that ended): the socket is closed by hand
+            self.sock.close()
+
+
+_Waiting = tuple[int, list[Any], "asyncio.Future[list[Any]]", asyncio.TimerHandle]
+
+
+class _BlockingPipe:
+    """The round trip on a TLS socket: write, then read the replies, blocking the loop."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn, self.closed = conn, False
+        self.reader = _reader()
+
+    def on_this_loop(self) -> bool:
+        return True
+
+    async def call(self, packed: bytes, count: int) -> list[Any]:
+        sock = self.conn._sock
         try:
-            self.sock.sendall(packed)
+            sock.sendall(packed)
             out: list[Any] = []
             while len(out) < count:
                 reply = self.reader.gets()
                 if reply is False:
-                    data = self.sock.recv(65536)
+                    data = sock.recv(65536)
                     if not data:
                         raise redis.ConnectionError("Redis closed the connection")
                     self.reader.feed(data)
@@ -225,16 +268,7 @@ class _Pipe:
             raise
 
     def close(self, exc: Exception) -> None:
-        if self.closed:
-            return
         self.closed = True
-        while self.waiting:
-            future = self.waiting.popleft()[2]
-            if not future.done():
-                future.set_exception(exc)
-                future.exception()  # retrieved here: a request that left no longer awaits it
-        if not self.blocking:
-            self.task.cancel()
         self.conn.disconnect()
 
 

@@ -8,7 +8,8 @@ import asyncio
 import signal
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
+from typing import Any, TypeVar
 
 import pytest
 import redis
@@ -19,6 +20,20 @@ from tests.services import PrivateRedis
 from worker.cache.client import make_redis
 
 pytestmark = pytest.mark.services
+T = TypeVar("T")
+
+
+def closing(guard: Guard, step: Coroutine[Any, Any, T]) -> T:
+    """Run `step` in a new event loop and close the guard in it (its connection belongs to it)."""
+
+    async def run() -> T:
+        try:
+            return await step
+        finally:
+            guard.close()
+            await asyncio.sleep(0)  # the transport's closing callback runs in this loop
+
+    return asyncio.run(run())
 
 
 @pytest.fixture
@@ -38,8 +53,8 @@ def test_reads_ride_in_the_key_check_and_come_back_in_order(client: tuple[redis.
     stamp = bump_stamp(c, prefix)
     guard = Guard(c, prefix, per_second=10.0, burst=5)
     try:
-        verdict = asyncio.run(
-            guard.check("d" * 64, [("GET", f"{prefix}a"), ("HMGET", f"{prefix}h", "x", "y")])
+        verdict = closing(
+            guard, guard.check("d" * 64, [("GET", f"{prefix}a"), ("HMGET", f"{prefix}h", "x", "y")])
         )
     finally:
         guard.close()
@@ -63,7 +78,7 @@ def test_an_error_reply_leaves_the_next_round_trip_in_step(client: tuple[redis.R
         return broken, await guard.check("d" * 64, [("GET", f"{prefix}b")]), stamp
 
     try:
-        broken, after, stamp = asyncio.run(two_checks())
+        broken, after, stamp = closing(guard, two_checks())
     finally:
         guard.close()
     assert broken.stamp is None and broken.replies == [b"first", None]
@@ -80,7 +95,7 @@ def test_rate_limit_counts_every_check_of_a_key(client: tuple[redis.Redis, str])
             waits = [(await guard.check("a" * 64)).retry_after_ms for _ in range(4)]
             return waits, (await guard.check("b" * 64)).retry_after_ms
 
-        waits, other = asyncio.run(checks())
+        waits, other = closing(guard, checks())
     finally:
         guard.close()
     assert waits[:3] == [0, 0, 0] and waits[3] > 0 and other == 0
@@ -92,7 +107,7 @@ def test_a_dead_redis_gives_no_stamp_and_opens_the_circuit() -> None:
     c = make_redis(f"redis://127.0.0.1:{free_port()}/0")
     guard = Guard(c, "test-dead:", per_second=1.0, burst=1)
     try:
-        verdict = asyncio.run(guard.check("d" * 64, [("GET", "x")]))
+        verdict = closing(guard, guard.check("d" * 64, [("GET", "x")]))
         assert verdict.stamp is None and verdict.replies is None
         assert not guard.breaker.closed
     finally:
@@ -119,7 +134,7 @@ def test_concurrent_checks_share_the_connection_and_each_gets_its_own_replies(
         return [v for v in done if isinstance(v, Verdict)]
 
     try:
-        verdicts = asyncio.run(many())
+        verdicts = closing(guard, many())
     finally:
         guard.close()
     assert len(verdicts) == 39 and all(v.stamp == stamp for v in verdicts)
@@ -147,7 +162,7 @@ def test_a_frozen_redis_costs_a_request_at_most_the_timeout_then_the_guard_recov
         return during, took, await guard.check("d" * 64, [("GET", "test-frozen:keys:stamp")])
 
     try:
-        during, took, after = asyncio.run(frozen_then_resumed())
+        during, took, after = closing(guard, frozen_then_resumed())
     finally:
         guard.close()
         c.close()
