@@ -62,12 +62,6 @@ async def get_tenant(request: Request) -> int:
     return tenant
 
 
-async def tenant_for(request: Request, key: str) -> int:
-    """The tenant of a compactd API key however it travelled (Unauthorized, TooManyRequests)."""
-    tenant, _ = await authorize_key(request, key)
-    return tenant
-
-
 # the Redis commands a route sends along with the key check, given the tenant the key was last seen for
 Reads = Callable[[int], Sequence[tuple[Any, ...]]]
 

@@ -90,7 +90,7 @@ class Guard:
         self.timeout = float(pool.connection_kwargs.get("socket_timeout") or 0.25)
         self._get_stamp = _pack(("GET", stamp_key(prefix)))
         self._pipe: _Pipe | _BlockingPipe | None = None
-        self._opening: asyncio.Future[_Pipe | _BlockingPipe] | None = None
+        self._opening: asyncio.Task[_Pipe | _BlockingPipe] | None = None
 
     async def check(self, digest: str, reads: Sequence[tuple[Any, ...]] = ()) -> Verdict:
         """The stamp and, for this key, how long to wait (0: go ahead), plus the replies to `reads`
@@ -104,8 +104,8 @@ class Guard:
         packed += [_pack(tuple(read)) for read in reads]
         try:
             results = await self._round_trip(b"".join(packed), len(packed))
-        except (redis.ConnectionError, redis.TimeoutError, OSError, TimeoutError):
-            self.breaker.failed()
+        except (redis.ConnectionError, redis.TimeoutError, OSError, TimeoutError, RuntimeError):
+            self.breaker.failed()  # RuntimeError: a transport the loop had already closed
             return Verdict(None)
         except redis.RedisError:
             self.breaker.succeeded()
@@ -115,28 +115,26 @@ class Guard:
 
     async def _round_trip(self, packed: bytes, count: int) -> list[Any]:
         pipe = self._pipe
-        if pipe is None or pipe.closed or not pipe.on_this_loop():
+        if pipe is None or not pipe.usable():
             pipe = await self._open()
         return await pipe.call(packed, count)
 
     async def _open(self) -> _Pipe | _BlockingPipe:
-        """The connection of this event loop, opened by one request at a time (the others await
-        it): redis-py's handshake (blocking, once per connection), then the loop takes it over."""
+        """The connection of this event loop, opened by one task (redis-py's handshake, blocking
+        and bounded by its socket timeout, then the loop takes the socket over) that concurrent
+        requests await; a request cancelled meanwhile does not cancel the opening."""
         loop = asyncio.get_running_loop()
         opening = self._opening
-        if opening is not None and opening.get_loop() is loop and not opening.done():
-            return await asyncio.shield(opening)
-        if self._pipe is not None:
-            self._pipe.close(redis.ConnectionError("reopened"))  # closed already, or another loop's
-        opening = self._opening = loop.create_future()
-        try:
-            self._conn.connect()
-            self._pipe = await _open_pipe(self._conn, self.timeout)
-        except Exception as exc:
-            opening.set_exception(exc)
-            opening.exception()  # retrieved: the requests awaiting it raise it themselves
-            raise
-        opening.set_result(self._pipe)
+        if opening is None or opening.done() or opening.get_loop() is not loop:
+            if self._pipe is not None:
+                self._pipe.close(redis.ConnectionError("reopened"))  # closed, or another loop's
+            opening = self._opening = loop.create_task(self._connect())
+            opening.add_done_callback(_retrieved)
+        return await asyncio.shield(opening)
+
+    async def _connect(self) -> _Pipe | _BlockingPipe:
+        self._conn.connect()
+        self._pipe = await _open_pipe(self._conn, self.timeout)
         return self._pipe
 
     def close(self) -> None:
@@ -165,8 +163,18 @@ async def _open_pipe(conn: Any, timeout: float) -> _Pipe | _BlockingPipe:
     conn._sock = None  # the loop's transport owns the socket from here
     sock.setblocking(False)
     loop = asyncio.get_running_loop()
-    _, pipe = await loop.create_connection(lambda: _Pipe(timeout, sock), sock=sock)
+    try:
+        _, pipe = await loop.create_connection(lambda: _Pipe(timeout, sock), sock=sock)
+    except BaseException:
+        sock.close()
+        raise
     return pipe
+
+
+def _retrieved(task: asyncio.Task[Any]) -> None:
+    """Done callback: the opening's outcome counts as seen even if every request awaiting it left."""
+    if not task.cancelled():
+        task.exception()
 
 
 class _Pipe(asyncio.Protocol):
@@ -187,10 +195,18 @@ class _Pipe(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
 
-    def on_this_loop(self) -> bool:
-        return self.loop is asyncio.get_running_loop()
+    def usable(self) -> bool:
+        """Open, on this event loop (a test's asyncio.run makes another)."""
+        return (
+            not self.closed
+            and self.transport is not None
+            and not self.transport.is_closing()
+            and self.loop is asyncio.get_running_loop()
+        )
 
     async def call(self, packed: bytes, count: int) -> list[Any]:
+        if not self.usable():  # closed by Redis since the check (its connection_lost still to come)
+            raise redis.ConnectionError("the guard's connection is closed")
         future: asyncio.Future[list[Any]] = self.loop.create_future()
         timer = self.loop.call_later(self.timeout, self._timed_out, future)
         self.waiting.append((count, [], future, timer))
@@ -215,9 +231,15 @@ class _Pipe(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.close(exc or redis.ConnectionError("Redis closed the connection"))
 
-    def _timed_out(self, future: asyncio.Future[list[Any]]) -> None:
-        if not future.done():
-            self.close(redis.TimeoutError("Redis did not answer in time"))
+    def _timed_out(self, future: asyncio.Future[list[Any]], looked_again: bool = False) -> None:
+        """The timeout: once more after the loop has read its sockets (a loop that stalled runs its
+        due timers before it reads the replies already there), then the connection is closed."""
+        if future.done():
+            return
+        if not looked_again:
+            self.loop.call_later(0.001, self._timed_out, future, True)
+            return
+        self.close(redis.TimeoutError("Redis did not answer in time"))
 
     def close(self, exc: Exception) -> None:
         if self.closed:
@@ -245,8 +267,8 @@ class _BlockingPipe:
         self.conn, self.closed = conn, False
         self.reader = _reader()
 
-    def on_this_loop(self) -> bool:
-        return True
+    def usable(self) -> bool:
+        return not self.closed
 
     async def call(self, packed: bytes, count: int) -> list[Any]:
         sock = self.conn._sock

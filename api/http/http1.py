@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import time
 from collections.abc import AsyncIterator, Mapping
 from urllib.parse import quote, urlsplit
 
@@ -23,6 +24,9 @@ import httpx
 # a response body buffered past this (the client reads slower than the upstream sends) pauses the
 # socket until it drains
 _HIGH_WATER_BYTES = 1 << 20
+# a connection idle longer is not used again (httpx's keep-alive expiry): a NAT or balancer may have
+# dropped it silently, and servers close their idle ones at a timeout of their own
+IDLE_SECONDS = 5.0
 _FORBIDDEN = ("\r", "\n", "\0")
 
 
@@ -75,7 +79,7 @@ class Http1Client:
     async def _connection(self) -> Connection:
         while self._idle:
             conn = self._idle.pop()  # the most recently used: the likeliest still open
-            if conn.reusable():
+            if conn.reusable() and time.monotonic() - conn.idle_since < IDLE_SECONDS:
                 return conn
             conn.close()
         loop = asyncio.get_running_loop()
@@ -99,6 +103,7 @@ class Http1Client:
         kept for the next call when it may be."""
         self._slots.release()
         if keep and conn.reusable() and len(self._idle) < self.max_idle:
+            conn.idle_since = time.monotonic()
             self._idle.append(conn)
         else:
             conn.close()
@@ -135,6 +140,7 @@ class Connection(asyncio.Protocol):
     def __init__(self) -> None:
         self.transport: asyncio.Transport = None  # type: ignore[assignment]  # set by connection_made
         self.lost = False
+        self.idle_since = 0.0
         self._current: Response | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -165,7 +171,7 @@ class Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
         if self._current is not None:
-            self._current.lost()
+            self._current.lost(exc)
 
     def finished(self) -> None:
         self._current = None
@@ -216,11 +222,12 @@ class Response:
         self._conn.finished()
         self._notify()
 
-    def lost(self) -> None:
-        """The connection closed: the end of a body read until close, else a failure."""
+    def lost(self, exc: Exception | None = None) -> None:
+        """The connection closed: the end of a body read until close (closed cleanly, not reset),
+        else a failure."""
         if self._complete:
             return
-        if self._head_done and self._until_close():
+        if self._head_done and self._until_close() and exc is None:
             self._complete = True
         else:
             self.fail(httpx.RemoteProtocolError("the upstream closed the connection mid-answer"))
@@ -232,8 +239,9 @@ class Response:
         self._notify()
 
     def _until_close(self) -> bool:
-        return "content-length" not in self.headers and "chunked" not in self.headers.get(
-            "transfer-encoding", ""
+        return (
+            "content-length" not in self.headers
+            and "chunked" not in self.headers.get("transfer-encoding", "").lower()
         )
 
     def _notify(self) -> None:

@@ -37,6 +37,8 @@ def apps(tmp_path: Path, redis_url: str) -> Iterator[tuple[TestClient, TestClien
 def test_a_held_entry_is_served_until_a_new_one_is_published(
     apps: tuple[TestClient, TestClient, int, str],
 ) -> None:
+    """A process holding the entry serves the bytes a process without the memo serves, before and after a
+    new publish."""
     memo, plain, tid, key = apps
     auth = {"Authorization": f"Bearer {key}"}
     res = memo.app.state.resources  # type: ignore[attr-defined]

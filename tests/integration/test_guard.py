@@ -118,28 +118,52 @@ def test_a_dead_redis_gives_no_stamp_and_opens_the_circuit() -> None:
 def test_concurrent_checks_share_the_connection_and_each_gets_its_own_replies(
     client: tuple[redis.Redis, str],
 ) -> None:
-    """Many requests in flight at once on the one connection (their commands interleaved on the
-    wire, replies as large as a prompt entry) each get their own reads back, and a request
-    cancelled while waiting does not shift the replies of the ones after it."""
+    """Many requests in flight at once on the one connection (replies as large as a prompt entry)
+    each get their own reads back, and one cancelled while it waits for its replies (its client
+    left) does not shift the replies of the ones after it."""
     c, prefix = client
-    for i in range(40):
-        c.set(f"{prefix}k{i}", f"value {i} ".encode() * (4_000 * (i % 5)) or b"-")
+    values = {i: f"value {i} ".encode() * (1 + 4_000 * (i % 5)) for i in range(40)}
+    for i, value in values.items():
+        c.set(f"{prefix}k{i}", value)
     stamp = bump_stamp(c, prefix)
     guard = Guard(c, prefix, per_second=0.0, burst=1)
 
-    async def many() -> list[Verdict]:
-        tasks = [asyncio.create_task(guard.check("d" * 64, [("GET", f"{prefix}k{i}")])) for i in range(40)]
-        tasks[7].cancel()  # its client left: its reply is read and dropped
-        done = await asyncio.gather(*tasks, return_exceptions=True)
-        return [v for v in done if isinstance(v, Verdict)]
+    async def one(i: int) -> Verdict:
+        return await guard.check("d" * 64, [("GET", f"{prefix}k{i}")])
 
-    try:
-        verdicts = closing(guard, many())
-    finally:
-        guard.close()
-    assert len(verdicts) == 39 and all(v.stamp == stamp for v in verdicts)
-    got = {v.replies[0] for v in verdicts if v.replies}
-    assert got == {c.get(f"{prefix}k{i}") for i in range(40) if i != 7}
+    async def many() -> list[Verdict | BaseException]:
+        await guard.check("d" * 64)  # the connection is open
+        tasks = [asyncio.create_task(one(i)) for i in range(40)]
+        await asyncio.sleep(0)  # every task has written its commands and waits for its replies
+        assert guard._pipe is not None and len(guard._pipe.waiting) == 40  # type: ignore[union-attr]
+        tasks[7].cancel()
+        return await asyncio.gather(*tasks, return_exceptions=True)
+
+    got = closing(guard, many())
+    assert isinstance(got[7], asyncio.CancelledError)
+    for i, verdict in enumerate(got):
+        if i != 7:
+            assert isinstance(verdict, Verdict) and verdict.stamp == stamp and verdict.replies == [values[i]]
+
+
+def test_requests_waiting_for_the_connection_outlive_a_cancelled_opener(
+    client: tuple[redis.Redis, str],
+) -> None:
+    """The first request opens the connection and the others wait for it; the first one's client
+    leaving (cancelled mid-open) neither cancels the opening nor leaves the others waiting."""
+    c, prefix = client
+    stamp = bump_stamp(c, prefix)
+    guard = Guard(c, prefix, per_second=0.0, burst=1)
+
+    async def opener_cancelled() -> list[Verdict | BaseException]:
+        tasks = [asyncio.create_task(guard.check("d" * 64)) for _ in range(5)]
+        await asyncio.sleep(0)  # the first is opening, the others await it
+        tasks[0].cancel()
+        return await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 5)
+
+    got = closing(guard, opener_cancelled())
+    assert isinstance(got[0], asyncio.CancelledError)
+    assert all(isinstance(v, Verdict) and v.stamp == stamp for v in got[1:])
 
 
 def test_a_frozen_redis_costs_a_request_at_most_the_timeout_then_the_guard_recovers(

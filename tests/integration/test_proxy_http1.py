@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from api.http import http1
 from api.http.http1 import Http1Client, request_head
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -61,6 +62,8 @@ def client(url: str, read_seconds: float = 5.0) -> Http1Client:
 
 
 def test_the_request_head_is_what_the_upstream_gets() -> None:
+    """The request line and headers are written as httpx would, a client's host header dropped and a
+    header with a line break refused."""
     head = request_head("/base/v1/messages?beta=true", b"api.example", {"x-api-key": "k", "host": "evil"}, 2)
     assert head == (
         b"POST /base/v1/messages?beta=true HTTP/1.1\r\nhost: api.example\r\nx-api-key: k\r\n"
@@ -72,6 +75,8 @@ def test_the_request_head_is_what_the_upstream_gets() -> None:
 
 
 def test_keep_alive_content_length_and_the_prefix() -> None:
+    """Three calls share one kept-alive connection, each under the upstream URL's path prefix, each
+    content-length body read whole."""
     seen: list[bytes] = []
 
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -95,7 +100,31 @@ def test_keep_alive_content_length_and_the_prefix() -> None:
     assert seen == [f"POST /base/v1/messages?n={i} HTTP/1.1 {{}}".encode() for i in range(3)]
 
 
+def test_a_connection_idle_past_the_expiry_is_not_used_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kept-alive connection idle longer than IDLE_SECONDS is closed, not written to (a NAT may
+    have dropped it silently): the next call opens a new one."""
+    monkeypatch.setattr(http1, "IDLE_SECONDS", 0.05)
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            await read_request(reader)
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+
+    async def run() -> int:
+        async with Upstream(answer) as up, client(up.url) as c:
+            for pause in (0.0, 0.0, 0.2):
+                await asyncio.sleep(pause)
+                response = await c.open("/v1/messages", HEADERS, b"{}")
+                assert await response.aread() == b"ok"
+                await response.aclose()
+            return up.connections
+
+    assert asyncio.run(run()) == 2  # the first two calls shared one; the one after the pause did not
+
+
 def test_a_chunked_body_is_relayed_as_it_arrives() -> None:
+    """A chunked answer reaches the caller chunk by chunk, before the upstream has sent the rest."""
+
     async def run() -> None:
         second = asyncio.Event()
 
@@ -119,6 +148,8 @@ def test_a_chunked_body_is_relayed_as_it_arrives() -> None:
 
 
 def test_a_body_read_until_the_connection_closes() -> None:
+    """An answer with neither content-length nor chunked framing ends when the upstream closes cleanly."""
+
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await read_request(reader)
         writer.write(b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\nall of it")
@@ -135,6 +166,9 @@ def test_a_body_read_until_the_connection_closes() -> None:
 
 
 def test_closing_early_cancels_the_call_and_a_cut_answer_is_an_error() -> None:
+    """Closing a response early closes its connection (the upstream sees the call cancelled), and an
+    answer cut mid-body is an httpx error, not a short body."""
+
     async def run() -> None:
         closed = asyncio.Event()
 
@@ -162,6 +196,9 @@ def test_closing_early_cancels_the_call_and_a_cut_answer_is_an_error() -> None:
 
 
 def test_timeouts_and_an_unreachable_upstream_are_httpx_errors() -> None:
+    """A silent upstream is httpx's ReadTimeout and a closed port its ConnectError, as the edge expects
+    from either client."""
+
     async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await read_request(reader)
         await asyncio.sleep(2)
@@ -179,6 +216,8 @@ def test_timeouts_and_an_unreachable_upstream_are_httpx_errors() -> None:
 
 
 def test_https_checks_the_certificate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An https upstream with a certificate the trust store lacks is refused, and accepted once
+    SSL_CERT_FILE names it."""
     cert, key = _self_signed(tmp_path)
     server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     server_tls.load_cert_chain(cert, key)

@@ -14,6 +14,7 @@ ITEMS = {
 
 
 def test_whole_paths_and_commands_are_found() -> None:
+    """Items found verbatim count as kept, per kind and overall."""
     text = "ran mix test; edited /home/u/proj/app/lib/router.ex"
     assert kept_share(ITEMS, text) == {
         "files": "1/2",
@@ -25,11 +26,14 @@ def test_whole_paths_and_commands_are_found() -> None:
 
 
 def test_a_path_written_under_the_root_a_note_states_is_kept() -> None:
+    """Paths a handoff note writes relative to the root it states count as kept."""
     note = "File paths below are relative to /home/u/proj/\n## Files edited\n- app/lib/router.ex\n- app/test/helper.exs"
     assert kept_share(ITEMS, note + "\nmix test")["all"] == 1.0
 
 
 def test_a_relative_path_without_its_root_stated_is_not_kept() -> None:
+    """A relative path counts only under a stated root that holds it: no root, or another one, is not
+    kept."""
     assert kept_share(ITEMS, "- app/lib/router.ex\n- app/test/helper.exs\nmix test")["files"] == "0/2"
     other_root = "File paths below are relative to /srv/other/\n- app/lib/router.ex"
     assert kept_share(ITEMS, other_root)["files"] == "0/2"

@@ -31,6 +31,9 @@ FILES_NOTE_TOKENS = 600
 # note can carry every change and the block is refreshed (the cached prefix written again) only
 # when a summary or a new system prompt rewrites the top anyway, or the changes outgrow this.
 MEMORY_NOTE_TOKENS = 800
+# the changes note of a prompt assembled from the database (no entry cached: after a memory write
+# from the API, say), whose snapshot's turns kept room only for the note its job published
+DB_NOTE_TOKENS = 200
 MAX_RANGES_SHOWN = 4  # read ranges listed per file, so the note stays within its room
 # blocks the API refuses a cache_control on
 _UNMARKABLE = {"thinking", "redacted_thinking"}

@@ -22,7 +22,7 @@ from sqlalchemy.exc import DBAPIError
 from worker.cache.cache import Cache
 from worker.cache.prompts import Entry
 from worker.compaction.assemble import (
-    MEMORY_NOTE_TOKENS,
+    DB_NOTE_TOKENS,
     FileInfo,
     assemble,
     finish,
@@ -322,7 +322,9 @@ def _from_db(conn: Connection, client_id: str, session: Any, policy: Policy) -> 
         # the snapshot's pinned memory block stays (the cached prefix); what changed since is noted
         state = replace(transcript_from_json(orjson.loads(snap.state)), system=system)
         through, epoch = snap.through_seq, snap.epoch
-        note = changes_since(conn, session.id, snap.pinned_memory_version, MEMORY_NOTE_TOKENS)
+        # the turns kept room for the note the job published, not for one that grew since (a memory
+        # write from the API): this path notes at most what the flat room always held
+        note = changes_since(conn, session.id, snap.pinned_memory_version, DB_NOTE_TOKENS)
     tokens = served_tokens(state)
     if snap is not None and snap.memory_version == session.memory_version:
         prompt = orjson.loads(snap.prompt)

@@ -70,6 +70,7 @@ from worker.resources import Resources, redaction_key
 from worker.settings import Settings
 from worker.store.proxy import load_records, provider_key_id
 from worker.store.sessions import Appended
+from worker.store.tenants import hash_key
 
 router = APIRouter(tags=["messages"])
 log = structlog.get_logger("compactd.proxy")
@@ -236,19 +237,18 @@ async def _answered(work: Awaitable[Response]) -> Response:
 
 async def _create(request: Request) -> Response:
     res: Resources = request.app.state.resources
-    raw = await request.body()
-    try:
-        body = parse_body(raw)
-        # Claude Code's role "system" messages: a session stores user and assistant turns only
-        body["messages"] = fold_system_messages(body["messages"])
-        named = session_header(request.headers)
-        invalid = None
-    except ProxyError as exc:
-        body, named, invalid = {}, None, exc  # answered after the key check: a bad key is a 401 first
-    side = invalid is None and is_side_request(body, named is not None)
-    conversation = None if invalid or side else identify(request.app.state.proxy_key, body, named)
-    prefetch = EntryPrefetch(request, conversation)
-    tenant, auth, replies = await authenticate(request, prefetch.reads)
+    if key_seen(request):
+        # a key this process has checked before: the body is parsed first, so the conversation's
+        # prompt entry is read in the key check's round trip (the check still answers first)
+        parsed = await _parsed(request)
+        prefetch = EntryPrefetch(request, parsed[2])
+        tenant, auth, replies = await authenticate(request, prefetch.reads)
+    else:
+        # anyone else is checked before the body is even read (no parse for an unknown caller)
+        tenant, auth, replies = await authenticate(request)
+        parsed = await _parsed(request)
+        prefetch = EntryPrefetch(request, None)
+    raw, body, conversation, invalid = parsed
     if invalid is not None:
         raise invalid
     call = Call(request, res, tenant, auth, body, context_window=window_header(request.headers))
@@ -265,6 +265,8 @@ async def _create(request: Request) -> Response:
         raise
     if response.status_code != 200:
         _release_soon(jobs)
+        if call.noting is not None:
+            await call.noting  # noted before the client hears anything, an error included
         return await _upstream_error(response)
     if body.get("stream"):
         return EventStream(
@@ -348,9 +350,35 @@ class EntryPrefetch:
 
     def entry(self, replies: list[Any] | None) -> Prefetched | None:
         """(session id, pk, its entry or None: none cached); None when nothing was read."""
-        if self.read is None or not replies:
-            return None
+        if self.read is None or not replies or replies[0] is None:
+            return None  # not read, or Redis answered an error (LOADING, BUSY ...): read it again
         return (*self.read, entry_of(replies[0]))
+
+
+Parsed = tuple[bytes, dict[str, Any], Conversation | None, ProxyError | None]
+
+
+async def _parsed(request: Request) -> Parsed:
+    """The raw body, the parsed one, the conversation it continues (None: a side request or a
+    bad body) and the error a bad body is answered with (after the key check: a bad key is a 401
+    first)."""
+    raw = await request.body()
+    try:
+        body = parse_body(raw)
+        # Claude Code's role "system" messages: a session stores user and assistant turns only
+        body["messages"] = fold_system_messages(body["messages"])
+        named = session_header(request.headers)
+    except ProxyError as exc:
+        return raw, {}, None, exc
+    if is_side_request(body, named is not None):
+        return raw, body, None, None
+    return raw, body, identify(request.app.state.proxy_key, body, named), None
+
+
+def key_seen(request: Request) -> bool:
+    """Whether the caller's compactd key is one this process has checked (cached by deps)."""
+    auth = resolve_auth(request.headers, request.app.state.resources.settings)
+    return auth is not None and hash_key(auth.key) in request.app.state.keys
 
 
 async def _reconcile_and_build(call: Call, jobs: HeldJobs, prefetched: Prefetched | None) -> None:
