@@ -150,8 +150,8 @@ def test_a_failed_call_retried_stores_the_history_once(proxy: Proxy) -> None:
     assert asked == ["Is the build green?"] * 2 and len(proxy.upstream.requests[1].body["messages"]) == 1
 
 
-def _prompt_cached(p: Proxy, sid: str) -> None:
-    """Wait until the worker has published the session's prompt entry in Redis."""
+def _prompt_cached(p: Proxy, sid: str) -> int:
+    """Wait until the worker has published the session's prompt entry in Redis; the session's pk."""
     engine = create_engine(p.settings.database_url)
     try:
         with engine.connect() as conn:
@@ -163,6 +163,7 @@ def _prompt_cached(p: Proxy, sid: str) -> None:
         wait_for(lambda: client.exists(f"{p.settings.redis_prefix}prompt:{pk}"), timeout=20)
     finally:
         client.close()
+    return int(pk)
 
 
 def test_a_request_whose_commit_fails_is_answered_the_ordinary_way(proxy: Proxy) -> None:
@@ -187,6 +188,31 @@ def test_a_request_whose_commit_fails_is_answered_the_ordinary_way(proxy: Proxy)
     _version(proxy, sid, 4)
     # the answered call carries the new system prompt; the closed one may or may not have reached it
     assert proxy.upstream.requests[-1].body["system"][0]["text"] == "You are a careful agent."
+
+
+def test_an_error_reply_to_the_prefetched_entry_is_no_500(proxy: Proxy) -> None:
+    """When Redis answers the entry read that rides in the key check with an error (here
+    WRONGTYPE; LOADING after a restart looks the same), the request is served as if nothing was
+    cached: the client gets its answer and the session its turns."""
+    sid = f"s-{uuid.uuid4().hex[:8]}"
+    proxy.upstream.script(reply("First."), reply("Second."))
+    history: list[dict[str, Any]] = [{"role": "user", "content": "task"}]
+    with _sdk(proxy, sid) as client:
+        first = _ask(client, history)
+        history += [{"role": "assistant", "content": _content(first)}, {"role": "user", "content": "more"}]
+        _version(proxy, sid, 2)
+        pk = _prompt_cached(proxy, sid)
+        r = redis.Redis.from_url(proxy.settings.redis_url)
+        try:
+            key = f"{proxy.settings.redis_prefix}prompt:{pk}"
+            r.delete(key)
+            r.rpush(key, b"not a hash")  # HMGET on it is an error reply
+            answer = _ask(client, history)
+        finally:
+            r.delete(key)
+            r.close()
+    assert answer.content[0].text == "Second."
+    _version(proxy, sid, 4)
 
 
 def test_the_sdk_retries_a_529_through_the_endpoint(proxy: Proxy) -> None:
