@@ -82,8 +82,8 @@ ROWS: tuple[tuple[tuple[str, ...], str], ...] = (
     (("max_request_bytes", "redis_socket_timeout_seconds", "log_level"), "limits and logging"),
     (
         ("prompt_memo_mb",),
-        "per API process: prompt entries it served, kept while Redis holds them at the same rev "
-        "(a fetch then reads 16 bytes from Redis instead of the entry); 0 turns it off",
+        "per API process: prompt entries it served, kept while Redis holds them at the same stamp "
+        "(a fetch then reads under 100 bytes from Redis instead of the entry); 0 turns it off",
     ),
     (
         ("log_format",),

@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from worker.cache.client import GuardedRedis
 
+# Every write of an entry (a publish, a file-list refresh, a refill) stores a new random `rev`: a
+# process that holds a copy knows it is current when the rev in Redis is still the copy's.
 # Write only if (epoch, through, memver) is newer than what is cached: a late result never wins.
 _PUBLISH = """
 local cur = redis.call('HMGET', KEYS[1], 'epoch', 'through', 'memver')
@@ -43,8 +45,6 @@ return 1
 """
 
 FIELDS = ("epoch", "through", "memver", "system", "head", "last", "tokens", "files", "memory_note")
-# Every write of an entry (a publish, a file-list refresh, a refill) stores a new random `rev`: a
-# process that holds a copy knows it is current when the rev in Redis is still the copy's.
 _MISSING: list[Any] = [None] * len(FIELDS)  # an entry's values when Redis is skipped or down
 
 
@@ -144,30 +144,37 @@ def new_rev() -> bytes:
     return os.urandom(8).hex().encode()
 
 
+# What a fetch holding a copy reads instead of the entry: the rev, and the fields a writer that
+# predates the rev (an older worker mid-upgrade) still moves on every write of its own
+STAMP = ("rev", "files_ver", "epoch", "through", "memver")
+
+
 class EntryMemo:
-    """The prompt entries one API process served last, by session pk, with the rev Redis held each
-    at: a fetch whose entry is still at that rev reads the rev (16 bytes) in the key check's round
-    trip instead of the whole entry (150 KB at 10,000 turns, 600 KB at a full 200k window). Bounded
-    by the bytes it holds, least recently served out first. One per API process; event loop only."""
+    """The prompt entries one API process served last, by session pk, with the stamp (`STAMP`)
+    Redis held each at: a fetch whose entry still has that stamp reads it (under 100 bytes) in the
+    key check's round trip instead of the whole entry (150 KB at 10,000 turns, 600 KB at a full
+    200k window). Bounded by the bytes it holds, least recently served out first. One per API
+    process; event loop only."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes, self.held = max_bytes, 0
-        self.entries: OrderedDict[int, tuple[bytes, Entry, int]] = OrderedDict()
+        self.entries: OrderedDict[int, tuple[list[Any], Entry, int]] = OrderedDict()
 
     def read(self, prompts: PromptEntries, session_pk: int) -> tuple[str, ...]:
-        """The command for the round trip: the rev alone when a copy is held, else rev and entry."""
+        """The command for the round trip: the stamp when a copy is held, else stamp and entry."""
         key = prompts.key(session_pk)
-        return ("HGET", key, "rev") if session_pk in self.entries else ("HMGET", key, "rev", *FIELDS)
+        fields = STAMP if session_pk in self.entries else (*STAMP, *FIELDS)
+        return ("HMGET", key, *fields)
 
-    def answer(self, session_pk: int, reply: Any) -> Entry | bool | None:
-        """The entry `reply` (to `read`'s command) stands for: the held copy when its rev is still
-        the one in Redis, the entry read along (held from now on), None when Redis has none, or
-        False when the held copy is stale (dropped: the caller reads the entry itself)."""
-        if isinstance(reply, list):
-            rev, values = reply[0], reply[1:]
+    def answer(self, session_pk: int, reply: Any) -> Entry | Literal[False] | None:
+        """The entry `reply` (to `read`'s command) stands for: the held copy when its stamp is
+        still the one in Redis, the entry read along (held from now on), None when Redis has none,
+        or False when the held copy is stale or the reply an error (the caller reads the entry)."""
+        if isinstance(reply, list) and len(reply) == len(STAMP) + len(FIELDS):
+            stamp, values = reply[: len(STAMP)], reply[len(STAMP) :]
             entry = entry_of(values)
-            if entry is not None and rev:
-                self._hold(session_pk, rev, entry)
+            if entry is not None and stamp[0]:
+                self._hold(session_pk, stamp, entry)
             return entry
         held = self.entries.get(session_pk)
         if held is not None and reply == held[0]:
@@ -176,14 +183,14 @@ class EntryMemo:
         self._drop(session_pk)
         return False
 
-    def _hold(self, session_pk: int, rev: bytes, entry: Entry) -> None:
+    def _hold(self, session_pk: int, stamp: list[Any], entry: Entry) -> None:
         self._drop(session_pk)
         size = (
             len(entry.system) + len(entry.head) + len(entry.last) + len(entry.files) + len(entry.memory_note)
         )
         if size > self.max_bytes:
             return
-        self.entries[session_pk] = (rev, entry, size)
+        self.entries[session_pk] = (stamp, entry, size)
         self.held += size
         while self.held > self.max_bytes:
             self._drop(next(iter(self.entries)))
