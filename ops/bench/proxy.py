@@ -25,7 +25,7 @@ import httpx
 import orjson
 
 from ops.bench.common import table
-from ops.bench.service import _free_port, _wait_port, pct
+from ops.bench.service import _free_port, _wait_port, cpu_seconds, pct
 
 TARGETS = (10_000, 50_000, 150_000)
 STEPS = int(os.environ.get("COMPACTD_BENCH_PROXY_STEPS", "40"))
@@ -97,15 +97,6 @@ def _reply_text(sse: bytes) -> str:
             if event.get("type") == "content_block_delta" and event["delta"].get("type") == "text_delta":
                 text += event["delta"]["text"]
     return text
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of process `pid` so far (Linux /proc; 0 elsewhere)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def measure(

@@ -122,6 +122,60 @@ def test_a_connection_idle_past_the_expiry_is_not_used_again(monkeypatch: pytest
     assert asyncio.run(run()) == 2  # the first two calls shared one; the one after the pause did not
 
 
+def test_a_body_larger_than_the_buffer_pauses_the_socket_and_arrives_whole() -> None:
+    """A caller reading slower than the upstream sends: past the buffer's high-water mark the socket
+    is paused, reading drains it and resumes it, and every byte arrives in order."""
+    body = bytes(range(256)) * (4 * http1._HIGH_WATER_BYTES // 256)  # four times the mark
+    paused: list[bool] = []
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(body) + body)
+        await writer.drain()
+
+    async def run() -> bytes:
+        async with Upstream(answer) as up, client(up.url) as c:
+            response = await c.open("/v1/messages", HEADERS, b"{}")
+            got = bytearray()
+            async for chunk in response.aiter_raw():
+                paused.append(response._paused)
+                got += chunk
+                await asyncio.sleep(0.001)  # a slow reader
+            await response.aclose()
+            return bytes(got)
+
+    assert asyncio.run(run()) == body
+    assert any(paused)  # the mark was crossed: the socket was paused while the caller lagged
+
+
+def test_calls_past_max_calls_wait_for_a_slot_then_time_out_as_httpx_does() -> None:
+    """With one call allowed, a second waits for the first's slot: it gets it once the first is
+    closed, and a PoolTimeout when none frees within the connect timeout."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            await read_request(reader)
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+
+    async def run() -> None:
+        async with Upstream(answer) as up:
+            c = Http1Client(up.url, connect_seconds=0.2, read_seconds=5.0, max_calls=1)
+            first = await c.open("/v1/messages", HEADERS, b"{}")
+            with pytest.raises(httpx.PoolTimeout):
+                await c.open("/v1/messages", HEADERS, b"{}")
+            second = asyncio.create_task(c.open("/v1/messages", HEADERS, b"{}"))
+            await asyncio.sleep(0.05)
+            assert not second.done()  # waiting for the slot
+            assert await first.aread() == b"ok"
+            await first.aclose()
+            response = await second
+            assert await response.aread() == b"ok"
+            await response.aclose()
+            await c.aclose()
+
+    asyncio.run(run())
+
+
 def test_a_chunked_body_is_relayed_as_it_arrives() -> None:
     """A chunked answer reaches the caller chunk by chunk, before the upstream has sent the rest."""
 
