@@ -93,11 +93,6 @@ class PromptEntries:
         """The cached entry; None when missing or Redis is unreachable."""
         return entry_of(self.r.call(lambda: self.r.client.hmget(self.key(session_pk), FIELDS), _MISSING))
 
-    def entry_read(self, session_pk: int) -> tuple[str, ...]:
-        """The command `get` sends, for a caller that batches it with reads of its own (`entry_of`
-        reads its reply)."""
-        return ("HMGET", self.key(session_pk), *FIELDS)
-
     def refill(self, session_pk: int, entry: Entry) -> None:
         """Guarded write from the fetch path (the entry was missing, e.g. after a Redis restart);
         best effort."""

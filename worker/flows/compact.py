@@ -223,6 +223,13 @@ def refreshes_memory(*, new_epoch: bool, summarized: bool, system_changed: bool,
     return system_changed or (new_epoch and (summarized or count_text(changes) > MEMORY_NOTE_TOKENS))
 
 
+def job_policy(policy: Policy, current: Transcript, fresh_memory: str, note: str) -> Policy:
+    """The policy a job compacts the turns with: room for the larger of the pinned and the fresh
+    memory block (a new epoch renders the memory as it is now) and for the changes note its fetches
+    will carry. One rule for the job and the replay simulator (worker/flows/simulate.py)."""
+    return turn_policy(policy, max(current, replace(current, memory=fresh_memory), key=prefix_tokens), note)
+
+
 def plan_job(job: JobInput, summarizer: Watched | None = None) -> Plan:
     """The job's decision, a function of what was loaded (and the summarizer's answer)."""
     loaded, request = job.loaded, job.request
@@ -231,11 +238,7 @@ def plan_job(job: JobInput, summarizer: Watched | None = None) -> Plan:
     pinned, pinned_version = pinned_memory(loaded, state)
     current = loaded.current(state, memory=pinned)
     note = clip_note(job.memory_changes, MEMORY_NOTE_TOKENS)
-    # budget for the larger of the two blocks (a new epoch renders the memory as it is now) and
-    # the changes note the fetches will carry
-    engine_policy = turn_policy(
-        job.policy, max(current, replace(current, memory=loaded.memory), key=prefix_tokens), note
-    )
+    engine_policy = job_policy(job.policy, current, loaded.memory, note)
     waiting = why_not_quiet(current, busy=row.activity == "busy")
     s = epochs.step(
         current,

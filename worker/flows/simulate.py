@@ -29,7 +29,6 @@ from worker.compaction.assemble import (
     assemble,
     finish,
     note_tokens,
-    prefix_tokens,
     served_tokens,
     status_note,
     turn_policy,
@@ -42,7 +41,7 @@ from worker.compaction.pricing import Billed, PromptCache, total
 from worker.compaction.quiet import is_quiet
 from worker.compaction.tokens import count_message, count_request, count_text
 from worker.compaction.validate import request_problems
-from worker.flows.compact import refreshes_memory
+from worker.flows.compact import job_policy, refreshes_memory
 from worker.ingest import ingest
 from worker.memory.model import Item, changes_note, clip_note, render
 from worker.memory.observe import observations
@@ -352,9 +351,7 @@ def _job(sim: _Sim, start: float) -> _Job:
         current = replace(current, memory=fresh)
     changes = changes_note(pinned, sim.items, 1 << 30)
     note = clip_note(changes, MEMORY_NOTE_TOKENS)
-    # budget for the larger of the two blocks (a new epoch renders the memory as it is now) and
-    # the changes note the fetches will carry
-    policy = turn_policy(sim.policy, max(current, replace(current, memory=fresh), key=prefix_tokens), note)
+    policy = job_policy(sim.policy, current, fresh, note)
     result = step(current, policy, pending=sim.pending, quiet=is_quiet(current))
     publish = result.publish
     new_epoch = result.verdict.decision is Decision.NEW_EPOCH

@@ -38,7 +38,6 @@ from api.http.upstream import (
     open_stream,
     returned_headers,
 )
-from worker.cache.prompts import entry_of
 from worker.compaction.assemble import merge_roles
 from worker.compaction.errors import InvalidTranscript
 from worker.compaction.tools import tool_definitions
@@ -346,13 +345,16 @@ class EntryPrefetch:
         if pk is None:
             return []
         self.read = (records[0].session_id, pk)
-        return [cache.prompts.entry_read(pk)]
+        return [self.request.app.state.entry_memo.read(cache.prompts, pk)]
 
     def entry(self, replies: list[Any] | None) -> Prefetched | None:
-        """(session id, pk, its entry or None: none cached); None when nothing was read."""
-        if self.read is None or not replies or replies[0] is None:
-            return None  # not read, or Redis answered an error (LOADING, BUSY ...): read it again
-        return (*self.read, entry_of(replies[0]))
+        """(session id, pk, its entry or None: none cached); None when nothing was read, or what
+        was read cannot stand for the entry (a stale held copy, an error reply such as LOADING):
+        reconcile_ahead reads it again. The fetch route's EntryMemo: a held copy costs no read."""
+        if self.read is None or not replies:
+            return None
+        entry = self.request.app.state.entry_memo.answer(self.read[1], replies[0])
+        return None if entry is False else (*self.read, entry)
 
 
 Parsed = tuple[bytes, dict[str, Any], Conversation | None, ProxyError | None]

@@ -46,7 +46,7 @@ async def prompt_body(sid: str, request: Request) -> bytes:
     known: list[int] = []
 
     def entry_read(tenant: int) -> list[tuple[str, ...]]:
-        # the session's cached entry (or, when this process holds it, its rev), read in the key
+        # the session's cached entry (or, when this process holds it, its stamp), read in the key
         # check's Redis round trip
         pk = cache.pks.get((tenant, sid))
         if pk is None:
