@@ -83,7 +83,7 @@ ROWS: tuple[tuple[tuple[str, ...], str], ...] = (
     (
         ("prompt_memo_mb",),
         "per API process: prompt entries it served, kept while Redis holds them at the same stamp "
-        "(a fetch then reads under 100 bytes from Redis instead of the entry); 0 turns it off",
+        "(a fetch then reads a few bytes from Redis instead of the entry); 0 turns it off",
     ),
     (
         ("log_format",),

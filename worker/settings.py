@@ -91,7 +91,7 @@ class Settings(BaseSettings):
 
     redis_socket_timeout_seconds: float = 0.25
     # per API process: the prompt entries it served last, kept while Redis still holds them at the
-    # same stamp (a fetch then reads under 100 bytes from Redis instead of the entry)
+    # same stamp (a fetch then reads a few bytes from Redis instead of the entry)
     prompt_memo_mb: int = Field(default=64, ge=0)
     # PostgreSQL: a lock wait gives up after this long (an append answers 503, Retry-After) and the
     # server rolls back a session idle inside a transaction this long (a frozen process's locks)

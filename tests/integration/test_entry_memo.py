@@ -4,8 +4,10 @@ after the worker publishes a new one (the memo's copy is never served once Redis
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,9 @@ from fastapi.testclient import TestClient
 
 from api.http.app import create_app
 from tests.integration.conftest import flush_prefix, make_settings
+from worker.cache.cache import Cache
+from worker.cache.client import make_redis
+from worker.cache.prompts import Entry, EntryMemo
 from worker.flows import compact as jobs
 from worker.store.sessions import get_session
 from worker.store.tenants import create_tenant
@@ -59,7 +64,38 @@ def test_a_held_entry_is_served_until_a_new_one_is_published(
     pk = get_session(res.engine, tid, "s1").id
     assert pk in memo.app.state.entry_memo.entries  # type: ignore[attr-defined]
     assert fetch(memo) == first == fetch(plain)  # served from the held copy: the same bytes
+    held = memo.app.state.entry_memo.entries  # type: ignore[attr-defined]
+    stamp_before = held[pk][0]
     append_and_publish("now fix the flaky one", 4)
     second = fetch(memo)  # Redis holds another rev: never the held copy
     assert second == fetch(plain) and b"now fix the flaky one" in second and second != first
+    # the new entry came back in that fetch's one round trip and is held from there
+    assert pk in held and held[pk][0] != stamp_before
     assert fetch(memo) == second
+
+
+def test_the_stamp_check_runs_in_redis(redis_url: str) -> None:
+    """The memo's conditional read against real Redis: 1 while the entry keeps the held copy's
+    stamp; the whole entry once any write moved it (a publish, a file-list refresh, a writer that
+    predates the rev and left it as it was); every field nil once the entry is gone."""
+    cache = Cache(make_redis(redis_url), f"test-memo-{uuid.uuid4().hex[:8]}:")
+    memo, prompts, r = EntryMemo(1 << 20), cache.prompts, cache.client
+    key = prompts.key(1)
+
+    def ask() -> object:
+        reply = r.execute_command(*memo.read(prompts, 1))
+        return memo.answer(1, reply)
+
+    try:
+        first = Entry(1, 2, 0, b"[]", b'{"a":1}', b"", 10, b"[]")
+        assert prompts.put(1, first)
+        assert ask() == first and r.execute_command(*memo.read(prompts, 1)) == 1
+        assert prompts.refresh_files(1, (1, 2, 0), b'[["f", "text", 3, []]]', 1)
+        assert ask() == replace(first, files=b'[["f", "text", 3, []]]')
+        r.hset(key, mapping={"through": 4, "head": b'{"b":2}'})  # an older worker: rev untouched
+        assert ask() == replace(first, through=4, head=b'{"b":2}', files=b'[["f", "text", 3, []]]')
+        r.delete(key)
+        assert ask() is None and memo.read(prompts, 1)[0] == "HMGET"
+    finally:
+        r.delete(key)
+        r.close()

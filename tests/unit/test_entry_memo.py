@@ -1,5 +1,6 @@
-"""The API process's memo of prompt entries (worker/cache/prompts.py EntryMemo): a held copy is served
-only while Redis still holds the entry at the copy's rev, and the memo stays within its bytes."""
+"""The API process's memo of prompt entries (worker/cache/prompts.py EntryMemo): what it asks Redis
+for, what each answer stands for, and that it stays within its bytes. The stamp check itself runs in
+Redis: tests/integration/test_entry_memo.py."""
 
 from __future__ import annotations
 
@@ -19,60 +20,55 @@ def entry(head: bytes) -> Entry:
     return Entry(1, 2, 0, b"[]", head, b"", 10, b"[]")
 
 
-def stamp(rev: bytes, e: Entry) -> list[Any]:
-    """What Redis answers to the memo's small read (STAMP's fields) for entry `e` at `rev`."""
-    return [rev, b"0", str(e.epoch).encode(), str(e.through).encode(), str(e.memver).encode()]
-
-
 def full_reply(rev: bytes, e: Entry) -> list[Any]:
-    """What Redis answers to the memo's full read: the stamp, then the entry's fields."""
-    return [*stamp(rev, e), *[v if isinstance(v, bytes) else str(v).encode() for v in entry_values(e)]]
+    """What Redis answers with the entry: its stamp, then its fields."""
+    stamp = [rev, b"0", str(e.epoch).encode(), str(e.through).encode(), str(e.memver).encode()]
+    return [*stamp, *[v if isinstance(v, bytes) else str(v).encode() for v in entry_values(e)]]
 
 
-def test_a_copy_is_held_after_a_full_read_and_served_while_the_rev_is_unchanged() -> None:
-    """After a full read the memo asks Redis for the rev alone and serves its copy while the rev is the
-    same."""
+def test_a_held_copy_is_checked_by_its_stamp_and_served_while_unchanged() -> None:
+    """Without a copy the memo reads the entry whole; with one it asks for the entry unless the
+    copy's stamp still holds, and Redis's 1 (it does) stands for the held copy."""
     memo, prompts = EntryMemo(1 << 20), Prompts()
     assert memo.read(prompts, 7) == ("HMGET", "p:7", *STAMP, *FIELDS)
     assert memo.answer(7, full_reply(b"r1", entry(b'{"a":1}'))) == entry(b'{"a":1}')
-    assert memo.read(prompts, 7) == ("HMGET", "p:7", *STAMP)
-    assert memo.answer(7, stamp(b"r1", entry(b"x"))) == entry(b'{"a":1}')
+    command = memo.read(prompts, 7)
+    assert command[0] == "EVAL" and command[2:] == (1, "p:7", b"r1", b"0", b"1", b"2", b"0")
+    assert memo.answer(7, 1) == entry(b'{"a":1}')
 
 
-def test_a_changed_or_missing_rev_drops_the_copy_and_asks_for_a_read() -> None:
-    """A rev that changed, or none at all, drops the copy: the caller reads the entry and the next round
-    trip asks for it whole."""
+def test_a_changed_entry_comes_back_whole_and_replaces_the_copy() -> None:
+    """An entry whose stamp moved is answered whole in the same round trip: served, and held with
+    its own stamp from then on."""
     memo, prompts = EntryMemo(1 << 20), Prompts()
-    held = entry(b"x")
-    memo.answer(7, full_reply(b"r1", held))
-    assert memo.answer(7, stamp(b"r2", held)) is False  # rewritten since: never the held copy
-    assert len(memo.read(prompts, 7)) == 2 + len(STAMP) + len(FIELDS)
-    memo.answer(7, full_reply(b"r2", held))
-    moved = Entry(held.epoch, held.through + 2, held.memver, b"[]", b"x", b"", 10, b"[]")
-    assert memo.answer(7, stamp(b"r2", moved)) is False  # a writer that kept the rev moved `through`
-    memo.answer(7, full_reply(b"r3", held))
-    assert memo.answer(7, [None] * len(STAMP)) is False  # the entry is gone from Redis
-    assert memo.answer(7, None) is False  # an error reply
-    assert len(memo.read(prompts, 7)) == 2 + len(STAMP) + len(FIELDS)
+    memo.answer(7, full_reply(b"r1", entry(b"x")))
+    assert memo.answer(7, full_reply(b"r2", entry(b"y"))) == entry(b"y")
+    assert memo.read(prompts, 7)[4] == b"r2"
+    assert memo.answer(7, 1) == entry(b"y")
 
 
-def test_no_entry_in_redis_is_none_and_nothing_is_held() -> None:
-    """No entry in Redis is None (the fetch assembles from the database) and nothing is held."""
+def test_no_entry_or_an_error_reply_drops_the_copy() -> None:
+    """No entry in Redis any more is None (the fetch assembles from the database), an error reply
+    is False (the caller reads the entry itself); either way nothing is held after."""
     memo, prompts = EntryMemo(1 << 20), Prompts()
+    memo.answer(7, full_reply(b"r1", entry(b"x")))
     assert memo.answer(7, [None] * (len(STAMP) + len(FIELDS))) is None
-    assert len(memo.read(prompts, 7)) == 2 + len(STAMP) + len(FIELDS)
+    assert memo.read(prompts, 7)[0] == "HMGET"
+    memo.answer(7, full_reply(b"r1", entry(b"x")))
+    assert memo.answer(7, None) is False
+    assert memo.read(prompts, 7)[0] == "HMGET"
+    assert memo.answer(8, 1) is False  # a 1 for a copy it does not hold stands for nothing
 
 
 def test_the_memo_keeps_within_its_bytes_dropping_the_least_recently_served() -> None:
-    """Past its bytes the memo drops the least recently served copy, and never holds an entry larger than
-    itself."""
+    """Past its bytes the memo drops the least recently served copy, and never holds an entry larger
+    than itself."""
     memo, prompts = EntryMemo(3_000), Prompts()
     for pk in (1, 2):
         memo.answer(pk, full_reply(b"r", entry(b"h" * 1_000)))
-    memo.answer(1, stamp(b"r", entry(b"")))  # served again: now the most recent
+    memo.answer(1, 1)  # served again: now the most recent
     memo.answer(3, full_reply(b"r", entry(b"h" * 1_000)))
-    small = 2 + len(STAMP)
-    assert [len(memo.read(prompts, pk)) == small for pk in (1, 2, 3)] == [True, False, True]
+    assert [memo.read(prompts, pk)[0] for pk in (1, 2, 3)] == ["EVAL", "HMGET", "EVAL"]
     assert memo.held <= 3_000
     memo.answer(4, full_reply(b"r", entry(b"h" * 5_000)))  # larger than the whole memo: not held
-    assert len(memo.read(prompts, 4)) > small
+    assert memo.read(prompts, 4)[0] == "HMGET"

@@ -139,40 +139,54 @@ def new_rev() -> bytes:
     return os.urandom(8).hex().encode()
 
 
-# What a fetch holding a copy reads instead of the entry: the rev, and the fields a writer that
-# predates the rev (an older worker mid-upgrade) still moves on every write of its own
+# What a fetch holding a copy checks instead of reading the entry: the rev, and the fields a writer
+# that predates the rev (an older worker mid-upgrade) still moves on every write of its own
 STAMP = ("rev", "files_ver", "epoch", "through", "memver")
+# The entry unless it still has the stamp given (ARGV, in STAMP's order): 1 when it does, else its
+# stamp and fields as one HMGET would answer (every one nil when there is no entry)
+_UNLESS_STAMPED = (
+    "local cur = redis.call('HMGET', KEYS[1], "
+    + ", ".join(f"'{f}'" for f in STAMP)
+    + ")\nfor i = 1, #ARGV do if cur[i] ~= ARGV[i] then return redis.call('HMGET', KEYS[1], "
+    + ", ".join(f"'{f}'" for f in (*STAMP, *FIELDS))
+    + ") end end\nreturn 1"
+)
 
 
 class EntryMemo:
     """The prompt entries one API process served last, by session pk, with the stamp (`STAMP`)
-    Redis held each at: a fetch whose entry still has that stamp reads it (under 100 bytes) in the
-    key check's round trip instead of the whole entry (150 KB at 10,000 turns, 600 KB at a full
-    200k window). Bounded by the bytes it holds, least recently served out first. One per API
-    process; event loop only."""
+    Redis held each at: a fetch holding a copy asks for the entry only if its stamp changed (one
+    round trip either way), so an unchanged entry costs a few bytes instead of itself (150 KB at
+    10,000 turns, 600 KB at a full 200k window). Bounded by the bytes it holds, least recently
+    served out first. One per API process; event loop only."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes, self.held = max_bytes, 0
         self.entries: OrderedDict[int, tuple[list[Any], Entry, int]] = OrderedDict()
 
-    def read(self, prompts: PromptEntries, session_pk: int) -> tuple[str, ...]:
-        """The command for the round trip: the stamp when a copy is held, else stamp and entry."""
+    def read(self, prompts: PromptEntries, session_pk: int) -> tuple[Any, ...]:
+        """The command for the round trip: the entry, or, when a copy is held, the entry unless it
+        still has the copy's stamp."""
         key = prompts.key(session_pk)
-        fields = STAMP if session_pk in self.entries else (*STAMP, *FIELDS)
-        return ("HMGET", key, *fields)
+        held = self.entries.get(session_pk)
+        if held is None:
+            return ("HMGET", key, *STAMP, *FIELDS)
+        return ("EVAL", _UNLESS_STAMPED, 1, key, *held[0])
 
     def answer(self, session_pk: int, reply: Any) -> Entry | Literal[False] | None:
         """The entry `reply` (to `read`'s command) stands for: the held copy when its stamp is
-        still the one in Redis, the entry read along (held from now on), None when Redis has none,
-        or False when the held copy is stale or the reply an error (the caller reads the entry)."""
+        still the one in Redis (1), the entry read along (held from now on), None when Redis has
+        none, or False when the reply is an error (the caller reads the entry)."""
         if isinstance(reply, list) and len(reply) == len(STAMP) + len(FIELDS):
             stamp, values = reply[: len(STAMP)], reply[len(STAMP) :]
             entry = entry_of(values)
-            if entry is not None and stamp[0]:
+            if entry is not None and all(v is not None for v in stamp):
                 self._hold(session_pk, stamp, entry)
+            else:
+                self._drop(session_pk)
             return entry
         held = self.entries.get(session_pk)
-        if held is not None and reply == held[0]:
+        if held is not None and reply == 1:
             self.entries.move_to_end(session_pk)
             return held[1]
         self._drop(session_pk)
