@@ -168,6 +168,17 @@ def _byte_offset(region: str, raw: bytes, index: int) -> int:
     return len(region[:index].encode("utf-8", "surrogatepass"))
 
 
+_UNANCHORED = re2._Anchor.UNANCHORED
+
+
+def _leftmost(regex: re2._Regexp, data: bytes, pos: int) -> int | None:
+    """Where regex first matches in data at or after pos (None: nowhere): RE2's own search, without
+    the wrapper's generator and match object (the lanes ask each part about every text: most of a
+    short text's scan was the wrapper)."""
+    start: int = regex._regexp.Match(_UNANCHORED, data, pos, len(data))[0][0]
+    return None if start < 0 else start
+
+
 def _next_start(lane: _Lane, data: bytes, pos: int, starts: list[int | None]) -> int | None:
     """The leftmost position at or after pos where a detector of the lane matches. starts[i] is
     part i's leftmost start from an earlier pos (-1: not searched yet), still its answer while
@@ -176,8 +187,7 @@ def _next_start(lane: _Lane, data: bytes, pos: int, starts: list[int | None]) ->
     for i, part in enumerate(lane.parts):
         at = starts[i]
         if at is not None and at < pos:
-            found = part.regex.search(data, pos)
-            at = starts[i] = None if found is None else found.start()
+            at = starts[i] = _leftmost(part.regex, data, pos)
         if at is not None and (best is None or at < best):
             best = at
     return best
@@ -366,7 +376,8 @@ def find_spans(data: bytes, rules: Ruleset = ALL, depth: int = 1) -> list[Span]:
                 start, end = run_start + where[a], run_start + where[b]
                 if not _overlaps(spans, start, end) and not _overlaps(extra, start, end):
                     extra.append((kind, start, end))
-    if depth > 0:
+    # a base64 run is 16 or more characters
+    if depth > 0 and len(data) >= 16:
         for m in (_BASE64_RUN_STRICT if rules.strict else _BASE64_RUN).finditer(data):
             start, end = m.span()
             if _overlaps(spans, start, end) or _overlaps(extra, start, end):
