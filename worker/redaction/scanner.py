@@ -28,6 +28,7 @@ from worker.redaction.configs import config_spans, merged
 from worker.redaction.detectors import DETECTORS
 from worker.redaction.manifests import kubernetes_secret_spans
 from worker.redaction.rules import Detector
+from worker.redaction.search import leftmost, match_spans
 from worker.redaction.strict import STRICT_DETECTORS
 
 
@@ -168,17 +169,6 @@ def _byte_offset(region: str, raw: bytes, index: int) -> int:
     return len(region[:index].encode("utf-8", "surrogatepass"))
 
 
-_UNANCHORED = re2._Anchor.UNANCHORED
-
-
-def _leftmost(regex: re2._Regexp, data: bytes, pos: int) -> int | None:
-    """Where regex first matches in data at or after pos (None: nowhere): RE2's own search, without
-    the wrapper's generator and match object (the lanes ask each part about every text: most of a
-    short text's scan was the wrapper)."""
-    start: int = regex._regexp.Match(_UNANCHORED, data, pos, len(data))[0][0]
-    return None if start < 0 else start
-
-
 def _next_start(lane: _Lane, data: bytes, pos: int, starts: list[int | None]) -> int | None:
     """The leftmost position at or after pos where a detector of the lane matches. starts[i] is
     part i's leftmost start from an earlier pos (-1: not searched yet), still its answer while
@@ -187,7 +177,7 @@ def _next_start(lane: _Lane, data: bytes, pos: int, starts: list[int | None]) ->
     for i, part in enumerate(lane.parts):
         at = starts[i]
         if at is not None and at < pos:
-            at = starts[i] = _leftmost(part.regex, data, pos)
+            at = starts[i] = leftmost(part.regex, data, pos)
         if at is not None and (best is None or at < best):
             best = at
     return best
@@ -378,11 +368,10 @@ def find_spans(data: bytes, rules: Ruleset = ALL, depth: int = 1) -> list[Span]:
                     extra.append((kind, start, end))
     # a base64 run is 16 or more characters
     if depth > 0 and len(data) >= 16:
-        for m in (_BASE64_RUN_STRICT if rules.strict else _BASE64_RUN).finditer(data):
-            start, end = m.span()
+        for start, end in match_spans(_BASE64_RUN_STRICT if rules.strict else _BASE64_RUN, data):
             if _overlaps(spans, start, end) or _overlaps(extra, start, end):
                 continue
-            text = _base64_text(m.group(0))
+            text = _base64_text(data[start:end])
             inner = find_spans(text, rules, depth - 1) if text is not None else []
             if inner:
                 extra.append((inner[0][0], start, end))
