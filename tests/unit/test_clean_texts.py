@@ -3,6 +3,9 @@ again; the results are those of a Redactor that remembers nothing."""
 
 from __future__ import annotations
 
+import sys
+import threading
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -66,3 +69,30 @@ def test_the_memory_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     assert len(redactor.clean._seen) == 5
     assert redact.CleanTexts.digest(b"step 11 done") in redactor.clean
     assert redact.CleanTexts.digest(b"step 0 done") not in redactor.clean
+
+
+def test_threads_that_share_a_redactor_never_trip_over_its_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    """API threads redact with one Redactor: forgetting the oldest digest while another thread adds
+    one raises nothing (a dict changed between `iter` and `next` used to)."""
+    monkeypatch.setattr(redact, "CLEAN_KEPT", 4)
+    memory = redact.CleanTexts()
+    errors: list[str] = []
+
+    def add(k: int) -> None:
+        try:
+            for i in range(5_000):
+                memory.add(redact.CleanTexts.digest(b"%d-%d" % (k, i)))
+        except Exception as exc:  # any error is the failure
+            errors.append(repr(exc))
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=add, args=(k,)) for k in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert errors == []

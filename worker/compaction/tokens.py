@@ -9,6 +9,7 @@ a model's own tokenizer.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Sequence
 from functools import lru_cache
@@ -83,9 +84,10 @@ def _count_cached(text: str) -> int:
     if n is None:
         n = encoding().count(text)
         if len(_COUNTS) >= _COUNTS_KEPT:
-            # the oldest first (dicts keep insertion order): a bounded memo, not a true LRU;
-            # pop with defaults: API threads count concurrently
-            _COUNTS.pop(next(iter(_COUNTS), ""), None)
+            # the oldest first (dicts keep insertion order): a bounded memo, not a true LRU. API
+            # threads count concurrently: another may change the dict between `iter` and `next`
+            with contextlib.suppress(RuntimeError):
+                _COUNTS.pop(next(iter(_COUNTS), ""), None)
         _COUNTS[text] = n
     return n
 

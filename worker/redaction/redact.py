@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import hashlib
 import hmac
 import re
@@ -158,8 +159,10 @@ class CleanTexts:
 
     def add(self, digest: bytes) -> None:
         if len(self._seen) >= CLEAN_KEPT:
-            # pop with a default: another thread may have emptied it
-            self._seen.pop(next(iter(self._seen), b""), None)
+            # the oldest first; another thread may change the dict between `iter` and `next` (then
+            # this add forgets nothing, the next one does)
+            with contextlib.suppress(RuntimeError):
+                self._seen.pop(next(iter(self._seen), b""), None)
         self._seen[digest] = None
 
 
