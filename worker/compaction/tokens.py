@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Sequence
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Any
 
 import quicktok
@@ -40,7 +40,11 @@ class Encoding:
 
     def __init__(self) -> None:
         self._counter: Any = quicktok.get_encoding("cl100k_base")
-        self._ids = tiktoken.get_encoding(ENCODING_NAME)
+
+    @cached_property
+    def _ids(self) -> tiktoken.Encoding:
+        # loaded on first use: a process that only counts (the API's appends) never loads it
+        return tiktoken.get_encoding(ENCODING_NAME)
 
     def encode_ordinary(self, text: str) -> list[int]:
         """The ids of text, special-token strings read as plain text."""
