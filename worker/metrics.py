@@ -246,8 +246,10 @@ class CountingRedactor(Redactor):
     counts: Counter[str] = field(default_factory=Counter, compare=False, hash=False)
 
     @classmethod
-    def of(cls, redactor: Redactor) -> CountingRedactor:
-        return cls(redactor.key, redactor.rules, redactor.clean)
+    def of(cls, redactor: Redactor, scope: bytes = b"") -> CountingRedactor:
+        """One for an append: the redactor's rules and memory of clean texts, keyed by `scope`
+        (the tenant)."""
+        return cls(redactor.key, redactor.rules, redactor.clean.scoped(scope))
 
     def placeholder(self, kind: str, secret: str) -> str:
         self.counts[kind] += 1

@@ -16,7 +16,8 @@ Floors, each a bound for the policies that keep at least that much:
 - `any`: the whole budget for the prompt; floor: the system prompt and the task (the first user
   message). Nothing else kept: no notes, no recent turns, no memory.
 - `service`: the budget less the status note's room (600) and the memory block at its budget;
-  floor: system prompt, task and the keep window (`keep_share` of the budget, verbatim).
+  floor: system prompt, task and the keep window (`keep_share` of the budget, verbatim; it
+  holds the fetch's new turns, so the floor is base + max(keep window, new turns)).
 - `+notes`: `service` with handoff notes of `notes_share` of the budget kept too (today's notes
   grow to about this at 32k; their ceiling is `notes_max_share`).
 A fetch whose new turns alone pass the budget over the floor makes the bound unreachable ("no").
@@ -50,16 +51,17 @@ def new_tokens(turns: Sequence[Turn]) -> list[int]:
     return out
 
 
-def fewest_epochs(new: Sequence[int], budget: int, floor: int) -> int | None:
+def fewest_epochs(new: Sequence[int], budget: int, floor: int, keep: int = 0) -> int | None:
     """The fewest rewrites that keep every fetch within `budget` when each fetch adds `new[k]`
-    tokens and a rewrite leaves `floor` plus that fetch's new tokens (None: some fetch cannot fit).
+    tokens and a rewrite leaves `floor` plus the newest `keep` tokens, which hold that fetch's new
+    tokens (so at least those; None: some fetch cannot fit).
     Greedy is optimal: a rewrite as late as possible leaves the same state as an earlier one."""
     prompt, epochs = 0, 0
     for n in new:
         if prompt + n <= budget:
             prompt += n
             continue
-        epochs, prompt = epochs + 1, floor + n
+        epochs, prompt = epochs + 1, floor + max(keep, n)
         if prompt > budget:
             return None
     return epochs
@@ -72,15 +74,16 @@ def bound(turns: Sequence[Turn], system_tokens: int, policy: Policy) -> dict[str
         new[0] += system_tokens
     budget, task = policy.budget_tokens, turns[0].tokens if turns else 0
     service = budget - FILES_NOTE_TOKENS - policy.memory_budget_tokens
-    floors = {
-        "any": (budget, system_tokens + task),
-        "service": (service, system_tokens + task + policy.keep_tokens),
-        "+notes": (service, system_tokens + task + policy.keep_tokens + int(budget * NOTES_SHARE)),
+    base = system_tokens + task
+    floors = {  # room, floor, the newest tokens kept verbatim (the keep window holds the new turns)
+        "any": (budget, base, 0),
+        "service": (service, base, policy.keep_tokens),
+        "+notes": (service, base + int(budget * NOTES_SHARE), policy.keep_tokens),
     }
     pairs = max(1, len(new) - 1)
     row: dict[str, Any] = {"fetches": len(new), "new_tokens": sum(new), "max_new": max(new, default=0)}
-    for name, (room, floor) in floors.items():
-        epochs = fewest_epochs(new, room, floor)
+    for name, (room, floor, keep) in floors.items():
+        epochs = fewest_epochs(new, room, floor, keep)
         row[f"epochs_{name}"] = "no" if epochs is None else epochs
         row[f"prefix_{name}"] = "no" if epochs is None else round(1 - epochs / pairs, 3)
     return row

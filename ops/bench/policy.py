@@ -34,6 +34,7 @@ from unittest import mock
 
 from ops.bench.common import data_dir, table
 from ops.bench.fidelity import final_fidelity
+from worker.compaction.epochs import Step
 from worker.compaction.formats import load_transcript
 from worker.compaction.model import Policy, Transcript
 from worker.flows import simulate
@@ -113,9 +114,9 @@ def refresh_at_summary(*, new_epoch: bool, rewrote_top: bool, system_changed: bo
     return system_changed or (new_epoch and rewrote_top)
 
 
-def never_stacked(current: Transcript, publish: Transcript) -> bool:
-    """`stacks_notes` for the old memory rule: every summary round counts as rewriting the top."""
-    return False
+def every_summary(current: Transcript, s: Step) -> bool:
+    """`rewrites_top` for the old memory rule: every summary round counts as rewriting the top."""
+    return s.publish.handoff != current.handoff
 
 
 Loaded = tuple[str, list[dict[str, Any]], list[float | None] | None]  # system, messages, times
@@ -267,11 +268,11 @@ def one(variant: str, session: str, window: int, pace: str, root: Path) -> dict[
     base = variant.removesuffix(MEMORY_AT_SUMMARY).removesuffix(MEMORY_EVERY_SUMMARY)
     policy = Policy().for_window(window).with_overrides(VARIANTS[base])
     rule = refresh_at_summary if variant.endswith(MEMORY_AT_SUMMARY) else simulate.refreshes_memory
-    stacks = never_stacked if variant.endswith(MEMORY_EVERY_SUMMARY) else simulate.stacks_notes
+    top = every_summary if variant.endswith(MEMORY_EVERY_SUMMARY) else simulate.rewrites_top
     recorded = Recorded(through_proxy(system) if session.endswith("+proxy") else None)
     with (
         mock.patch.object(simulate, "refreshes_memory", rule),
-        mock.patch.object(simulate, "stacks_notes", stacks),
+        mock.patch.object(simulate, "rewrites_top", top),
     ):
         report = replay(
             system,

@@ -53,11 +53,23 @@ def test_only_digests_are_kept_and_counting_redactors_share_them() -> None:
     append (`CountingRedactor.of`) remembers into its Redactor's memory."""
     base = Redactor(KEY)
     counting = CountingRedactor.of(base)
-    assert counting.clean is base.clean
+    assert counting.clean._seen is base.clean._seen
     counting.redact_text("Bash tool ran: ls -la /tmp")
     seen = list(base.clean._seen)
     assert len(seen) == 1 and all(isinstance(d, bytes) and len(d) == 16 for d in seen)
-    assert redact.CleanTexts.digest(b"Bash tool ran: ls -la /tmp") in base.clean
+    assert base.clean.digest(b"Bash tool ran: ls -la /tmp") in base.clean
+
+
+def test_a_tenant_never_skips_a_scan_for_another_tenants_text() -> None:
+    """Appends of two tenants share the memory's room but not its verdicts: a text one tenant sent
+    is scanned again when another sends it (no timing tells a tenant what others sent)."""
+    base = Redactor(KEY)
+    first, second = CountingRedactor.of(base, b"tenant:1"), CountingRedactor.of(base, b"tenant:2")
+    first.redact_text("Bash tool ran: ls -la /tmp")
+    assert first.clean.digest(b"Bash tool ran: ls -la /tmp") in first.clean
+    assert second.clean.digest(b"Bash tool ran: ls -la /tmp") not in second.clean
+    second.redact_text("Bash tool ran: ls -la /tmp")
+    assert len(base.clean._seen) == 2
 
 
 def test_the_memory_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -67,8 +79,8 @@ def test_the_memory_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     for i in range(12):
         redactor.redact_text(f"step {i} done")
     assert len(redactor.clean._seen) == 5
-    assert redact.CleanTexts.digest(b"step 11 done") in redactor.clean
-    assert redact.CleanTexts.digest(b"step 0 done") not in redactor.clean
+    assert redactor.clean.digest(b"step 11 done") in redactor.clean
+    assert redactor.clean.digest(b"step 0 done") not in redactor.clean
 
 
 def test_threads_that_share_a_redactor_never_trip_over_its_memory(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -81,7 +93,7 @@ def test_threads_that_share_a_redactor_never_trip_over_its_memory(monkeypatch: p
     def add(k: int) -> None:
         try:
             for i in range(5_000):
-                memory.add(redact.CleanTexts.digest(b"%d-%d" % (k, i)))
+                memory.add(memory.digest(b"%d-%d" % (k, i)))
         except Exception as exc:  # any error is the failure
             errors.append(repr(exc))
 

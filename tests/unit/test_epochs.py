@@ -22,6 +22,7 @@ from worker.compaction.epochs import (
 )
 from worker.compaction.model import Policy, Transcript, Turn
 from worker.compaction.pipeline import compact
+from worker.compaction.ports import Summarizer, SummarizerError, SummaryRequest, SummaryResult
 from worker.compaction.tokens import count_message
 from worker.compaction.validate import request_problems
 from worker.flows.simulate import Pace, replay
@@ -71,6 +72,8 @@ def test_over_the_trigger_any_saving_is_published() -> None:
         (10**9, False, Decision.SKIP),  # too small a saving waits for the summary
         (10**9, True, Decision.NEW_EPOCH),  # past the deadline any saving is taken
         (1, False, Decision.NEW_EPOCH),  # a saving over the minimum is taken
+        (-1, False, Decision.NEW_EPOCH),  # a saving of exactly the minimum is taken
+        (-2, False, Decision.SKIP),  # one token short of it waits
     ],
 )
 def test_past_the_trigger_a_rewrite_must_save_the_minimum_or_be_past_the_deadline(
@@ -84,9 +87,10 @@ def test_past_the_trigger_a_rewrite_must_save_the_minimum_or_be_past_the_deadlin
     tokens = t.tokens()
     # a window whose trigger lies under the prompt and whose deadline lies under or over it
     window = int(tokens / 0.9) if past_deadline else int(tokens * 1.4)
-    policy = Policy(
-        context_window=window, output_reserve=0, worth_it_tokens=10**9, shrink_min_tokens=shrink_min_tokens
-    )
+    saved = tokens - out.tokens()
+    # -1: exactly the saving; -2: one token more than it
+    minimum = {-1: saved, -2: saved + 1}.get(shrink_min_tokens, shrink_min_tokens)
+    policy = Policy(context_window=window, output_reserve=0, worth_it_tokens=10**9, shrink_min_tokens=minimum)
     assert tokens > policy.summarize_trigger_tokens
     assert (tokens > policy.deadline_tokens) is past_deadline
     assert decide(t, out, policy).decision is expected
@@ -167,6 +171,30 @@ def test_a_summary_is_prepared_ahead_and_switched_by_the_rules(
     else:
         assert s.publish.handoff is not None and s.pending is None
         assert request_problems(assemble(s.publish), allow_pending_tool_use=True) == []
+
+
+class _Failing:
+    def summarize(self, request: SummaryRequest) -> SummaryResult:
+        raise SummarizerError("down")
+
+
+@pytest.mark.parametrize(
+    ("summarizer", "decision"), [(None, Decision.SKIP), (_Failing(), Decision.NEW_EPOCH)]
+)
+def test_a_small_saving_waits_only_for_a_summary_on_its_way(
+    summarizer: Summarizer | None, decision: Decision
+) -> None:
+    """Past the trigger and short of the deadline, a structural saving under the minimum waits
+    when a summary is pending; when summarizing failed none is coming, so the saving is taken."""
+    policy = Policy(
+        context_window=200_000, output_reserve=8_000, summarize_trigger=0.5, structural_trigger=0.2,
+        worth_it_tokens=10**9, shrink_min_tokens=10**9,
+    )  # fmt: skip
+    small = _session_of(int(policy.summarize_trigger_tokens * 1.1))
+    t = Transcript("s", turns_of(text_of(0, 300), *[text_of(n, 45) for n in range(1, len(small.turns) // 2)]))
+    s = step(t, policy, quiet=False, summarizer=summarizer)  # only the first, large output clips
+    assert s.verdict.saved_tokens > 0 and (s.pending is None) == (summarizer is not None)
+    assert s.verdict.decision is decision
 
 
 def test_a_pending_summary_catches_up_with_the_turns_appended_since() -> None:

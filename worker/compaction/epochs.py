@@ -47,7 +47,8 @@ def decide(current: Transcript, compacted: Transcript, policy: Policy) -> Verdic
     saved = before - after
     # past the trigger a rewrite must shrink the prompt, but one that saves less than
     # `shrink_min_tokens` waits for the summary the next quiet point switches in, unless past
-    # the deadline (each rewrite loses the previous fetch's cached prefix)
+    # the deadline (each rewrite loses the previous fetch's cached prefix); `step` sets the
+    # minimum to 0 when no summary is pending
     gain = saved >= policy.shrink_min_tokens or before > policy.deadline_tokens
     must_shrink = before > policy.summarize_trigger_tokens and saved > 0 and gain
     worth_it = saved >= policy.worth_it_tokens and saved >= policy.worth_it_share * rewritten_tokens(
@@ -132,6 +133,14 @@ def stacks_notes(current: Transcript, publish: Transcript) -> bool:
     cached it, so a new epoch need not rewrite it from the top."""
     old, new = current.handoff, publish.handoff
     return old is not None and new is not None and new != old and new.notes[: len(old.notes)] == old.notes
+
+
+def rewrites_top(current: Transcript, s: Step) -> bool:
+    """Whether a step's publish rewrites the prompt from its top: a new summary that does not
+    stack on the current notes, or a user's /compact (a clean slate, stacked or not). The job and
+    the replay simulator refresh the memory block by this one rule."""
+    summarized = s.publish.handoff != current.handoff
+    return summarized and (s.switch is Switch.FORCED or not stacks_notes(current, s.publish))
 
 
 def blocks_between(turns: Sequence[Turn], after: int, through: int) -> int:
@@ -233,7 +242,9 @@ def step(
             reports=reports + after.reports,
             error=error,
         )
-    verdict = decide(current, structural.transcript, policy)
+    # a small saving waits only for a summary that is on its way (none when summarizing failed)
+    waits = policy if pending is not None else replace(policy, shrink_min_tokens=0)
+    verdict = decide(current, structural.transcript, waits)
     if force and quiet and verdict.decision is Decision.SKIP:
         verdict = replace(verdict, decision=Decision.NEW_EPOCH)  # the user asked: even a small saving
     if verdict.decision is Decision.NEW_EPOCH:

@@ -179,7 +179,8 @@ class Policy:
     worth_it_share: float = 0.25  # of the tokens a rewrite makes the provider cache again
     # past the summarize trigger (below the deadline), the least a structural rewrite must save:
     # less waits for the summary the next quiet point switches in. Issue 27, 32k: 0 (any saving)
-    # made 18-65 epochs instead of 16-57 and cost 1-4% more (BENCHMARKS "Fewer rewrites at 32k")
+    # made 18-65 epochs instead of 16-57 and cost 1-4% more (BENCHMARKS "Fewer rewrites at 32k").
+    # Measured at 32k-200k; below, the deadline (not this) bounds how long a rewrite waits
     shrink_min_tokens: int = 2_000
     turn_trigger: int = 0  # summarize past this many turns (0: off)
     pretrigger_share: float = 0.8  # prepare the summary ahead from this share of the summarize trigger

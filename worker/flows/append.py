@@ -156,7 +156,7 @@ def prepare_append(
 
 def _after_stored(res: Resources, tenant_id: int, session_id: str, body: AppendRequest) -> AfterStored:
     """`body`'s messages ingested after the session's last stored message as it is now."""
-    counting = CountingRedactor.of(res.redactor)
+    counting = CountingRedactor.of(res.redactor, b"tenant:%d" % tenant_id)
     # the stored message this append follows: a secret cut between it and the first new message
     # is redacted on both sides while the new one is still as it came (seams.py)
     stored = last_message(res.engine, tenant_id, session_id)

@@ -23,7 +23,7 @@ from worker.cache.prompts import Entry
 from worker.compaction import epochs
 from worker.compaction.assemble import MEMORY_NOTE_TOKENS, assemble, prefix_tokens, served_tokens, turn_policy
 from worker.compaction.codec import transcript_from_json, transcript_to_json
-from worker.compaction.epochs import Decision, Switch, common_prefix_bytes, stacks_notes
+from worker.compaction.epochs import Decision, Switch, common_prefix_bytes, rewrites_top
 from worker.compaction.model import Policy, Transcript
 from worker.compaction.ports import SummaryResult
 from worker.compaction.quiet import why_not_quiet
@@ -255,11 +255,9 @@ def plan_job(job: JobInput, summarizer: Watched | None = None) -> Plan:
     epoch = (snap.epoch if snap else 0) + (1 if new_epoch or system_changed else 0)
     publish = s.publish
     summarized = publish.handoff != current.handoff
-    # a user's /compact renders the block afresh too, stacked or not: they asked for a clean slate
-    rewrote_top = summarized and (s.switch is Switch.FORCED or not stacks_notes(current, publish))
     if refreshes_memory(
         new_epoch=new_epoch,
-        rewrote_top=rewrote_top,
+        rewrote_top=rewrites_top(current, s),
         system_changed=system_changed,
         changes=job.memory_changes,
     ):

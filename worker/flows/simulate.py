@@ -33,7 +33,7 @@ from worker.compaction.assemble import (
     status_note,
     turn_policy,
 )
-from worker.compaction.epochs import Decision, Step, Switch, extend, served_request, stacks_notes, step
+from worker.compaction.epochs import Decision, Step, Switch, extend, rewrites_top, served_request, step
 from worker.compaction.fit import fit
 from worker.compaction.model import FileWrite, Policy, Transcript, Turn
 from worker.compaction.normalize import normalize_message
@@ -362,7 +362,7 @@ def _job(sim: _Sim, start: float) -> _Job:
     result = step(current, policy, pending=sim.pending, quiet=is_quiet(current))
     publish = result.publish
     new_epoch = result.verdict.decision is Decision.NEW_EPOCH
-    rewrote_top = publish.handoff != current.handoff and not stacks_notes(current, publish)
+    rewrote_top = rewrites_top(current, result)
     if refreshes_memory(new_epoch=new_epoch, rewrote_top=rewrote_top, system_changed=False, changes=changes):
         publish, pinned, note = replace(publish, memory=fresh), sim.items, ""
     if result.pending is not None and result.prepared:

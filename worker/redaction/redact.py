@@ -143,16 +143,23 @@ class CleanTexts:
     """Digests of texts in which a Redactor found nothing: a text seen again (a tool's name, `Bash`,
     in every call; a repeated tool output) skips the scan. The verdict is a function of the bytes
     and the rules alone, so it is the scan's own. Only digests are kept: no text, no secret.
-    Bounded, the oldest forgotten first; safe for threads that share a Redactor."""
+    Bounded, the oldest forgotten first; safe for threads that share a Redactor.
 
-    __slots__ = ("_seen",)
+    Digests are keyed by a scope (`scoped`: the tenant): a tenant never skips a scan because
+    another sent the same text, so the time of its appends tells it nothing of theirs."""
 
-    def __init__(self) -> None:
-        self._seen: dict[bytes, None] = {}
+    __slots__ = ("_scope", "_seen")
 
-    @staticmethod
-    def digest(data: bytes) -> bytes:
-        return hashlib.blake2b(data, digest_size=16).digest()
+    def __init__(self, seen: dict[bytes, None] | None = None, scope: bytes = b"") -> None:
+        self._seen: dict[bytes, None] = {} if seen is None else seen
+        self._scope = scope
+
+    def scoped(self, scope: bytes) -> CleanTexts:
+        """The same bounded memory, its digests keyed by `scope` (at most 64 bytes)."""
+        return CleanTexts(self._seen, scope)
+
+    def digest(self, data: bytes) -> bytes:
+        return hashlib.blake2b(data, digest_size=16, key=self._scope).digest()
 
     def __contains__(self, digest: bytes) -> bool:
         return digest in self._seen
@@ -184,7 +191,7 @@ class Redactor:
     key: bytes
     rules: Ruleset = ALL
     # texts found clean (their scan is a function of the rules): pass it on to a Redactor with the
-    # same rules (`CountingRedactor.of`)
+    # same rules (`CountingRedactor.of`, scoped to the append's tenant)
     clean: CleanTexts = field(default_factory=CleanTexts, compare=False, hash=False, repr=False)
 
     def placeholder(self, kind: str, secret: str) -> str:
@@ -198,7 +205,7 @@ class Redactor:
 
     def _cuts(self, data: bytes) -> list[tuple[int, int, str, str]]:
         """(start, end, kind, secret) of every secret in data, byte offsets, left to right."""
-        digest = CleanTexts.digest(data)
+        digest = self.clean.digest(data)
         if digest in self.clean:
             return []
         cuts = self._scanned_cuts(data)
