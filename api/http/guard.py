@@ -113,6 +113,22 @@ class Guard:
         self.breaker.succeeded()
         return _verdict(results, len(reads), limited=self.per_second > 0)
 
+    async def send(self, commands: Sequence[tuple[Any, ...]]) -> bool:
+        """Best effort: `commands` sent on this connection (no key check, no thread), their replies
+        awaited; False when Redis did not answer them all without an error. Never raises."""
+        if not commands or not self.breaker.allow():
+            return False
+        try:
+            results = await self._round_trip(b"".join(_pack(c) for c in commands), len(commands))
+        except (redis.ConnectionError, redis.TimeoutError, OSError, TimeoutError, RuntimeError):
+            self.breaker.failed()
+            return False
+        except redis.RedisError:
+            self.breaker.succeeded()
+            return False
+        self.breaker.succeeded()
+        return not any(isinstance(r, redis.ResponseError) for r in results)
+
     async def _round_trip(self, packed: bytes, count: int) -> list[Any]:
         pipe = self._pipe
         if pipe is None or not pipe.usable():

@@ -28,6 +28,7 @@ from starlette.types import Receive, Scope, Send
 
 from api.http.deps import Reads, TenantDep, authorize_key
 from api.http.errors import ApiError, NotFound, TooManyRequests
+from api.http.guard import Guard
 from api.http.replies import ReplyGrace, may_wait
 from api.http.routes.prompt import count_served, serve_prompt
 from api.http.upstream import (
@@ -43,7 +44,7 @@ from worker.compaction.assemble import merge_roles
 from worker.compaction.errors import InvalidTranscript
 from worker.compaction.tools import tool_definitions
 from worker.flows import proxy_tools
-from worker.flows.append import BrokenConversation, note_version
+from worker.flows.append import BrokenConversation
 from worker.flows.held_jobs import HeldJobs
 from worker.flows.proxy import (
     Ahead,
@@ -209,7 +210,7 @@ class Call:
     # the compaction jobs its appends asked for, sent once the first event is relayed (HeldJobs)
     jobs: HeldJobs | None = None
     # the append's version being noted in the prompt cache, beside the upstream call (_note_soon)
-    noting: asyncio.Future[None] | None = None
+    noting: asyncio.Future[bool] | None = None
     # the body as read (its known part from KnownPrefixes), kept there once its chains are known
     read: BodyRead | None = None
 
@@ -463,10 +464,15 @@ async def _reconcile_in_order(call: Call, chains: list[str]) -> None:
 
 
 def _note_soon(call: Call, appended: Appended | None) -> None:
-    """note_version in a worker thread, beside the upstream call (a Redis round trip not waited for
-    before it opens); _rounds waits for it before the first byte goes to the client."""
+    """note_version on the key check's connection, beside the upstream call: a Redis round trip the
+    event loop drives (no thread hop), not waited for before the call opens; _rounds waits for it
+    before the first byte goes to the client. Best effort, as note_version."""
     if appended is not None:
-        call.noting = asyncio.get_running_loop().run_in_executor(None, note_version, call.res, appended)
+        guard: Guard = call.request.app.state.guard
+        command = call.res.cache.prompts.note_version_command(
+            appended.session_pk, appended.version, appended.context_window, appended.output_reserve
+        )
+        call.noting = asyncio.ensure_future(guard.send([command]))
 
 
 def _stored(call: Call) -> None:
