@@ -226,9 +226,11 @@ def main() -> dict[str, Any]:
         fake.wait(timeout=15)
         fake.stdout.close()  # type: ignore[union-attr]
         shutil.rmtree(workdir, ignore_errors=True)
-    print(f"POST /v1/messages through compactd vs the stand-in directly, {STEPS} steps per size, streamed:")
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"POST /v1/messages through compactd vs the stand-in directly, {STEPS} steps per size, streamed")
+    print(f"(load average at the end: {load}):")
     print(table(rows, list(rows[0])))
-    return {"sizes": rows, "steps": STEPS, "cores": os.cpu_count()}
+    return {"sizes": rows, "steps": STEPS, "cores": os.cpu_count(), "load_average": load}
 
 
 PHASES = ("parse", "chain", "serve", "build", "commit")
