@@ -140,7 +140,7 @@ def test_a_grown_history_is_read_from_its_new_part() -> None:
 
 
 def test_the_memo_keeps_within_its_bytes() -> None:
-    """Past its byte budget the least recently learnt histories go first."""
+    """Past its byte budget the least recently learnt histories go first; a budget of 0 keeps none."""
     memo = KnownPrefixes(max_bytes=10_000)
     for i in range(20):
         _check(memo, [_message("user", f"{i} " + "x" * 2_000)], "first", scope=i)
@@ -148,3 +148,7 @@ def test_the_memo_keeps_within_its_bytes() -> None:
     assert _check(
         memo, [_message("user", "19 " + "x" * 2_000), _message("assistant", "a")], "first", scope=19
     )
+    off = KnownPrefixes(max_bytes=0)
+    history = [_message("user", "a"), _message("assistant", "b")]
+    assert not _check(off, history, "first") and not _check(off, [*history, _message("user", "c")], "first")
+    assert not off._entries

@@ -161,7 +161,7 @@ class KnownPrefixes:
     def learn(self, read: BodyRead, chains: list[str]) -> None:
         """Keep `read`'s history (its chains computed) for the next request; nothing when its bytes
         are not what orjson would write (then no mark can be placed)."""
-        if read.start < 0:
+        if read.start < 0 or not self._max_bytes:
             return
         scope = read.scope
         marks = _marks(read)
