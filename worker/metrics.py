@@ -247,7 +247,7 @@ class CountingRedactor(Redactor):
 
     @classmethod
     def of(cls, redactor: Redactor) -> CountingRedactor:
-        return cls(redactor.key, redactor.rules)
+        return cls(redactor.key, redactor.rules, redactor.clean)
 
     def placeholder(self, kind: str, secret: str) -> str:
         self.counts[kind] += 1

@@ -5,7 +5,9 @@ Run: python -m ops.bench.policy [--variants today,chosen] [--sessions fa812bfe,.
                                 [--windows 200000,64000,32000] [--paces 0.25]
 Per (variant, session, window, pace): the cost under the provider's cache prices against the
 uncompacted history (`cost_ratio`), the share of consecutive fetches that read a prefix from the
-cache (`hit`) and that read the whole previous prompt (`whole`), the share of input tokens read
+cache (`hit`), that read the whole previous prompt (`whole`, from the bills) and that start with
+the previous prompt through its last breakpoint (`prefix`, from the prompts: `pricing.keeps_prefix`,
+issue 27's "read the previous prefix"; `python -m ops.bench.bound` bounds it), the share of input tokens read
 from the cache, epochs, fetches over budget and the fidelity of the last prompt served (and its
 mean over 16 fetches of the run's second half, `fidelity_run`).
 Jobs take a fixed JOB_SECONDS, so every figure is a token count, whatever the machine's load.
@@ -15,7 +17,9 @@ row (the second copy's tool ids renamed: a ~290k-token session that outgrows the
 `medium`, every medium-sized shared transcript (Claude Code subagents and viewer, SWE-agent,
 OpenHands) one after the other as one session of consecutive tasks; `<session>+sys`, the session
 behind a 12k-token system prompt; `<session>+proxy` (e.g. `fa812bfe+sys+proxy`), billed as the
-drop-in proxy sends it upstream (the client's system prompt marked, at most 4 breakpoints).
+drop-in proxy sends it upstream (the client's system prompt marked, at most 4 breakpoints);
+`gen1`, `gen2` and `gen3`, 150, 300 and 300 tool calls with their results drawn from the real sessions in a
+seeded order (`generated`).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from unittest import mock
 from ops.bench.common import data_dir, table
 from ops.bench.fidelity import final_fidelity
 from worker.compaction.formats import load_transcript
-from worker.compaction.model import Policy
+from worker.compaction.model import Policy, Transcript
 from worker.flows import simulate
 from worker.flows.simulate import Fetch, parse_pace, replay
 
@@ -87,17 +91,31 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "clip1500+no-stack": {"clip_tokens": 1_500, "stack_notes": False},
     "struct0.3+no-stack": {"structural_trigger": 0.3, "stack_notes": False},
     "clip1500+struct0.3+no-stack": {"clip_tokens": 1_500, "structural_trigger": 0.3, "stack_notes": False},
+    # fourth pass (issue 27, 32k): the rewrite past the trigger for any saving (the default before)
+    "shrink0": {"shrink_min_tokens": 0},
+    "shrink5k": {"shrink_min_tokens": 5_000},
+    # fewer, larger steps: a smaller headroom (later summaries), no worth-it structural rounds
+    "struct0.6": {"structural_trigger": 0.6},
+    "no-worth-it": {"worth_it_tokens": 10**9},
 }
 
 # `<variant>+memory-at-summary`: the variant with the pinned working-memory block refreshed only
 # when a summary or a new system prompt rewrites the prefix from the top anyway (not the service's
 # rule: between summaries the agent sees an older block plus at most 200 tokens of changes).
 MEMORY_AT_SUMMARY = "+memory-at-summary"
+# `<variant>+memory-every-summary`: the block refreshed at every summary round, stacked on the
+# earlier notes or not (the service's rule before issue 27's fourth pass)
+MEMORY_EVERY_SUMMARY = "+memory-every-summary"
 
 
-def refresh_at_summary(*, new_epoch: bool, summarized: bool, system_changed: bool, changes: str) -> bool:
+def refresh_at_summary(*, new_epoch: bool, rewrote_top: bool, system_changed: bool, changes: str) -> bool:
     """The alternative memory rule (`refreshes_memory`'s signature; `changes` is not looked at)."""
-    return system_changed or (new_epoch and summarized)
+    return system_changed or (new_epoch and rewrote_top)
+
+
+def never_stacked(current: Transcript, publish: Transcript) -> bool:
+    """`stacks_notes` for the old memory rule: every summary round counts as rewriting the top."""
+    return False
 
 
 Loaded = tuple[str, list[dict[str, Any]], list[float | None] | None]  # system, messages, times
@@ -148,6 +166,36 @@ def _with_system(loaded: Loaded, tokens: int) -> Loaded:
     return system_prompt(tokens), messages, times
 
 
+def _steps(messages: Sequence[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Every (assistant, user) pair after the task whose user message answers the assistant's calls."""
+    out = []
+    for a, u in itertools.pairwise(messages[1:]):
+        ids = {b["id"] for b in a["content"] if isinstance(b, dict) and b.get("type") == "tool_use"}
+        answers = {
+            b.get("tool_use_id")
+            for b in u["content"]
+            if isinstance(b, dict) and b.get("type") == "tool_result"
+        }
+        if a["role"] == "assistant" and u["role"] == "user" and ids and ids == answers:
+            out.append((a, u))
+    return out
+
+
+def generated(root: Path, seed: int, steps: int) -> Loaded:
+    """A long session generated from real turns: the first long session's task, then `steps` tool
+    calls with their results drawn (seeded, each at most once) from both long sessions and the
+    Claude Code subagents (334 in all), tool ids made unique. Real sizes and contents, an order no
+    session had."""
+    import random
+
+    sources = [LONG["fa812bfe"], LONG["258c7280"], *MEDIUM[:4]]
+    pool = [pair for path in sources for pair in _steps(_messages(root, path)[1])]
+    messages = _messages(root, LONG["fa812bfe"])[1][:1]
+    for k, (a, u) in enumerate(random.Random(seed).sample(pool, min(steps, len(pool)))):
+        messages += [_renamed(a, f"_g{k}"), _renamed(u, f"_g{k}")]
+    return "", messages, None
+
+
 SESSIONS: dict[str, Callable[[Path], Loaded]] = {
     "fa812bfe": lambda root: _messages(root, LONG["fa812bfe"]),
     "258c7280": lambda root: _messages(root, LONG["258c7280"]),
@@ -158,6 +206,10 @@ SESSIONS: dict[str, Callable[[Path], Loaded]] = {
     # a real-size system prompt in front (12k tokens, about Claude Code's)
     "fa812bfe+sys": lambda root: _with_system(_messages(root, LONG["fa812bfe"]), 12_000),
     "258c7280+sys": lambda root: _with_system(_messages(root, LONG["258c7280"]), 12_000),
+    # generated from real turns in an order no session had (issue 27: "long sessions you generate")
+    "gen1": lambda root: generated(root, 1, 150),
+    "gen2": lambda root: generated(root, 2, 300),
+    "gen3": lambda root: generated(root, 3, 300),
 }
 
 
@@ -212,11 +264,15 @@ def run_fidelity(
 
 def one(variant: str, session: str, window: int, pace: str, root: Path) -> dict[str, Any]:
     system, messages, times = SESSIONS[session.removesuffix("+proxy")](root)
-    base = variant.removesuffix(MEMORY_AT_SUMMARY)
+    base = variant.removesuffix(MEMORY_AT_SUMMARY).removesuffix(MEMORY_EVERY_SUMMARY)
     policy = Policy().for_window(window).with_overrides(VARIANTS[base])
-    rule = refresh_at_summary if base != variant else simulate.refreshes_memory
+    rule = refresh_at_summary if variant.endswith(MEMORY_AT_SUMMARY) else simulate.refreshes_memory
+    stacks = never_stacked if variant.endswith(MEMORY_EVERY_SUMMARY) else simulate.stacks_notes
     recorded = Recorded(through_proxy(system) if session.endswith("+proxy") else None)
-    with mock.patch.object(simulate, "refreshes_memory", rule):
+    with (
+        mock.patch.object(simulate, "refreshes_memory", rule),
+        mock.patch.object(simulate, "stacks_notes", stacks),
+    ):
         report = replay(
             system,
             messages,
@@ -237,6 +293,7 @@ def one(variant: str, session: str, window: int, pace: str, root: Path) -> dict[
         "epochs": s["epochs"],
         "hit": s["fetches_reading_cache"],
         "whole": reading_previous(report.fetches),
+        "prefix": s["fetches_keeping_prefix"],
         "read_share": s["cache_read_share"],
         "cost_usd": s["cost_usd"],
         "uncompacted_usd": s["cost_usd_uncompacted"],
@@ -256,6 +313,7 @@ COLUMNS = [
     "epochs",
     "hit",
     "whole",
+    "prefix",
     "read_share",
     "cost_usd",
     "uncompacted_usd",

@@ -19,7 +19,17 @@ from tests.integration.test_client_readme import run_readme_example
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
 # what the service needs and the client must not bring along
-SERVICE_ONLY = ("api", "worker", "fastapi", "celery", "sqlmodel", "redis", "matplotlib", "tiktoken")
+SERVICE_ONLY = (
+    "api",
+    "worker",
+    "fastapi",
+    "celery",
+    "sqlmodel",
+    "redis",
+    "matplotlib",
+    "tiktoken",
+    "quicktok",
+)
 
 
 def uv() -> str:

@@ -234,3 +234,49 @@ def test_the_turns_budget_keeps_room_for_the_note_the_fetches_carry() -> None:
     without, with_note = turn_policy(POLICY, t), turn_policy(POLICY, t, note)
     assert without.budget_tokens - with_note.budget_tokens == count_text("\n" + note)
     assert POLICY.budget_tokens - without.budget_tokens == prefix_tokens(t) + FILES_NOTE_TOKENS
+
+
+def _rounds_after(first_seq: int, n: int) -> list[Turn]:
+    """n tool rounds of ~600-token outputs (under the clip size: only a summary shrinks them)."""
+    turns: list[Turn] = []
+    for i in range(n):
+        body = " ".join(f"row{j} value {i}" for j in range(200))  # no two alike: dedup keeps them
+        turns.append(turn(first_seq + 2 * i, "assistant", text("running"), tool_use(i)))
+        turns.append(turn(first_seq + 2 * i + 1, "user", tool_result(i, body)))
+    return turns
+
+
+@pytest.mark.parametrize(("earlier_notes", "forced"), [(True, False), (False, False), (True, True)])
+def test_a_summary_stacked_on_the_earlier_notes_keeps_the_pinned_block(
+    earlier_notes: bool, forced: bool
+) -> None:
+    """A summary round that keeps the earlier notes byte for byte (stacked) leaves the pinned block,
+    and the prompt through those notes that the provider cached, alone: the note carries the
+    changes. The first summary (no notes to keep) and a user's /compact render it afresh."""
+    from worker.compaction.model import Handoff
+
+    task = turn(1, "user", text("fix the build"))
+    note = "[compactd handoff note] Turns 2-3 are archived.\n## Files read\n- /src/a.py"
+    handoff = Handoff(note, ("archive-1",), ((2, 3),), count_text(note)) if earlier_notes else None
+    state = Transcript(system="you are helpful", turns=(task,), memory="## memory v1", handoff=handoff)
+    changes = changes_of(100)
+    plan = plan_job(
+        job(
+            _rounds_after(4, 30),
+            snapshot_state=state,
+            memory="## memory v2",
+            memory_version=2,
+            pinned_version=1,
+            changes=changes,
+            request=SimpleNamespace(focus="") if forced else None,
+        )
+    )
+    assert plan.new_epoch and plan.summarized
+    assert plan.publish.handoff is not None
+    if earlier_notes:
+        assert plan.publish.handoff.earlier == (note,)  # stacked, forced or not
+    if earlier_notes and not forced:
+        assert plan.publish.memory == "## memory v1" and plan.pinned_version == 1
+        assert plan.memory_note == changes
+    else:
+        assert plan.publish.memory == "## memory v2" and plan.pinned_version == 2 and plan.memory_note == ""

@@ -64,6 +64,34 @@ def test_over_the_trigger_any_saving_is_published() -> None:
     assert decide(t, out, policy).decision is Decision.NEW_EPOCH
 
 
+@pytest.mark.parametrize(
+    ("shrink_min_tokens", "past_deadline", "expected"),
+    [
+        (0, False, Decision.NEW_EPOCH),  # any saving, as before
+        (10**9, False, Decision.SKIP),  # too small a saving waits for the summary
+        (10**9, True, Decision.NEW_EPOCH),  # past the deadline any saving is taken
+        (1, False, Decision.NEW_EPOCH),  # a saving over the minimum is taken
+    ],
+)
+def test_past_the_trigger_a_rewrite_must_save_the_minimum_or_be_past_the_deadline(
+    shrink_min_tokens: int, past_deadline: bool, expected: Decision
+) -> None:
+    """Past the summarize trigger, a structural rewrite that saves less than `shrink_min_tokens`
+    is skipped (the next quiet point's summary does the shrinking), unless the prompt is past the
+    deadline, where it must shrink now."""
+    t = Transcript("s", turns_of(*[text_of(n, 60) for n in range(8)]))
+    out = compact(t, Policy(context_window=4_000, output_reserve=500), summarize=True).transcript
+    tokens = t.tokens()
+    # a window whose trigger lies under the prompt and whose deadline lies under or over it
+    window = int(tokens / 0.9) if past_deadline else int(tokens * 1.4)
+    policy = Policy(
+        context_window=window, output_reserve=0, worth_it_tokens=10**9, shrink_min_tokens=shrink_min_tokens
+    )
+    assert tokens > policy.summarize_trigger_tokens
+    assert (tokens > policy.deadline_tokens) is past_deadline
+    assert decide(t, out, policy).decision is expected
+
+
 def test_between_epochs_the_served_prefix_is_byte_identical() -> None:
     """Appending to the tail keeps every byte before the previous status note."""
     snap = Transcript("s", turns_of("a", "b"))

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.strategies import conversations, text_of
-from worker.compaction.pricing import Billed, PromptCache, breakpoints, total
+from worker.compaction.pricing import Billed, PromptCache, breakpoints, keeps_prefix, last_mark_key, total
 from worker.compaction.tokens import count_request
 
 EPHEMERAL = {"type": "ephemeral"}
@@ -209,3 +209,65 @@ def test_bills_add_up_and_never_cost_over_the_write_premium(
         assert min(billed.read_tokens, billed.write_tokens, billed.uncached_tokens) >= 0
         assert billed.input_tokens == count_request(req)
         assert billed.cost_usd(1e6) <= 1.25 * billed.uncached_cost_usd(1e6)
+
+
+def _edited(req: dict[str, Any], i: int) -> dict[str, Any]:
+    messages = [dict(m) for m in req["messages"]]
+    block = messages[i]["content"][0]
+    messages[i] = {**messages[i], "content": [{**block, "text": block["text"] + " (clipped)"}]}
+    return {**req, "messages": messages}
+
+
+@pytest.mark.parametrize(
+    ("then", "kept"),
+    [
+        (lambda r: r, True),  # the same prompt again
+        (lambda r: {**request(8, marks=[5]), "model": r["model"]}, True),  # grown at the end, new mark
+        (lambda r: _edited(r, 5), True),  # a change after the last breakpoint (the status note's place)
+        (lambda r: _edited(r, 4), False),  # a change at the breakpoint's own block
+        (lambda r: _edited(r, 1), False),  # a rewrite before it (an epoch)
+        (lambda r: {**r, "system": BIG + " "}, False),  # a new system prompt
+        (lambda r: {**r, "messages": r["messages"][:4]}, False),  # shorter than the marked prefix
+    ],
+)
+def test_keeps_prefix_is_the_previous_prompt_through_its_last_breakpoint(
+    then: Callable[[dict[str, Any]], dict[str, Any]], kept: bool
+) -> None:
+    """A request keeps the previous prefix when it repeats it block for block through the previous
+    request's last breakpoint, whatever comes after or where its own breakpoints are."""
+    previous = request(6, marks=[2, 4])
+    assert last_mark_key(previous) is not None
+    assert keeps_prefix(last_mark_key(previous), then(previous)) is kept
+
+
+def test_without_a_breakpoint_nothing_is_kept() -> None:
+    """A request without breakpoints cached nothing, so the next one keeps no prefix of it."""
+    previous = request(4)
+    assert last_mark_key(previous) is None
+    assert not keeps_prefix(None, previous)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(conversations(), st.integers(min_value=1, max_value=30), st.data())
+def test_keeping_the_prefix_is_what_the_cache_reads_in_full(
+    messages: list[dict[str, Any]], cut: int, data: st.DataObject
+) -> None:
+    """Within the lifetime, a request that keeps the previous prefix reads all of it from the
+    cache (at least the tokens the previous request read and wrote), and an edit before the
+    previous breakpoint does not keep it."""
+    cut = min(cut, len(messages) - 1)
+    first = {"system": BIG, "messages": [*messages[:cut], _marked(messages[cut])]}
+    second = {"system": BIG, "messages": [*messages[:cut], _marked(messages[cut]), *messages[cut + 1 :]]}
+    cache = PromptCache()
+    before = cache.bill(first, 0)
+    after = cache.bill(second, 1)
+    assert keeps_prefix(last_mark_key(first), second)
+    assert after.read_tokens >= before.read_tokens + before.write_tokens
+    edited = {**second, "system": BIG + data.draw(st.sampled_from(["!", " ", "x"]))}
+    assert not keeps_prefix(last_mark_key(first), edited)
+
+
+def _marked(message: dict[str, Any]) -> dict[str, Any]:
+    content = message["content"]
+    blocks = [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
+    return {**message, "content": [*blocks[:-1], {**blocks[-1], "cache_control": EPHEMERAL}]}

@@ -82,20 +82,21 @@ def test_a_refreshed_memory_block_costs_the_cached_prefix() -> None:
 
 
 @pytest.mark.parametrize(
-    ("new_epoch", "summarized", "system_changed", "changes", "expected"),
+    ("new_epoch", "rewrote_top", "system_changed", "changes", "expected"),
     [
         (False, False, False, "x " * 2 * MEMORY_NOTE_TOKENS, False),  # no new epoch: the block stays
         (True, False, False, "goal: ship it", False),  # structural, small changes: the note carries them
         (True, False, False, "x " * 2 * MEMORY_NOTE_TOKENS, True),  # the changes outgrow the note
-        (True, True, False, "", True),  # a summary rewrites from the top anyway
+        (True, True, False, "", True),  # a summary that folds the notes rewrites from the top anyway
+        (True, False, False, "", False),  # one stacked on the earlier notes keeps the top
         (False, False, True, "", True),  # a new system prompt too
     ],
 )
 def test_when_a_publish_refreshes_the_pinned_memory(
-    new_epoch: bool, summarized: bool, system_changed: bool, changes: str, expected: bool
+    new_epoch: bool, rewrote_top: bool, system_changed: bool, changes: str, expected: bool
 ) -> None:
     got = refreshes_memory(
-        new_epoch=new_epoch, summarized=summarized, system_changed=system_changed, changes=changes
+        new_epoch=new_epoch, rewrote_top=rewrote_top, system_changed=system_changed, changes=changes
     )
     assert got is expected
 
@@ -110,3 +111,18 @@ def test_a_replay_budgets_a_session_window_as_the_service_does() -> None:
         assert Policy().for_window(window) == policy_for(Settings(), window, None)
     assert Policy().for_window(32_000).budget_tokens == 24_000
     assert Policy().for_window(32_000, 4_000).budget_tokens == 28_000
+
+
+def test_a_fetch_keeps_the_previous_prefix_within_an_epoch_and_not_across_one() -> None:
+    """Between epochs a fetch's prompt only grows after the previous one's last breakpoint (the
+    prefix is kept); a new epoch rewrites a turn the previous fetch had cached, so it is not; the
+    summary's share counts exactly those fetches. (The first publish pins the memory block at the
+    top: the second fetch is not compared.)"""
+    _, report = served(60)
+    pairs = list(zip(report.fetches, report.fetches[1:], strict=False))
+    assert report.epochs >= 3
+    for a, b in pairs[1:]:
+        if b.fallback is None and a.fallback is None:
+            assert b.kept_prefix is (a.epoch == b.epoch), (a.turn, b.turn, a.epoch, b.epoch)
+    share = report.summary()["fetches_keeping_prefix"]
+    assert share == round(sum(b.kept_prefix for _, b in pairs) / len(pairs), 3) < 1.0

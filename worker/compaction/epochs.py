@@ -45,7 +45,11 @@ def decide(current: Transcript, compacted: Transcript, policy: Policy) -> Verdic
     if compacted.turns == current.turns and compacted.handoff == current.handoff:
         return Verdict(Decision.EXTEND, before, after)
     saved = before - after
-    must_shrink = before > policy.summarize_trigger_tokens and saved > 0
+    # past the trigger a rewrite must shrink the prompt, but one that saves less than
+    # `shrink_min_tokens` waits for the summary the next quiet point switches in, unless past
+    # the deadline (each rewrite loses the previous fetch's cached prefix)
+    gain = saved >= policy.shrink_min_tokens or before > policy.deadline_tokens
+    must_shrink = before > policy.summarize_trigger_tokens and saved > 0 and gain
     worth_it = saved >= policy.worth_it_tokens and saved >= policy.worth_it_share * rewritten_tokens(
         current, compacted
     )
@@ -120,6 +124,14 @@ def new_epoch(current: Transcript, compacted: Transcript, policy: Policy) -> Tra
     return replace(
         compacted, files=(), cache_mark=read, standing_mark=keep, epoch_from=last, notes_mark=notes
     )
+
+
+def stacks_notes(current: Transcript, publish: Transcript) -> bool:
+    """Whether a summary round kept the current notes byte for byte and stacked its own after them:
+    the prompt through them (system, memory block, task, earlier notes) stays as the provider
+    cached it, so a new epoch need not rewrite it from the top."""
+    old, new = current.handoff, publish.handoff
+    return old is not None and new is not None and new != old and new.notes[: len(old.notes)] == old.notes
 
 
 def blocks_between(turns: Sequence[Turn], after: int, through: int) -> int:

@@ -177,6 +177,10 @@ class Policy:
     handoff_max_share: float = 0.15  # an LLM summarizer's note's ceiling, as a share of the budget
     worth_it_tokens: int = 2_000
     worth_it_share: float = 0.25  # of the tokens a rewrite makes the provider cache again
+    # past the summarize trigger (below the deadline), the least a structural rewrite must save:
+    # less waits for the summary the next quiet point switches in. Issue 27, 32k: 0 (any saving)
+    # made 18-65 epochs instead of 16-57 and cost 1-4% more (BENCHMARKS "Fewer rewrites at 32k")
+    shrink_min_tokens: int = 2_000
     turn_trigger: int = 0  # summarize past this many turns (0: off)
     pretrigger_share: float = 0.8  # prepare the summary ahead from this share of the summarize trigger
     memory_budget_tokens: int = 800  # the pinned working-memory block (worker/memory/model.render)

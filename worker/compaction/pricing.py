@@ -20,7 +20,7 @@ away the cached prefix may cost more than it saves. The rules follow the provide
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,16 +96,25 @@ class _Boundary:
     marked: bool
 
 
+def _seed(request: dict[str, Any]) -> bytes:
+    """The key the prefix chain starts from: the model and the tools come first in the prompt."""
+    seed = {"model": request.get("model"), "tools": [_unmarked(t) for t in request.get("tools") or []]}
+    return hashlib.sha256(canonical_json(seed)).digest()
+
+
+def _chained(key: bytes, role: str, block: Block) -> bytes:
+    return hashlib.sha256(key + role.encode() + canonical_json(_unmarked(block))).digest()
+
+
 def _boundaries(request: dict[str, Any]) -> tuple[list[_Boundary], int]:
     """Every block boundary of the prompt, and the request's total tokens (as `count_request`)."""
-    seed = {"model": request.get("model"), "tools": [_unmarked(t) for t in request.get("tools") or []]}
-    key = hashlib.sha256(canonical_json(seed)).digest()
+    key = _seed(request)
     out: list[_Boundary] = []
     tokens = 0
 
     def add(role: str, block: Block, block_tokens: int) -> None:
         nonlocal key, tokens
-        key = hashlib.sha256(key + role.encode() + canonical_json(_unmarked(block))).digest()
+        key = _chained(key, role, block)
         tokens += block_tokens
         out.append(_Boundary(key, tokens, "cache_control" in block))
 
@@ -128,6 +137,43 @@ def _boundaries(request: dict[str, Any]) -> tuple[list[_Boundary], int]:
             add(message["role"], block, count_block(block) + pending)
             pending = 0
     return out, tokens + pending
+
+
+def _blocks(request: dict[str, Any]) -> Iterator[tuple[str, Block]]:
+    """(role, block) of every block of the prompt in order: system, then each message's content."""
+    system = request.get("system") or []
+    for block in [{"type": "text", "text": system}] if isinstance(system, str) else system:
+        yield "system", block
+    for message in request.get("messages", []):
+        content = message["content"]
+        for block in [{"type": "text", "text": content}] if isinstance(content, str) else content:
+            yield message["role"], block
+
+
+def last_mark_key(request: dict[str, Any]) -> tuple[int, bytes] | None:
+    """The block index and prefix key of a request's last breakpoint: the longest prefix it makes
+    the provider cache (None: no breakpoint)."""
+    key, found = _seed(request), None
+    for i, (role, block) in enumerate(_blocks(request)):
+        key = _chained(key, role, block)
+        if "cache_control" in block:
+            found = (i, key)
+    return found
+
+
+def keeps_prefix(previous: tuple[int, bytes] | None, request: dict[str, Any]) -> bool:
+    """Whether `request` starts, block for block, with the prefix the previous request cached
+    through its last breakpoint (`last_mark_key` of it): issue 27's "a fetch reads the previous
+    prefix", judged on the prompts alone (no lifetime, no minimum size)."""
+    if previous is None:
+        return False
+    at, want = previous
+    key = _seed(request)
+    for i, (role, block) in enumerate(_blocks(request)):
+        key = _chained(key, role, block)
+        if i == at:
+            return key == want
+    return False
 
 
 def _unmarked(block: Block) -> Block:

@@ -23,7 +23,7 @@ from worker.cache.prompts import Entry
 from worker.compaction import epochs
 from worker.compaction.assemble import MEMORY_NOTE_TOKENS, assemble, prefix_tokens, served_tokens, turn_policy
 from worker.compaction.codec import transcript_from_json, transcript_to_json
-from worker.compaction.epochs import Decision, Switch, common_prefix_bytes
+from worker.compaction.epochs import Decision, Switch, common_prefix_bytes, stacks_notes
 from worker.compaction.model import Policy, Transcript
 from worker.compaction.ports import SummaryResult
 from worker.compaction.quiet import why_not_quiet
@@ -214,13 +214,14 @@ def pinned_memory(loaded: snapshots.Loaded, state: Transcript) -> tuple[str, int
     return loaded.pinned(state)
 
 
-def refreshes_memory(*, new_epoch: bool, summarized: bool, system_changed: bool, changes: str) -> bool:
+def refreshes_memory(*, new_epoch: bool, rewrote_top: bool, system_changed: bool, changes: str) -> bool:
     """Whether a publish renders the pinned memory block afresh (and empties the changes note): when
-    the prefix is rewritten from the top anyway (a new system prompt, a summary switched in), or at
-    a new epoch once the changes outgrow the note. A structural epoch rewrites only from its first
-    changed turn: refreshing the block there makes the provider cache the whole prompt again.
+    the prefix is rewritten from the top anyway (a new system prompt, a summary that folded or
+    began the notes: `rewrote_top`), or at a new epoch once the changes outgrow the note. A
+    structural epoch, or a summary stacked on the earlier notes (`epochs.stacks_notes`), rewrites
+    only after them: refreshing the block there makes the provider cache the whole prompt again.
     One rule for the job and the replay simulator (worker/flows/simulate.py)."""
-    return system_changed or (new_epoch and (summarized or count_text(changes) > MEMORY_NOTE_TOKENS))
+    return system_changed or (new_epoch and (rewrote_top or count_text(changes) > MEMORY_NOTE_TOKENS))
 
 
 def job_policy(policy: Policy, current: Transcript, fresh_memory: str, note: str) -> Policy:
@@ -254,8 +255,13 @@ def plan_job(job: JobInput, summarizer: Watched | None = None) -> Plan:
     epoch = (snap.epoch if snap else 0) + (1 if new_epoch or system_changed else 0)
     publish = s.publish
     summarized = publish.handoff != current.handoff
+    # a user's /compact renders the block afresh too, stacked or not: they asked for a clean slate
+    rewrote_top = summarized and (s.switch is Switch.FORCED or not stacks_notes(current, publish))
     if refreshes_memory(
-        new_epoch=new_epoch, summarized=summarized, system_changed=system_changed, changes=job.memory_changes
+        new_epoch=new_epoch,
+        rewrote_top=rewrote_top,
+        system_changed=system_changed,
+        changes=job.memory_changes,
     ):
         publish, pinned_version, note = replace(publish, memory=loaded.memory), row.memory_version, ""
     return Plan(

@@ -33,11 +33,11 @@ from worker.compaction.assemble import (
     status_note,
     turn_policy,
 )
-from worker.compaction.epochs import Decision, Step, Switch, extend, served_request, step
+from worker.compaction.epochs import Decision, Step, Switch, extend, served_request, stacks_notes, step
 from worker.compaction.fit import fit
 from worker.compaction.model import FileWrite, Policy, Transcript, Turn
 from worker.compaction.normalize import normalize_message
-from worker.compaction.pricing import Billed, PromptCache, total
+from worker.compaction.pricing import Billed, PromptCache, keeps_prefix, last_mark_key, total
 from worker.compaction.quiet import is_quiet
 from worker.compaction.tokens import count_message, count_request, count_text
 from worker.compaction.validate import request_problems
@@ -111,6 +111,8 @@ class Fetch:
     billed: Billed
     raw_billed: Billed
     latency_ms: float = 0.0  # over HTTP: the fetch's round trip
+    # the request starts with the previous one through its last breakpoint (pricing.keeps_prefix)
+    kept_prefix: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +155,7 @@ class ReplayReport:
             "fetches_reading_cache": round(
                 sum(f.billed.read_tokens > 0 for f in later) / max(1, len(later)), 3
             ),
+            "fetches_keeping_prefix": round(sum(f.kept_prefix for f in later) / max(1, len(later)), 3),
             "cache_read_share": round(bill.read_share, 3),
             "cost_usd": round(bill.cost_usd(self.price_per_mtok), 4),
             "cost_usd_uncompacted": round(raw_bill.cost_usd(self.price_per_mtok), 4),
@@ -266,6 +269,7 @@ def replay(
     raw, provider, raw_provider = RawHistory(system), PromptCache(), PromptCache()
     fetches: list[Fetch] = []
     request: dict[str, Any] = {}
+    previous_mark: tuple[int, bytes] | None = None
     for i, turn in enumerate(turns):
         now = times[i]
         _advance(sim, now, job_seconds)
@@ -278,6 +282,8 @@ def replay(
             _advance(sim, now, job_seconds)
             request, tokens, fallback = _serve(sim)
             raw_request = raw.request()
+            sent = upstream(request) if upstream else request
+            kept, previous_mark = keeps_prefix(previous_mark, sent), last_mark_key(sent)
             fetches.append(
                 Fetch(
                     turn=i + 1,
@@ -289,8 +295,9 @@ def replay(
                     epoch=sim.epoch,
                     valid=not request_problems(request),
                     fallback=fallback,
-                    billed=provider.bill(upstream(request) if upstream else request, now),
+                    billed=provider.bill(sent, now),
                     raw_billed=raw_provider.bill(raw_request, now),
+                    kept_prefix=kept,
                 )
             )
     final = extend(sim.snapshot, sim.tail)
@@ -355,8 +362,8 @@ def _job(sim: _Sim, start: float) -> _Job:
     result = step(current, policy, pending=sim.pending, quiet=is_quiet(current))
     publish = result.publish
     new_epoch = result.verdict.decision is Decision.NEW_EPOCH
-    summarized = publish.handoff != current.handoff
-    if refreshes_memory(new_epoch=new_epoch, summarized=summarized, system_changed=False, changes=changes):
+    rewrote_top = publish.handoff != current.handoff and not stacks_notes(current, publish)
+    if refreshes_memory(new_epoch=new_epoch, rewrote_top=rewrote_top, system_changed=False, changes=changes):
         publish, pinned, note = replace(publish, memory=fresh), sim.items, ""
     if result.pending is not None and result.prepared:
         result = replace(result, pending=replace(result.pending, memory=fresh))

@@ -36,10 +36,11 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import hashlib
 import hmac
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
@@ -134,6 +135,36 @@ def _is_base64_source(value: dict[str, Any]) -> bool:
 
 Cut = tuple[int, int, str, str]  # (start, end, kind, secret), byte offsets
 
+# How many clean texts a Redactor remembers (by digest: 16 bytes each, no text kept).
+CLEAN_KEPT = 16_384
+
+
+class CleanTexts:
+    """Digests of texts in which a Redactor found nothing: a text seen again (a tool's name, `Bash`,
+    in every call; a repeated tool output) skips the scan. The verdict is a function of the bytes
+    and the rules alone, so it is the scan's own. Only digests are kept: no text, no secret.
+    Bounded, the oldest forgotten first; safe for threads that share a Redactor."""
+
+    __slots__ = ("_seen",)
+
+    def __init__(self) -> None:
+        self._seen: dict[bytes, None] = {}
+
+    @staticmethod
+    def digest(data: bytes) -> bytes:
+        return hashlib.blake2b(data, digest_size=16).digest()
+
+    def __contains__(self, digest: bytes) -> bool:
+        return digest in self._seen
+
+    def add(self, digest: bytes) -> None:
+        if len(self._seen) >= CLEAN_KEPT:
+            # the oldest first; another thread may change the dict between `iter` and `next` (then
+            # this add forgets nothing, the next one does)
+            with contextlib.suppress(RuntimeError):
+                self._seen.pop(next(iter(self._seen), b""), None)
+        self._seen[digest] = None
+
 
 def _spliced(data: bytes, cuts: list[tuple[int, int, bytes]]) -> str:
     """data with each (start, end) range, left to right and disjoint, replaced by its bytes."""
@@ -152,6 +183,9 @@ class Redactor:
 
     key: bytes
     rules: Ruleset = ALL
+    # texts found clean (their scan is a function of the rules): pass it on to a Redactor with the
+    # same rules (`CountingRedactor.of`)
+    clean: CleanTexts = field(default_factory=CleanTexts, compare=False, hash=False, repr=False)
 
     def placeholder(self, kind: str, secret: str) -> str:
         """The placeholder of one secret: its kind and the first 8 hex of its keyed HMAC."""
@@ -164,6 +198,15 @@ class Redactor:
 
     def _cuts(self, data: bytes) -> list[tuple[int, int, str, str]]:
         """(start, end, kind, secret) of every secret in data, byte offsets, left to right."""
+        digest = CleanTexts.digest(data)
+        if digest in self.clean:
+            return []
+        cuts = self._scanned_cuts(data)
+        if not cuts:
+            self.clean.add(digest)
+        return cuts
+
+    def _scanned_cuts(self, data: bytes) -> list[tuple[int, int, str, str]]:
         spans = find_spans(data, self.rules)
         cuts = [
             (start, end, kind, data[start:end].decode("utf-8", "surrogatepass")) for kind, start, end in spans

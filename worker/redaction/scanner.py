@@ -28,6 +28,7 @@ from worker.redaction.configs import config_spans, merged
 from worker.redaction.detectors import DETECTORS
 from worker.redaction.manifests import kubernetes_secret_spans
 from worker.redaction.rules import Detector
+from worker.redaction.search import leftmost, match_spans
 from worker.redaction.strict import STRICT_DETECTORS
 
 
@@ -176,8 +177,7 @@ def _next_start(lane: _Lane, data: bytes, pos: int, starts: list[int | None]) ->
     for i, part in enumerate(lane.parts):
         at = starts[i]
         if at is not None and at < pos:
-            found = part.regex.search(data, pos)
-            at = starts[i] = None if found is None else found.start()
+            at = starts[i] = leftmost(part.regex, data, pos)
         if at is not None and (best is None or at < best):
             best = at
     return best
@@ -366,12 +366,12 @@ def find_spans(data: bytes, rules: Ruleset = ALL, depth: int = 1) -> list[Span]:
                 start, end = run_start + where[a], run_start + where[b]
                 if not _overlaps(spans, start, end) and not _overlaps(extra, start, end):
                     extra.append((kind, start, end))
-    if depth > 0:
-        for m in (_BASE64_RUN_STRICT if rules.strict else _BASE64_RUN).finditer(data):
-            start, end = m.span()
+    # a base64 run is 16 or more characters
+    if depth > 0 and len(data) >= 16:
+        for start, end in match_spans(_BASE64_RUN_STRICT if rules.strict else _BASE64_RUN, data):
             if _overlaps(spans, start, end) or _overlaps(extra, start, end):
                 continue
-            text = _base64_text(m.group(0))
+            text = _base64_text(data[start:end])
             inner = find_spans(text, rules, depth - 1) if text is not None else []
             if inner:
                 extra.append((inner[0][0], start, end))

@@ -32,6 +32,7 @@ from worker.redaction.configs.markup import element_spans
 from worker.redaction.configs.oneliners import KEY_FILE_NAMES, key_file_spans, line_spans, npmrc_spans
 from worker.redaction.configs.pairs import line_pairs, spaced_pairs
 from worker.redaction.configs.sections import section_spans
+from worker.redaction.search import match_spans
 
 Span = tuple[str, int, int]
 
@@ -124,10 +125,10 @@ def _keyword_line(text: str, whole: bool) -> Iterable[Span]:
 def config_spans(data: bytes) -> list[Span]:
     """(kind, start, end) byte spans of every credential in a config position, sorted, disjoint."""
     found: list[Span] = []
-    hits = [m.start() for m in _KEYWORD.finditer(data)]
+    hits = [start for start, _ in match_spans(_KEYWORD, data)]
     if hits:
         found += _scan(data, _windows(data, hits), _keyword_line)
-    ones = [m.start() for m in _ONE_LINE.finditer(data)] if b":" in data else []
+    ones = [start for start, _ in match_spans(_ONE_LINE, data)] if b":" in data else []
     if ones:
         found += _scan(data, _windows(data, ones), lambda text, whole: line_spans(text))
     marked = _MARKERS.search(data) is not None if hits else False

@@ -1,0 +1,51 @@
+"""RE2 searches without the wrapper (worker/redaction/search.py) answer what google-re2's own
+`search` and `finditer` answer, for every regex the scanner runs them with."""
+
+from __future__ import annotations
+
+import re2
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from worker.redaction import configs, scanner
+from worker.redaction.search import leftmost, match_spans
+
+REGEXES = {
+    "keyword": configs._KEYWORD,
+    "one_line": configs._ONE_LINE,
+    "base64_run": scanner._BASE64_RUN,
+    "base64_run_strict": scanner._BASE64_RUN_STRICT,
+    **{
+        f"lane {i} part {j}": part.regex
+        for i, lane in enumerate(scanner.STRICT.lanes)
+        for j, part in enumerate(lane.parts)
+    },
+}
+
+# what the regexes look for, and what breaks their runs
+_PIECES = st.sampled_from(
+    ["password", "Token", "auth", "key=", "pw ", ":", "::", "@", "://u:p@h", "\n", " ", "\t", "=", "==",
+     "+/", "-_", "AKIA", "ghp_", "eyJ", "0123456789", "QWxhZGRpbjpvcGVuIHNlc2FtZQ", "é", "\u2192", "中"]
+)  # fmt: skip
+_TEXTS = st.lists(st.one_of(_PIECES, st.text(max_size=5)), max_size=40).map(
+    lambda parts: "".join(parts).encode("utf-8", "surrogatepass")
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(sorted(REGEXES)), _TEXTS, st.integers(0, 200))
+def test_the_searches_answer_as_the_wrapper(name: str, data: bytes, pos: int) -> None:
+    """Every match's span, and the first match from any position, as finditer and search give them."""
+    regex: re2._Regexp = REGEXES[name]
+    pos = min(pos, len(data))
+    found = regex.search(data, pos)
+    assert match_spans(regex, data) == [m.span() for m in regex.finditer(data)]
+    assert leftmost(regex, data, pos) == (None if found is None else found.start())
+
+
+def test_no_match_and_a_match_at_the_end() -> None:
+    """A text without a match gives none; a match that ends the text is found, once."""
+    assert match_spans(configs._KEYWORD, b"nothing here") == []
+    assert leftmost(configs._KEYWORD, b"nothing here") is None
+    assert match_spans(configs._KEYWORD, b"a token") == [(2, 7)]
+    assert leftmost(configs._KEYWORD, b"a token", 3) is None

