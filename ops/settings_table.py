@@ -86,6 +86,12 @@ ROWS: tuple[tuple[tuple[str, ...], str], ...] = (
         "(a fetch then reads a few bytes from Redis instead of the entry); 0 turns it off",
     ),
     (
+        ("proxy_prefix_memo_mb",),
+        "per API process: the proxied histories it read last, as sent (unredacted, in memory only), "
+        "so a request that resends one is parsed from its new part ([proxy.md](proxy.md)); 0 turns "
+        "it off",
+    ),
+    (
         ("log_format",),
         "`auto`: human-readable lines on a terminal, JSON lines otherwise; or `console` / `json`. "
         "`compactd up` on a terminal runs its processes at `WARNING` unless `LOG_LEVEL` is set",

@@ -88,6 +88,9 @@ class Settings(BaseSettings):
     # first, carries the reply and stores it itself (one append instead of two, none beside that
     # request); 0 records every reply as soon as its response ends (api/http/replies.py)
     proxy_reply_grace_seconds: float = Field(default=0.25, ge=0, le=10)
+    # per API process: the proxied histories it read last, as sent (unredacted, in memory only), so a
+    # request that resends one is parsed from its new part; 0 turns it off (KnownPrefixes)
+    proxy_prefix_memo_mb: int = Field(default=16, ge=0)
 
     redis_socket_timeout_seconds: float = 0.25
     # per API process: the prompt entries it served last, kept while Redis still holds them at the

@@ -30,6 +30,7 @@ from worker.flows.proxy import RecordMemo, provider_key_reader, proxy_key
 from worker.keyfile import redaction_key
 from worker.logs import configure_logging
 from worker.proxy.fingerprints import ChainMemo
+from worker.proxy.known_prefix import KnownPrefixes
 from worker.proxy.provider_keys import HeldKeys
 from worker.resources import Resources
 from worker.settings import Settings
@@ -61,6 +62,7 @@ def create_app(settings: Settings, *, enqueue: Enqueue | None = None, log_setup:
             app.state.proxy_key = proxy_key(redaction_key(settings))
             app.state.provider_keys = HeldKeys(provider_key_reader(res.engine, redaction_key(settings)))
             app.state.proxy_chains = ChainMemo(app.state.proxy_key)
+            app.state.known_prefixes = KnownPrefixes(settings.proxy_prefix_memo_mb << 20)
             app.state.proxy_records = RecordMemo()
             app.state.proxy_replies = ReplyGrace(settings.proxy_reply_grace_seconds)
             app.state.metrics.attach(res)

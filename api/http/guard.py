@@ -102,16 +102,31 @@ class Guard:
             bucket = f"{self.prefix}ratelimit:{digest[:32]}"
             packed.append(_pack(("EVAL", _BUCKET, 1, bucket, self.per_second, self.burst)))
         packed += [_pack(tuple(read)) for read in reads]
+        results = await self._replies(packed)
+        if results is None:
+            return Verdict(None)
+        return _verdict(results, len(reads), limited=self.per_second > 0)
+
+    async def send(self, commands: Sequence[tuple[Any, ...]]) -> bool:
+        """Best effort: `commands` sent on this connection (no key check, no thread), their replies
+        awaited; False when Redis did not answer them all without an error. Never raises."""
+        if not commands or not self.breaker.allow():
+            return False
+        results = await self._replies([_pack(c) for c in commands])
+        return results is not None and not any(isinstance(r, redis.ResponseError) for r in results)
+
+    async def _replies(self, packed: list[bytes]) -> list[Any] | None:
+        """The replies to the packed commands; None when Redis did not answer (the breaker told)."""
         try:
             results = await self._round_trip(b"".join(packed), len(packed))
         except (redis.ConnectionError, redis.TimeoutError, OSError, TimeoutError, RuntimeError):
             self.breaker.failed()  # RuntimeError: a transport the loop had already closed
-            return Verdict(None)
+            return None
         except redis.RedisError:
             self.breaker.succeeded()
-            return Verdict(None)
+            return None
         self.breaker.succeeded()
-        return _verdict(results, len(reads), limited=self.per_second > 0)
+        return results
 
     async def _round_trip(self, packed: bytes, count: int) -> list[Any]:
         pipe = self._pipe

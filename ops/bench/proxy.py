@@ -27,7 +27,8 @@ import orjson
 from ops.bench.common import table
 from ops.bench.service import _free_port, _wait_port, cpu_seconds, pct
 
-TARGETS = (10_000, 50_000, 150_000)
+# history sizes in tokens (COMPACTD_BENCH_PROXY_SIZES=10000 runs one size, e.g. under a profiler)
+TARGETS = tuple(int(t) for t in os.environ.get("COMPACTD_BENCH_PROXY_SIZES", "10000,50000,150000").split(","))
 STEPS = int(os.environ.get("COMPACTD_BENCH_PROXY_STEPS", "40"))
 # the agent's think time before each call (its tool run): 0, the default, asks again at once, so the
 # previous reply's recording (after its response) and the job it wakes overlap the next call
@@ -225,9 +226,11 @@ def main() -> dict[str, Any]:
         fake.wait(timeout=15)
         fake.stdout.close()  # type: ignore[union-attr]
         shutil.rmtree(workdir, ignore_errors=True)
-    print(f"POST /v1/messages through compactd vs the stand-in directly, {STEPS} steps per size, streamed:")
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"POST /v1/messages through compactd vs the stand-in directly, {STEPS} steps per size, streamed")
+    print(f"(load average at the end: {load}):")
     print(table(rows, list(rows[0])))
-    return {"sizes": rows, "steps": STEPS, "cores": os.cpu_count()}
+    return {"sizes": rows, "steps": STEPS, "cores": os.cpu_count(), "load_average": load}
 
 
 PHASES = ("parse", "chain", "serve", "build", "commit")
@@ -239,7 +242,8 @@ def _clock() -> tuple[float, float]:
 
 def phases(steps: int = 30) -> list[dict[str, Any]]:
     """In-process phase timings (wall and CPU, one thread, no HTTP, no upstream) of what the edge
-    does for a request, in the route's order: parse the body, the chain of the history, serve (the
+    does for a request, in the route's order: parse the body (from its new part when KnownPrefixes
+    holds the rest), the chain of the history (and the history kept for the next request), serve (the
     usual request: its new messages ingested and its prompt rendered ahead of their commit; else the
     ordinary reconcile, append and commit, then the ready prompt), the upstream body, and the served-
     ahead request's commit (0 when there was none; done before the upstream call opens). The
@@ -253,8 +257,8 @@ def phases(steps: int = 30) -> list[dict[str, Any]]:
     from worker.flows.serve import fetch_ready
     from worker.proxy.conversations import identify
     from worker.proxy.fingerprints import ChainMemo
+    from worker.proxy.known_prefix import KnownPrefixes
     from worker.proxy.outbound import upstream_bytes
-    from worker.proxy.system_turns import fold_system_messages
     from worker.resources import Resources
     from worker.settings import Settings
     from worker.store.tenants import create_tenant
@@ -280,6 +284,7 @@ def phases(steps: int = 30) -> list[dict[str, Any]]:
         tenant, _ = create_tenant(res.engine, "bench")
         key = proxy_key(b"bench")
         memo, tools, records = ChainMemo(key), _compactd_tools(), RecordMemo()
+        known = KnownPrefixes()
         jobs: list[tuple[int, int, int]] = []
         for target in TARGETS:
             messages, tokens, _ = history(target)
@@ -290,8 +295,8 @@ def phases(steps: int = 30) -> list[dict[str, Any]]:
             for step in range(steps + 1):
                 raw = orjson.dumps(body)
                 marks = [_clock()]
-                parsed = parse_body(raw)
-                parsed["messages"] = fold_system_messages(parsed["messages"])
+                read = known.read("bench", raw, parse_body)
+                parsed = read.body
                 conversation = identify(key, parsed, f"bench-{target}")
                 marks.append(_clock())
                 proxied = Proxied(
@@ -304,7 +309,8 @@ def phases(steps: int = 30) -> list[dict[str, Any]]:
                     lambda *job: jobs.append(job),
                     records,
                 )
-                chain = memo.chains((tenant, conversation.key), parsed["messages"])
+                chain = read.chains or memo.chains((tenant, conversation.key), parsed["messages"])
+                known.learn(read, chain)
                 marks.append(_clock())
                 ahead = reconcile_ahead(proxied, chain)
                 if ahead is None:

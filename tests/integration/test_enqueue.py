@@ -374,3 +374,34 @@ def test_an_append_waits_out_a_database_outage_longer_than_celerys_default_retri
         worker.stop()
         server.remove()
         flush_prefix(redis_url, settings.redis_prefix)
+
+
+def test_the_apis_enqueue_is_one_claim_and_one_message(tmp_path: Path) -> None:
+    """A job from the API is its claim and one message on the queue (a worker's to take): no
+    task-sent event is published beside it (the queue length gauge shows a waiting job); a second
+    enqueue while the job is pending sends nothing."""
+    import redis
+
+    from tests.services import PrivateRedis
+    from worker.enqueue import CeleryEnqueue
+
+    server = PrivateRedis()
+    settings = make_settings(tmp_path, f"sqlite:///{tmp_path / 'c.db'}", server.url)
+    res = Resources.build(settings)
+    client = redis.Redis.from_url(server.url)
+    events = client.pubsub()
+    try:
+        events.psubscribe("*")
+        assert events.get_message(timeout=1)["type"] == "psubscribe"
+        with CeleryEnqueue(settings, res) as enqueue:
+            enqueue(1, 42, 3)
+            enqueue(1, 42, 4)
+        (message,) = client.lrange(settings.queue, 0, -1)
+        headers = json.loads(message)["headers"]
+        assert headers["task"] == "compactd.compact" and headers["argsrepr"] == "[1, 42, 3]"
+        assert events.get_message(timeout=0.5) is None
+    finally:
+        events.close()
+        client.close()
+        res.close()
+        server.kill()

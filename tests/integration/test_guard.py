@@ -192,3 +192,30 @@ def test_a_frozen_redis_costs_a_request_at_most_the_timeout_then_the_guard_recov
         c.close()
     assert during.stamp is None and took < 1.0
     assert after.stamp == stamp and after.replies == [stamp.encode()]
+
+
+def test_a_version_is_noted_on_the_guards_connection(client: tuple[redis.Redis, str]) -> None:
+    """note_version's command sent on the guard's connection moves the noted version forward only,
+    as the prompt cache's own note does, in step with the key checks sharing the connection; an
+    error reply or a dead Redis is False, never raised."""
+    from worker.cache.cache import Cache
+
+    c, prefix = client
+    prompts = Cache(c, prefix).prompts
+    guard = Guard(c, prefix, per_second=0, burst=1)
+
+    async def noted() -> list[bool]:
+        sent = [
+            guard.send([prompts.note_version_command(7, 5, 200_000, None)]),
+            guard.check("d" * 64),
+            guard.send([prompts.note_version_command(7, 3, 100_000, 10)]),  # older: no move
+            guard.send([("GET", f"{prefix}x"), ("HSET", f"{prefix}x")]),  # HSET without a field: an error
+        ]
+        done = await asyncio.gather(*sent)
+        after = await guard.check("d" * 64)  # the connection is still in step after the error
+        return [done[0], isinstance(done[1], Verdict), done[2], done[3], after.stamp is not None]
+
+    assert closing(guard, noted()) == [True, True, True, False, True]
+    assert prompts.noted_version(7) == (5, 200_000, None)
+    dead = Guard(make_redis(f"redis://127.0.0.1:{free_port()}/0"), prefix, per_second=0, burst=1)
+    assert closing(dead, dead.send([prompts.note_version_command(7, 9, None, None)])) is False

@@ -250,6 +250,34 @@ def test_a_truncated_history_continues_in_a_linked_new_session(proxy: Proxy) -> 
     assert float(line.split()[-1]) >= 1
 
 
+def test_a_history_read_from_its_new_part_is_stored_as_sent(proxy: Proxy) -> None:
+    """From its second request on, a history's known part is not parsed again (the answer's log line
+    counts the messages taken from the memo), and what is stored is what the client sent: grown in
+    place, and an edit behind the newest known message continuing in a linked new session."""
+    sid = f"k-{uuid.uuid4().hex[:8]}"
+    proxy.upstream.script(reply("one"), reply("two"), reply("three"), reply("four"))
+    u1, u2, u3 = ({"role": "user", "content": f"step {i} " + "é" * 50} for i in range(3))
+    with _sdk(proxy, sid) as client:
+        a1 = {"role": "assistant", "content": _content(_ask(client, [u1]))}
+        a2 = {"role": "assistant", "content": _content(_ask(client, [u1, a1, u2]))}
+        _version(proxy, sid, 4)
+        _ask(client, [u1, a1, u2, a2, u3])
+        _version(proxy, sid, 6)
+        _ask(client, [u1, a1, {"role": "user", "content": "step 1, said differently"}])
+    (branch,) = [s for s in _sessions(proxy, sid) if s != sid]
+    _version(proxy, branch, 4)
+    assert _session(proxy, branch)["parent_session_id"] == sid
+    _version(proxy, sid, 6)
+    answered = [
+        json.loads(line) for line in proxy.api_log.read_text().splitlines() if '"proxy.answered"' in line
+    ]
+    known = [e["known_messages"] for e in answered if e.get("session_id") in (sid, branch)]
+    assert known == [0, 1, 3, 2]
+    with _api(proxy) as c:
+        stored = json.dumps(c.get(f"/v1/sessions/{branch}/prompt").json()["messages"], ensure_ascii=False)
+    assert "said differently" in stored and "step 0 " + "é" * 50 in stored
+
+
 def test_two_conversations_under_one_client_session_at_once(proxy: Proxy) -> None:
     """Claude Code's main conversation and a sub-agent, streaming at the same time under one client
     session id, become two sessions, each with its own turns."""

@@ -77,6 +77,10 @@ def entry_of(values: list[Any]) -> Entry | None:
     return Entry(int(e), int(t), int(m), system, head, last, int(tokens), files, memory_note or b"")
 
 
+def _note_args(version: int, context_window: int | None, output_reserve: int | None) -> list[Any]:
+    return [version, context_window or "", output_reserve if output_reserve is not None else ""]
+
+
 class PromptEntries:
     """Per-session prompt entries (`{prefix}prompt:<pk>`) and the newest acknowledged append."""
 
@@ -103,8 +107,16 @@ class PromptEntries:
     ) -> None:
         """After an acknowledged append: the version a prompt served without the database must
         cover. Best effort (a fetch that cannot prove it covers the newest append answers 503)."""
-        args = [version, context_window or "", output_reserve if output_reserve is not None else ""]
+        args = _note_args(version, context_window, output_reserve)
         self.r.call(lambda: self._note_version(keys=[f"{self.r.prefix}version:{session_pk}"], args=args), 0)
+
+    def note_version_command(
+        self, session_pk: int, version: int, context_window: int | None, output_reserve: int | None
+    ) -> tuple[Any, ...]:
+        """note_version as one Redis command, for a caller that sends it on a connection of its own
+        (the API's event loop: api/http/guard.py)."""
+        key = f"{self.r.prefix}version:{session_pk}"
+        return ("EVAL", _NOTE_VERSION, 1, key, *_note_args(version, context_window, output_reserve))
 
     def noted_version(self, session_pk: int) -> tuple[int, int | None, int | None] | None:
         """(version, context window, output reserve) as the last append noted them; None if unknown."""

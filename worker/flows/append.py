@@ -26,6 +26,7 @@ from worker.compaction.profiles import known_profile, profile_for
 from worker.compaction.validate import request_problems
 from worker.contracts import Activity, AppendRequest, Enqueue, SessionId
 from worker.errors import TransientError, TurnTooLarge
+from worker.flows.system_prompts import SYSTEMS
 from worker.ingest import Ingested, ingest
 from worker.limits import check_turn_sizes
 from worker.metrics import CountingRedactor, record_append, recorder_for
@@ -278,7 +279,7 @@ def profile_of(body: AppendRequest, res: Resources) -> Profile:
         output_reserve=body.output_reserve
         if body.output_reserve is not None
         else (known.output_reserve if known else None),
-        system=res.redactor.redact_text(body.system) if body.system is not None else None,
+        system=SYSTEMS.redact(res.redactor, body.system) if body.system is not None else None,
         parent_session_id=body.parent_session_id,
         parent_tool_use_id=body.parent_tool_use_id,
     )

@@ -27,31 +27,44 @@ def _blocks(content: Any) -> list[Any]:
     return [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
 
 
-def fold_system_messages(messages: list[Any]) -> list[Any]:
+def is_system(message: Any) -> bool:
+    return isinstance(message, dict) and message.get("role") == "system"
+
+
+def fold_system_messages(messages: list[Any], counts: list[int] | None = None) -> list[Any]:
     """messages with every role "system" message folded into a user message; unchanged (the same
-    list) when there is none."""
-    if not any(isinstance(m, dict) and m.get("role") == "system" for m in messages):
+    list) when there is none. `counts`, when given, gets the folded length after each message."""
+    if not any(is_system(m) for m in messages):
+        if counts is not None:
+            counts.extend(range(1, len(messages) + 1))
         return messages
-    out: list[Any] = []
+    return fold_onto([], messages, counts)
+
+
+def fold_onto(out: list[Any], messages: list[Any], counts: list[int] | None = None) -> list[Any]:
+    """`out` (extended in place and returned) with `messages` folded after it: the fold of a history
+    whose first messages fold to `out`, the last of them not a system message (nothing waits to be
+    folded into the next user message). `counts` as in fold_system_messages."""
     waiting: list[dict[str, Any]] = []  # folded text that goes into the next user message
     for m in messages:
-        if isinstance(m, dict) and m.get("role") == "system":
+        if is_system(m):
             text = system_text(m).strip()
-            if not text:
-                continue
-            block = {"type": "text", "text": f"<system-reminder>\n{text}\n</system-reminder>"}
-            if out and isinstance(out[-1], dict) and out[-1].get("role") == "user":
-                out[-1] = {**out[-1], "content": [*_blocks(out[-1].get("content")), block]}
-            else:
-                waiting.append(block)
-            continue
-        if waiting and isinstance(m, dict) and m.get("role") == "user":
-            m = {**m, "content": [*_blocks(m.get("content")), *waiting]}
-            waiting = []
-        elif waiting:
-            out.append({"role": "user", "content": waiting})
-            waiting = []
-        out.append(m)
+            if text:
+                block = {"type": "text", "text": f"<system-reminder>\n{text}\n</system-reminder>"}
+                if out and isinstance(out[-1], dict) and out[-1].get("role") == "user":
+                    out[-1] = {**out[-1], "content": [*_blocks(out[-1].get("content")), block]}
+                else:
+                    waiting.append(block)
+        else:
+            if waiting and isinstance(m, dict) and m.get("role") == "user":
+                m = {**m, "content": [*_blocks(m.get("content")), *waiting]}
+                waiting = []
+            elif waiting:
+                out.append({"role": "user", "content": waiting})
+                waiting = []
+            out.append(m)
+        if counts is not None:
+            counts.append(len(out))
     if waiting:
         out.append({"role": "user", "content": waiting})
     return out

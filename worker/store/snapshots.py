@@ -134,6 +134,9 @@ def publish(
             S.c.snapshot_memory_version < memory_version,
         ),
     )
+    # serialized before the transaction: on SQLite its write lock stops every append (the proxy's
+    # commit, before its upstream call) for as long as it is held (~1.2 MB of JSON at 150k tokens)
+    rows = orjson.dumps(state).decode(), orjson.dumps(prompt).decode(), orjson.dumps(report).decode()
     try:
         with write_tx(engine) as conn:
             won = conn.execute(
@@ -156,9 +159,9 @@ def publish(
                     pinned_memory_version=memory_version
                     if pinned_memory_version is None
                     else pinned_memory_version,
-                    state=orjson.dumps(state).decode(),
-                    prompt=orjson.dumps(prompt).decode(),
-                    report=orjson.dumps(report).decode(),
+                    state=rows[0],
+                    prompt=rows[1],
+                    report=rows[2],
                 )
             )
             conn.execute(

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 import anyio
@@ -27,6 +28,7 @@ from starlette.types import Receive, Scope, Send
 
 from api.http.deps import Reads, TenantDep, authorize_key
 from api.http.errors import ApiError, NotFound, TooManyRequests
+from api.http.guard import Guard
 from api.http.replies import ReplyGrace, may_wait
 from api.http.routes.prompt import count_served, serve_prompt
 from api.http.upstream import (
@@ -42,7 +44,7 @@ from worker.compaction.assemble import merge_roles
 from worker.compaction.errors import InvalidTranscript
 from worker.compaction.tools import tool_definitions
 from worker.flows import proxy_tools
-from worker.flows.append import BrokenConversation, note_version
+from worker.flows.append import BrokenConversation
 from worker.flows.held_jobs import HeldJobs
 from worker.flows.proxy import (
     Ahead,
@@ -60,11 +62,11 @@ from worker.flows.proxy import (
 from worker.memory.tool import memory_tool_definitions
 from worker.proxy import fingerprints
 from worker.proxy.conversations import SESSION_ID, Conversation, identify, is_side_request
+from worker.proxy.known_prefix import BodyRead, KnownPrefixes
 from worker.proxy.outbound import build_upstream, upstream_bytes
 from worker.proxy.provider_keys import HeldKeys
 from worker.proxy.reconcile import plan
 from worker.proxy.sse import EventSplitter, Relay, encode_event
-from worker.proxy.system_turns import fold_system_messages
 from worker.resources import Resources, redaction_key
 from worker.settings import Settings
 from worker.store.proxy import load_records, provider_key_id
@@ -208,7 +210,9 @@ class Call:
     # the compaction jobs its appends asked for, sent once the first event is relayed (HeldJobs)
     jobs: HeldJobs | None = None
     # the append's version being noted in the prompt cache, beside the upstream call (_note_soon)
-    noting: asyncio.Future[None] | None = None
+    noting: asyncio.Future[bool] | None = None
+    # the body as read (its known part from KnownPrefixes), kept there once its chains are known
+    read: BodyRead | None = None
 
     def headers(self) -> dict[str, str]:
         return forwarded_headers(self.request.headers, self.auth.provider)
@@ -247,10 +251,12 @@ async def _create(request: Request) -> Response:
         tenant, auth, replies = await authenticate(request)
         parsed = await _parsed(request)
         prefetch = EntryPrefetch(request, None)
-    raw, body, conversation, invalid = parsed
+    raw, read, conversation, invalid = parsed
     if invalid is not None:
         raise invalid
-    call = Call(request, res, tenant, auth, body, context_window=window_header(request.headers))
+    assert read is not None  # read unless invalid
+    body = read.body
+    call = Call(request, res, tenant, auth, body, context_window=window_header(request.headers), read=read)
     if conversation is None:
         log.info("proxy.passed_through", tenant_id=tenant, reason="side_request")
         return await _pass_through(call, raw, "/v1/messages")
@@ -357,24 +363,27 @@ class EntryPrefetch:
         return None if entry is False else (*self.read, entry)
 
 
-Parsed = tuple[bytes, dict[str, Any], Conversation | None, ProxyError | None]
+Parsed = tuple[bytes, BodyRead | None, Conversation | None, ProxyError | None]
 
 
 async def _parsed(request: Request) -> Parsed:
-    """The raw body, the parsed one, the conversation it continues (None: a side request or a
-    bad body) and the error a bad body is answered with (after the key check: a bad key is a 401
-    first)."""
+    """The raw body, the body read (its messages folded: Claude Code's role "system" messages go
+    into user turns, as a session stores user and assistant turns only), the conversation it
+    continues (None: a side request or a bad body) and the error a bad body is answered with (after
+    the key check: a bad key is a 401 first). A history that starts with bytes a recent request of
+    the same key sent is parsed from its new part (KnownPrefixes)."""
     raw = await request.body()
     try:
-        body = parse_body(raw)
-        # Claude Code's role "system" messages: a session stores user and assistant turns only
-        body["messages"] = fold_system_messages(body["messages"])
+        auth = resolve_auth(request.headers, request.app.state.resources.settings)
+        known: KnownPrefixes = request.app.state.known_prefixes
+        read = known.read(hash_key(auth.key) if auth else None, raw, parse_body)
         named = session_header(request.headers)
     except ProxyError as exc:
-        return raw, {}, None, exc
+        return raw, None, None, exc
+    body = read.body
     if is_side_request(body, named is not None):
-        return raw, body, None, None
-    return raw, body, identify(request.app.state.proxy_key, body, named), None
+        return raw, read, None, None
+    return raw, read, identify(request.app.state.proxy_key, body, named), None
 
 
 def key_seen(request: Request) -> bool:
@@ -408,9 +417,9 @@ async def _reconcile_and_build(call: Call, jobs: HeldJobs, prefetched: Prefetche
         prefetched,
     )
     chains: list[str] = []
-    memo = call.request.app.state.proxy_chains
+    chained = partial(_chained, call.request.app.state, call.read)
     # one thread hop: the hashing, the ingest, the render and the commit
-    ahead = await run_in_threadpool(_served_ahead, call.proxied, memo, chains)
+    ahead = await run_in_threadpool(_served_ahead, call.proxied, chained, chains)
     if ahead is not None:
         done, committed = ahead
         if isinstance(committed, Reconciled):
@@ -455,10 +464,15 @@ async def _reconcile_in_order(call: Call, chains: list[str]) -> None:
 
 
 def _note_soon(call: Call, appended: Appended | None) -> None:
-    """note_version in a worker thread, beside the upstream call (a Redis round trip not waited for
-    before it opens); _rounds waits for it before the first byte goes to the client."""
+    """note_version on the key check's connection, beside the upstream call: a Redis round trip the
+    event loop drives (no thread hop), not waited for before the call opens; _rounds waits for it
+    before the first byte goes to the client. Best effort, as note_version."""
     if appended is not None:
-        call.noting = asyncio.get_running_loop().run_in_executor(None, note_version, call.res, appended)
+        guard: Guard = call.request.app.state.guard
+        command = call.res.cache.prompts.note_version_command(
+            appended.session_pk, appended.version, appended.context_window, appended.output_reserve
+        )
+        call.noting = asyncio.ensure_future(guard.send([command]))
 
 
 def _stored(call: Call) -> None:
@@ -479,15 +493,29 @@ def _reconciled(
     return reconcile(proxied, chains, missing)
 
 
+def _chained(state: Any, read: BodyRead | None, proxied: Proxied) -> list[str]:
+    """The history's chains: the known part's and its new messages' (KnownPrefixes), else the
+    ChainMemo's computation; the history is then kept for the next request."""
+    if read is not None and read.chains is not None:
+        chains = read.chains
+    else:
+        memo: fingerprints.ChainMemo = state.proxy_chains
+        chains = memo.chains((proxied.tenant_id, proxied.conversation.key), proxied.body["messages"])
+    if read is not None:
+        known: KnownPrefixes = state.known_prefixes
+        known.learn(read, chains)
+    return chains
+
+
 def _served_ahead(
-    proxied: Proxied, memo: fingerprints.ChainMemo, chains: list[str]
+    proxied: Proxied, chained: Callable[[Proxied], list[str]], chains: list[str]
 ) -> tuple[Ahead, Reconciled | Exception] | None:
     """In a worker thread: reconcile_ahead (the history's chain computed first, kept in `chains` for
     the ordinary path), then its commit: the prompt rendered with the new turns, and the commit's
     outcome (the exception that stopped it, rolled back: the ordinary path then). None: nothing
     served ahead."""
     try:
-        chains.extend(memo.chains((proxied.tenant_id, proxied.conversation.key), proxied.body["messages"]))
+        chains.extend(chained(proxied))
         ahead = reconcile_ahead(proxied, chains)
     except Exception as exc:
         # whatever stops it (an unreadable message, the database): the ordinary path meets it
@@ -650,6 +678,8 @@ async def _record(call: Call) -> None:
         appended=call.reconciled.appended,  # type: ignore[union-attr]
         rounds=len(relay.rounds),
         stop_reason=relay.final_stop_reason(),
+        # messages of the history read from the memo, not parsed again (KnownPrefixes)
+        known_messages=call.read.base.messages if call.read is not None else 0,
     )
     stored, client_message = relay.stored_messages(results), relay.client_message()
     grace: ReplyGrace = call.request.app.state.proxy_replies
