@@ -21,7 +21,7 @@ def test_a_remembered_redaction_is_the_redaction(texts: list[str]) -> None:
     memo = SystemRedactions(size=2)
     for text in texts:
         for redactor in (ONE, OTHER, ONE):
-            assert memo.redact(redactor, text) == redactor.redact_text(text)
+            assert memo.redact(redactor, text, 1) == redactor.redact_text(text)
 
 
 def test_a_long_prompt_is_redacted_once_per_redactor() -> None:
@@ -38,6 +38,22 @@ def test_a_long_prompt_is_redacted_once_per_redactor() -> None:
     memo = SystemRedactions()
     long, short = PROMPT + SECRET, "short " + SECRET
     assert len(long) >= MIN_CHARS > len(short)
-    answers = [memo.redact(counting, t) for t in (long, long, short, short, long)]
+    answers = [memo.redact(counting, t, 1) for t in (long, long, short, short, long)]
     assert calls == [long, short, short]
     assert all(SECRET not in a for a in answers)
+
+
+def test_a_tenant_is_never_served_another_tenants_redaction() -> None:
+    """The memo is keyed by the tenant: the same prompt from a second tenant is redacted afresh
+    (its time tells that tenant nothing of what others sent)."""
+    calls: list[str] = []
+
+    class Counting(Redactor):
+        def redact_text(self, text: str) -> str:
+            calls.append(text)
+            return super().redact_text(text)
+
+    counting, memo = Counting(b"one-key"), SystemRedactions()
+    for tenant in (1, 2, 1, 2):
+        memo.redact(counting, PROMPT, tenant)
+    assert calls == [PROMPT, PROMPT]

@@ -152,7 +152,9 @@ def prepare_append(
     redacted, offloaded, counted) after the session's last stored message, read now."""
     stored_key, body_hash = _idempotency(res, body, idempotency_key)
     read = _after_stored(res, tenant_id, session_id, body)
-    return Prepared(tenant_id, session_id, body, profile_of(body, res), activity, stored_key, body_hash, read)
+    return Prepared(
+        tenant_id, session_id, body, profile_of(body, res, tenant_id), activity, stored_key, body_hash, read
+    )
 
 
 def _after_stored(res: Resources, tenant_id: int, session_id: str, body: AppendRequest) -> AfterStored:
@@ -264,7 +266,7 @@ def check_window(window: list[dict[str, Any]], new: list[dict[str, Any]]) -> Non
         raise BrokenConversation(problems[:10])
 
 
-def profile_of(body: AppendRequest, res: Resources) -> Profile:
+def profile_of(body: AppendRequest, res: Resources, tenant_id: int) -> Profile:
     """The append's profile; a known model name fills in its window and reserve unless the client
     gives them (an unknown one leaves the session's window, or the deployment's default)."""
     known = (
@@ -279,7 +281,7 @@ def profile_of(body: AppendRequest, res: Resources) -> Profile:
         output_reserve=body.output_reserve
         if body.output_reserve is not None
         else (known.output_reserve if known else None),
-        system=SYSTEMS.redact(res.redactor, body.system) if body.system is not None else None,
+        system=SYSTEMS.redact(res.redactor, body.system, tenant_id) if body.system is not None else None,
         parent_session_id=body.parent_session_id,
         parent_tool_use_id=body.parent_tool_use_id,
     )

@@ -3,8 +3,9 @@
 The proxy appends on every model call, and each append's profile carries the client's system prompt
 redacted (worker/flows/append.py `profile_of`): Claude Code's is ~7,000 characters, 2-3 ms of
 redaction a request for a text that never changes. The result is kept by the text's digest (never
-the text itself) and the Redactor that made it (another deployment key or rule set is not served
-another's result); bounded, least recently used out.
+the text itself), keyed by the tenant (no tenant's timing tells it what another sent), and the
+Redactor that made it (another deployment key or rule set is not served another's result);
+bounded, least recently used out.
 """
 
 from __future__ import annotations
@@ -28,11 +29,14 @@ class SystemRedactions:
         self._held: OrderedDict[bytes, tuple[Redactor, str]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def redact(self, redactor: Redactor, text: str) -> str:
-        """redactor.redact_text(text), from the memo when this redactor made it already."""
+    def redact(self, redactor: Redactor, text: str, tenant_id: int) -> str:
+        """redactor.redact_text(text), from the memo when this redactor made it already for this
+        tenant."""
         if len(text) < MIN_CHARS:
             return redactor.redact_text(text)
-        digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
+        digest = hashlib.blake2b(
+            text.encode("utf-8", "surrogatepass"), digest_size=32, key=b"tenant:%d" % tenant_id
+        ).digest()
         with self._lock:
             hit = self._held.get(digest)
             if hit is not None and hit[0] is redactor:
