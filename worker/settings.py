@@ -89,7 +89,8 @@ class Settings(BaseSettings):
     # request); 0 records every reply as soon as its response ends (api/http/replies.py)
     proxy_reply_grace_seconds: float = Field(default=0.25, ge=0, le=10)
     # per API process: the proxied histories it read last, as sent (unredacted, in memory only), so a
-    # request that resends one is parsed from its new part; 0 turns it off (KnownPrefixes)
+    # request that resends one is parsed from its new part; 0 turns it off (KnownPrefixes). The
+    # budget counts the request bytes: the parsed messages held beside them take a few times more
     proxy_prefix_memo_mb: int = Field(default=16, ge=0)
 
     redis_socket_timeout_seconds: float = 0.25

@@ -48,6 +48,10 @@ def _raw(messages: list[Any], layout: str) -> bytes:
         return orjson.dumps({"model": "m", "messages": messages, "stream": True})
     if layout == "last":
         return orjson.dumps({**head, "tools": [{"name": "t"}], "messages": messages})
+    if layout == "bulky":  # Claude Code's: tens of KB of tools and system outside the messages
+        return orjson.dumps(
+            {**head, "tools": [{"name": "t", "description": "d" * 3_000}], "messages": messages}
+        )
     if layout == "nested":
         return orjson.dumps({**head, "metadata": {"messages": messages[:2]}, "messages": messages})
     if layout == "repeated":
@@ -148,7 +152,18 @@ def test_the_memo_keeps_within_its_bytes() -> None:
     assert _check(
         memo, [_message("user", "19 " + "x" * 2_000), _message("assistant", "a")], "first", scope=19
     )
+    assert memo._bytes == sum(h.held_bytes for hs in memo._entries.values() for h in hs)
     off = KnownPrefixes(max_bytes=0)
     history = [_message("user", "a"), _message("assistant", "b")]
     assert not _check(off, history, "first") and not _check(off, [*history, _message("user", "c")], "first")
     assert not off._entries
+
+
+def test_many_evictions_of_bulky_requests_leave_the_memo_working() -> None:
+    """Each eviction gives back all it held (the whole request, not only its messages): after
+    hundreds of callers came and went, the budget still holds the newest and it is still found."""
+    memo = KnownPrefixes(max_bytes=20_000)
+    for i in range(200):
+        _check(memo, [_message("user", f"{i} task")], "bulky", scope=i)
+    assert memo._bytes == sum(h.held_bytes for hs in memo._entries.values() for h in hs) <= 20_000
+    assert _check(memo, [_message("user", "199 task"), _message("assistant", "a")], "bulky", scope=199)

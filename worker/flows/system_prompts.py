@@ -18,6 +18,8 @@ from worker.redaction import Redactor
 
 # below this a redaction costs about what the digest and the lookup do
 MIN_CHARS = 512
+# above this a prompt is redacted every time (the memo holds at most SIZE results this large)
+MAX_CHARS = 256_000
 SIZE = 64
 
 
@@ -32,7 +34,7 @@ class SystemRedactions:
     def redact(self, redactor: Redactor, text: str, tenant_id: int) -> str:
         """redactor.redact_text(text), from the memo when this redactor made it already for this
         tenant."""
-        if len(text) < MIN_CHARS:
+        if not MIN_CHARS <= len(text) <= MAX_CHARS:
             return redactor.redact_text(text)
         digest = hashlib.blake2b(
             text.encode("utf-8", "surrogatepass"), digest_size=32, key=b"tenant:%d" % tenant_id

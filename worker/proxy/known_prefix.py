@@ -179,7 +179,7 @@ class KnownPrefixes:
             self._entries[scope] = kept
             while self._bytes > self._max_bytes and self._entries:
                 _, gone = self._entries.popitem(last=False)
-                self._bytes -= sum(len(h.content) for h in gone)
+                self._bytes -= _size(gone)
 
 
 def _longest(history: History, raw: bytes, start: int) -> Mark | None:

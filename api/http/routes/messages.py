@@ -270,8 +270,7 @@ async def _create(request: Request) -> Response:
         raise
     if response.status_code != 200:
         _release_soon(jobs)
-        if call.noting is not None:
-            await call.noting  # noted before the client hears anything, an error included
+        await _noted(call)  # noted before the client hears anything, an error included
         return await _upstream_error(response)
     if body.get("stream"):
         return EventStream(
@@ -319,6 +318,14 @@ async def _disconnected(request: Request) -> None:
     """Return once the client has gone (the body is read: what comes next is http.disconnect)."""
     while (await request.receive())["type"] != "http.disconnect":
         pass
+
+
+async def _noted(call: Call) -> None:
+    """Wait for the append's version note; a note Redis did not take is logged (the next fetch
+    reads the database's stamp instead, as with the cache down)."""
+    if call.noting is not None and not await call.noting:
+        plan = call.reconciled.plan if call.reconciled is not None else None
+        log.warning("proxy.version_note_failed", tenant=call.tenant, session_id=plan and plan.session_id)
 
 
 def _release_soon(jobs: HeldJobs | None) -> None:
@@ -586,8 +593,7 @@ async def _rounds(call: Call, relay: Relay, response: UpstreamResponse) -> Async
     results: list[list[dict[str, Any]]] = []
     body: dict[str, Any] | None = None  # parsed only when a server-side round needs it
     try:
-        if call.noting is not None:
-            await call.noting  # the append's version noted before anything reaches the client
+        await _noted(call)  # the append's version noted before anything reaches the client
         while True:
             relay.start_round()
             splitter = EventSplitter()
