@@ -66,34 +66,50 @@ def test_over_the_trigger_any_saving_is_published() -> None:
 
 
 @pytest.mark.parametrize(
-    ("shrink_min_tokens", "past_deadline", "expected"),
+    ("minimum", "past_deadline", "expected"),
     [
         (0, False, Decision.NEW_EPOCH),  # any saving, as before
-        (10**9, False, Decision.SKIP),  # too small a saving waits for the summary
+        ("saved", False, Decision.NEW_EPOCH),  # a saving of exactly the minimum is taken
+        ("saved+1", False, Decision.SKIP),  # one token short of it waits for the summary
+        (10**9, False, Decision.SKIP),  # capped at a tenth of the budget, still above the saving
         (10**9, True, Decision.NEW_EPOCH),  # past the deadline any saving is taken
-        (1, False, Decision.NEW_EPOCH),  # a saving over the minimum is taken
-        (-1, False, Decision.NEW_EPOCH),  # a saving of exactly the minimum is taken
-        (-2, False, Decision.SKIP),  # one token short of it waits
     ],
 )
 def test_past_the_trigger_a_rewrite_must_save_the_minimum_or_be_past_the_deadline(
-    shrink_min_tokens: int, past_deadline: bool, expected: Decision
+    minimum: int | str, past_deadline: bool, expected: Decision
 ) -> None:
-    """Past the summarize trigger, a structural rewrite that saves less than `shrink_min_tokens`
-    is skipped (the next quiet point's summary does the shrinking), unless the prompt is past the
-    deadline, where it must shrink now."""
+    """Past the summarize trigger, a structural rewrite (one old output clipped) that saves less
+    than `shrink_min_tokens` is skipped (the next quiet point's summary does the shrinking),
+    unless the prompt is past the deadline, where it must shrink now."""
+    t = Transcript("s", turns_of(text_of(0, 300), *[text_of(n, 45) for n in range(1, 60)]))
+    tokens = t.tokens()
+    out = compact(t, Policy(context_window=tokens * 2, output_reserve=0, structural_trigger=0.01)).transcript
+    saved = tokens - out.tokens()
+    least = {"saved": saved, "saved+1": saved + 1}.get(minimum, minimum)  # type: ignore[call-overload]
+    # the trigger under the prompt; the deadline over it, or under it in a window just under it
+    window = int(tokens / 0.98) if past_deadline else tokens * 2
+    policy = Policy(
+        context_window=window, output_reserve=0, summarize_trigger=0.3, worth_it_tokens=10**9,
+        shrink_min_tokens=least,
+    )  # fmt: skip
+    assert 0 < saved < policy.budget_tokens // 10 or past_deadline
+    assert policy.summarize_trigger_tokens < tokens
+    assert (tokens > policy.deadline_tokens) is past_deadline
+    assert decide(t, out, policy).decision is expected
+
+
+def test_at_a_small_window_the_minimum_is_a_tenth_of_the_budget() -> None:
+    """The minimum gain is capped at a tenth of the budget (2,000 tokens is much of a 12k window's
+    room): a saving above the cap is published even when the minimum is larger."""
     t = Transcript("s", turns_of(*[text_of(n, 60) for n in range(8)]))
     out = compact(t, Policy(context_window=4_000, output_reserve=500), summarize=True).transcript
     tokens = t.tokens()
-    # a window whose trigger lies under the prompt and whose deadline lies under or over it
-    window = int(tokens / 0.9) if past_deadline else int(tokens * 1.4)
-    saved = tokens - out.tokens()
-    # -1: exactly the saving; -2: one token more than it
-    minimum = {-1: saved, -2: saved + 1}.get(shrink_min_tokens, shrink_min_tokens)
-    policy = Policy(context_window=window, output_reserve=0, worth_it_tokens=10**9, shrink_min_tokens=minimum)
-    assert tokens > policy.summarize_trigger_tokens
-    assert (tokens > policy.deadline_tokens) is past_deadline
-    assert decide(t, out, policy).decision is expected
+    policy = Policy(
+        context_window=int(tokens * 1.4), output_reserve=0, worth_it_tokens=10**9, shrink_min_tokens=10**9
+    )
+    assert policy.summarize_trigger_tokens < tokens < policy.deadline_tokens
+    assert tokens - out.tokens() >= policy.budget_tokens // 10
+    assert decide(t, out, policy).decision is Decision.NEW_EPOCH
 
 
 def test_between_epochs_the_served_prefix_is_byte_identical() -> None:
