@@ -240,16 +240,19 @@ async def _answered(work: Awaitable[Response]) -> Response:
 
 async def _create(request: Request) -> Response:
     res: Resources = request.app.state.resources
-    if key_seen(request):
-        # a key this process has checked before: the body is parsed first, so the conversation's
-        # prompt entry is read in the key check's round trip (the check still answers first)
-        parsed = await _parsed(request)
+    presented = resolve_auth(request.headers, res.settings)
+    digest = hash_key(presented.key) if presented is not None else None  # the memo's scope too
+    if digest is not None and digest in request.app.state.keys:
+        # a key this process has checked before (cached by deps): the body is parsed first, so the
+        # conversation's prompt entry is read in the key check's round trip (the check still
+        # answers first)
+        parsed = await _parsed(request, digest)
         prefetch = EntryPrefetch(request, parsed[2])
         tenant, auth, replies = await authenticate(request, prefetch.reads)
     else:
         # anyone else is checked before the body is even read (no parse for an unknown caller)
         tenant, auth, replies = await authenticate(request)
-        parsed = await _parsed(request)
+        parsed = await _parsed(request, digest)
         prefetch = EntryPrefetch(request, None)
     raw, read, conversation, invalid = parsed
     if invalid is not None:
@@ -373,17 +376,16 @@ class EntryPrefetch:
 Parsed = tuple[bytes, BodyRead | None, Conversation | None, ProxyError | None]
 
 
-async def _parsed(request: Request) -> Parsed:
+async def _parsed(request: Request, scope: str | None) -> Parsed:
     """The raw body, the body read (its messages folded: Claude Code's role "system" messages go
     into user turns, as a session stores user and assistant turns only), the conversation it
     continues (None: a side request or a bad body) and the error a bad body is answered with (after
     the key check: a bad key is a 401 first). A history that starts with bytes a recent request of
-    the same key sent is parsed from its new part (KnownPrefixes)."""
+    the same key (`scope`: its digest) sent is parsed from its new part (KnownPrefixes)."""
     raw = await request.body()
     try:
-        auth = resolve_auth(request.headers, request.app.state.resources.settings)
         known: KnownPrefixes = request.app.state.known_prefixes
-        read = known.read(hash_key(auth.key) if auth else None, raw, parse_body)
+        read = known.read(scope, raw, parse_body)
         named = session_header(request.headers)
     except ProxyError as exc:
         return raw, None, None, exc
@@ -391,12 +393,6 @@ async def _parsed(request: Request) -> Parsed:
     if is_side_request(body, named is not None):
         return raw, read, None, None
     return raw, read, identify(request.app.state.proxy_key, body, named), None
-
-
-def key_seen(request: Request) -> bool:
-    """Whether the caller's compactd key is one this process has checked (cached by deps)."""
-    auth = resolve_auth(request.headers, request.app.state.resources.settings)
-    return auth is not None and hash_key(auth.key) in request.app.state.keys
 
 
 async def _reconcile_and_build(call: Call, jobs: HeldJobs, prefetched: Prefetched | None) -> None:
