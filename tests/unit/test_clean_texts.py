@@ -108,3 +108,15 @@ def test_threads_that_share_a_redactor_never_trip_over_its_memory(monkeypatch: p
     finally:
         sys.setswitchinterval(interval)
     assert errors == []
+
+
+def test_a_scoped_redactor_shares_the_memory_not_the_verdicts() -> None:
+    """`Redactor.scoped` (a tenant's system prompt, appends' redactors): the same bounded memory and
+    rules, its digests keyed by the scope; the answer is the unscoped one's."""
+    base = Redactor(KEY)
+    prompt = "You are a coding agent. " * 40
+    one, other = base.scoped(b"tenant:1"), base.scoped(b"tenant:2")
+    assert one.redact_text(prompt) == prompt == base.redact_text(prompt)
+    assert one.clean._seen is base.clean._seen and one.rules is base.rules and one.key == base.key
+    assert one.clean.digest(prompt.encode()) in one.clean
+    assert other.clean.digest(prompt.encode()) not in other.clean

@@ -26,7 +26,6 @@ from worker.compaction.profiles import known_profile, profile_for
 from worker.compaction.validate import request_problems
 from worker.contracts import Activity, AppendRequest, Enqueue, SessionId
 from worker.errors import TransientError, TurnTooLarge
-from worker.flows.system_prompts import SYSTEMS
 from worker.ingest import Ingested, ingest
 from worker.limits import check_turn_sizes
 from worker.metrics import CountingRedactor, record_append, recorder_for
@@ -157,9 +156,14 @@ def prepare_append(
     )
 
 
+def tenant_scope(tenant_id: int) -> bytes:
+    """The scope of a tenant's clean texts in the redactor's memory (CleanTexts)."""
+    return b"tenant:%d" % tenant_id
+
+
 def _after_stored(res: Resources, tenant_id: int, session_id: str, body: AppendRequest) -> AfterStored:
     """`body`'s messages ingested after the session's last stored message as it is now."""
-    counting = CountingRedactor.of(res.redactor, b"tenant:%d" % tenant_id)
+    counting = CountingRedactor.of(res.redactor, tenant_scope(tenant_id))
     # the stored message this append follows: a secret cut between it and the first new message
     # is redacted on both sides while the new one is still as it came (seams.py)
     stored = last_message(res.engine, tenant_id, session_id)
@@ -281,7 +285,11 @@ def profile_of(body: AppendRequest, res: Resources, tenant_id: int) -> Profile:
         output_reserve=body.output_reserve
         if body.output_reserve is not None
         else (known.output_reserve if known else None),
-        system=SYSTEMS.redact(res.redactor, body.system, tenant_id) if body.system is not None else None,
+        # the same prompt comes with every append of a session: once found clean it is not scanned
+        # again (the redactor's memory of clean texts, this tenant's)
+        system=res.redactor.scoped(tenant_scope(tenant_id)).redact_text(body.system)
+        if body.system is not None
+        else None,
         parent_session_id=body.parent_session_id,
         parent_tool_use_id=body.parent_tool_use_id,
     )

@@ -40,7 +40,7 @@ import contextlib
 import hashlib
 import hmac
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import unquote
 
@@ -193,6 +193,10 @@ class Redactor:
     # texts found clean (their scan is a function of the rules): pass it on to a Redactor with the
     # same rules (`CountingRedactor.of`, scoped to the append's tenant)
     clean: CleanTexts = field(default_factory=CleanTexts, compare=False, hash=False, repr=False)
+
+    def scoped(self, scope: bytes) -> Redactor:
+        """This redactor, its memory of clean texts keyed by `scope` (the tenant: see CleanTexts)."""
+        return replace(self, clean=self.clean.scoped(scope))
 
     def placeholder(self, kind: str, secret: str) -> str:
         """The placeholder of one secret: its kind and the first 8 hex of its keyed HMAC."""
