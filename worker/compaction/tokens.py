@@ -60,7 +60,7 @@ class Encoding:
 
     def decode(self, ids: Sequence[int]) -> str:
         """The text of ids (a token that splits a character decodes to U+FFFD)."""
-        return self._ids.decode(list(ids))
+        return self._ids.decode(ids)
 
 
 @lru_cache(maxsize=1)
