@@ -227,7 +227,14 @@ def main() -> dict[str, Any]:
         fake.stdout.close()  # type: ignore[union-attr]
         shutil.rmtree(workdir, ignore_errors=True)
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(f"POST /v1/messages through compactd vs the stand-in directly, {STEPS} steps per size, streamed")
+    pace = (
+        f"{PAUSE_SECONDS * 1000:.0f} ms of think time before each call"
+        if PAUSE_SECONDS
+        else "asked again at once"
+    )
+    print(
+        f"POST /v1/messages through compactd vs the stand-in directly, {STEPS} steps per size, streamed, {pace}"
+    )
     print(f"(load average at the end: {load}):")
     print(table(rows, list(rows[0])))
     return {"sizes": rows, "steps": STEPS, "cores": os.cpu_count(), "load_average": load}

@@ -11,7 +11,7 @@ deterministic fit computed on the spot (no LLM), and says so in `fallback`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -127,8 +127,9 @@ def render_body(
     tokens += note_tokens(note) if has_note else 0
     parts = [entry.head] if entry.head else []
     parts += [orjson.dumps(m) for m in end]
-    messages = b",".join(parts)
-    request_bytes = len(entry.system) + len(messages)
+    # the messages go into the body as parts, not joined first: one copy of the head, not two
+    messages = list(_joined(parts, b","))
+    request_bytes = len(entry.system) + sum(map(len, messages))
     # the note is the last block of the last message: `,{note}]}` is all that differs next time
     note_bytes = len(orjson.dumps({"type": "text", "text": note})) + 3 if has_note else 0
     body = b"".join(
@@ -144,11 +145,19 @@ def render_body(
             b',"system":',
             entry.system,
             b',"messages":[',
-            messages,
+            *messages,
             b"]}",
         )
     )
     return body, request_bytes, request_bytes - note_bytes, tokens
+
+
+def _joined(parts: Sequence[bytes], separator: bytes) -> Iterator[bytes]:
+    """`parts` with `separator` between them, as separate pieces (for one b"".join)."""
+    for i, part in enumerate(parts):
+        if i:
+            yield separator
+        yield part
 
 
 def _served(
