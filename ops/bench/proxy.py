@@ -30,6 +30,10 @@ from ops.bench.service import _free_port, _wait_port, cpu_seconds, pct
 # history sizes in tokens (COMPACTD_BENCH_PROXY_SIZES=10000 runs one size, e.g. under a profiler)
 TARGETS = tuple(int(t) for t in os.environ.get("COMPACTD_BENCH_PROXY_SIZES", "10000,50000,150000").split(","))
 STEPS = int(os.environ.get("COMPACTD_BENCH_PROXY_STEPS", "40"))
+# the database: SQLite (the default, `make up`'s) or "postgresql" (a schema of its own on the test
+# server, COMPACTD_TEST_PG_URL): on SQLite the worker's snapshot publish holds the one write lock
+# the next call's commit needs when the call comes at once
+DATABASE = os.environ.get("COMPACTD_BENCH_PROXY_DATABASE", "sqlite")
 # the agent's think time before each call (its tool run): 0, the default, asks again at once, so the
 # previous reply's recording (after its response) and the job it wakes overlap the next call
 PAUSE_SECONDS = float(os.environ.get("COMPACTD_BENCH_PROXY_PAUSE_MS", "0")) / 1000
@@ -167,6 +171,15 @@ def stand_in() -> None:
 
 def main() -> dict[str, Any]:
     """Run the proxy benchmark, print a table, and return the figures."""
+    if DATABASE != "postgresql":
+        return _run(None)
+    from tests.integration.conftest import private_schema
+
+    with private_schema() as database_url:
+        return _run(database_url)
+
+
+def _run(database_url: str | None) -> dict[str, Any]:
     from worker.resources import Resources
     from worker.settings import Settings
     from worker.store.tenants import create_tenant
@@ -190,7 +203,7 @@ def main() -> dict[str, Any]:
     try:
         upstream = fake.stdout.readline().decode().strip()  # type: ignore[union-attr]
         env_settings = {
-            "database_url": f"sqlite:///{workdir / 'bench.db'}",
+            "database_url": database_url or f"sqlite:///{workdir / 'bench.db'}",
             "redis_url": f"redis://127.0.0.1:{redis_port}/0",
             "var_dir": str(workdir / "var"),
             "port": str(api_port),
