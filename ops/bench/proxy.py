@@ -261,6 +261,16 @@ def _clock() -> tuple[float, float]:
 
 
 def phases(steps: int = 30) -> list[dict[str, Any]]:
+    """`_phases` on the bench's database (COMPACTD_BENCH_PROXY_DATABASE)."""
+    if DATABASE != "postgresql":
+        return _phases(steps, None)
+    from tests.integration.conftest import private_schema
+
+    with private_schema() as database_url:
+        return _phases(steps, database_url)
+
+
+def _phases(steps: int, database_url: str | None) -> list[dict[str, Any]]:
     """In-process phase timings (wall and CPU, one thread, no HTTP, no upstream) of what the edge
     does for a request, in the route's order: parse the body (from its new part when KnownPrefixes
     holds the rest), the chain of the history (and the history kept for the next request), serve (the
@@ -294,7 +304,7 @@ def phases(steps: int = 30) -> list[dict[str, Any]]:
     try:
         _wait_port(redis_port, redis_proc)
         settings = Settings(  # type: ignore[call-arg]
-            database_url=f"sqlite:///{workdir / 'bench.db'}",
+            database_url=database_url or f"sqlite:///{workdir / 'bench.db'}",
             redis_url=f"redis://127.0.0.1:{redis_port}/0",
             var_dir=workdir / "var",
             log_level="WARNING",
@@ -359,7 +369,7 @@ def phases(steps: int = 30) -> list[dict[str, Any]]:
         redis_proc.terminate()
         redis_proc.wait(timeout=15)
         shutil.rmtree(workdir, ignore_errors=True)
-    print(f"in-process phases of a request, {steps} steps per size, p50 ms wall / CPU:")
+    print(f"in-process phases of a request ({DATABASE}), {steps} steps per size, p50 ms wall / CPU:")
     print(table(rows, list(rows[0])))
     return rows
 
