@@ -12,13 +12,16 @@ import socket
 import subprocess
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
+from sqlalchemy import create_engine, text
 
 from tests.conftest import require
+from worker.store.db import normalize_url
 
 
 def answers(host: str, port: int) -> bool:
@@ -34,6 +37,24 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+PG_URL = os.environ.get("COMPACTD_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+@contextlib.contextmanager
+def private_schema() -> Iterator[str]:
+    """A PostgreSQL schema of its own (dropped afterwards), as a URL selecting it."""
+    schema = f"s_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(normalize_url(PG_URL))
+    with admin.begin() as conn:
+        conn.execute(text(f"CREATE SCHEMA {schema}"))
+    try:
+        yield f"{PG_URL}?options=-csearch_path%3D{schema}"
+    finally:
+        with admin.begin() as conn:
+            conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
+        admin.dispose()
 
 
 def _wait(ok: object, what: str, timeout: float = 10.0) -> None:

@@ -12,12 +12,14 @@ compaction): the figures are the proxy's own cost, not the savings of a smaller 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +36,8 @@ STEPS = int(os.environ.get("COMPACTD_BENCH_PROXY_STEPS", "40"))
 # server, COMPACTD_TEST_PG_URL): on SQLite the worker's snapshot publish holds the one write lock
 # the next call's commit needs when the call comes at once
 DATABASE = os.environ.get("COMPACTD_BENCH_PROXY_DATABASE", "sqlite")
+if DATABASE not in ("sqlite", "postgresql"):
+    raise SystemExit(f"COMPACTD_BENCH_PROXY_DATABASE: sqlite or postgresql, not {DATABASE!r}")
 # the agent's think time before each call (its tool run): 0, the default, asks again at once, so the
 # previous reply's recording (after its response) and the job it wakes overlap the next call
 PAUSE_SECONDS = float(os.environ.get("COMPACTD_BENCH_PROXY_PAUSE_MS", "0")) / 1000
@@ -171,12 +175,22 @@ def stand_in() -> None:
 
 def main() -> dict[str, Any]:
     """Run the proxy benchmark, print a table, and return the figures."""
-    if DATABASE != "postgresql":
-        return _run(None)
-    from tests.integration.conftest import private_schema
-
-    with private_schema() as database_url:
+    with _database() as database_url:
         return _run(database_url)
+
+
+@contextlib.contextmanager
+def _database() -> Iterator[str | None]:
+    """None for SQLite (a file in the run's directory), else a PostgreSQL schema of the run's own."""
+    if DATABASE == "sqlite":
+        yield None
+        return
+    from tests.services import PG_URL, answers, private_schema
+
+    if not answers("127.0.0.1", 5432):
+        raise SystemExit(f"bench: PostgreSQL does not answer at {PG_URL} (make services)")
+    with private_schema() as url:
+        yield url
 
 
 def _run(database_url: str | None) -> dict[str, Any]:
@@ -213,8 +227,10 @@ def _run(database_url: str | None) -> dict[str, Any]:
         }
         _wait_port(redis_port, redis_proc)
         res = Resources.build(Settings(**env_settings))  # type: ignore[arg-type]
-        _, key = create_tenant(res.engine, "bench")
-        res.close()
+        try:
+            _, key = create_tenant(res.engine, "bench")
+        finally:
+            res.close()
         env = {**os.environ, **{f"COMPACTD_{k.upper()}": v for k, v in env_settings.items()}}
         api = subprocess.Popen(
             [sys.executable, "-m", "api.cli.command", "api"], env=env, stderr=subprocess.DEVNULL
@@ -233,24 +249,42 @@ def _run(database_url: str | None) -> dict[str, Any]:
     finally:
         for proc in (api, worker, redis_proc):
             if proc is not None and proc.poll() is None:
-                proc.terminate()
-                proc.wait(timeout=15)
+                _stop(proc)
         fake.stdin.close()  # type: ignore[union-attr]
         fake.wait(timeout=15)
         fake.stdout.close()  # type: ignore[union-attr]
         shutil.rmtree(workdir, ignore_errors=True)
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     pace = (
-        f"{PAUSE_SECONDS * 1000:.0f} ms of think time before each call"
+        f"{PAUSE_SECONDS * 1000:g} ms of think time before each call"
         if PAUSE_SECONDS
         else "asked again at once"
     )
     print(
-        f"POST /v1/messages through compactd vs the stand-in directly, {STEPS} steps per size, streamed, {pace}"
+        f"POST /v1/messages through compactd ({DATABASE}) vs the stand-in directly, {STEPS} steps per"
+        f" size, streamed, {pace}"
     )
     print(f"(load average at the end: {load}):")
     print(table(rows, list(rows[0])))
-    return {"sizes": rows, "steps": STEPS, "cores": os.cpu_count(), "load_average": load}
+    return {
+        "sizes": rows,
+        "steps": STEPS,
+        "database": DATABASE,
+        "pause_ms": PAUSE_SECONDS * 1000,
+        "cores": os.cpu_count(),
+        "load_average": load,
+    }
+
+
+def _stop(proc: subprocess.Popen[Any]) -> None:
+    """Terminate, and kill what does not stop in 15 s (its connections must close before the
+    run's PostgreSQL schema is dropped)."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 PHASES = ("parse", "chain", "serve", "build", "commit")
@@ -262,11 +296,7 @@ def _clock() -> tuple[float, float]:
 
 def phases(steps: int = 30) -> list[dict[str, Any]]:
     """`_phases` on the bench's database (COMPACTD_BENCH_PROXY_DATABASE)."""
-    if DATABASE != "postgresql":
-        return _phases(steps, None)
-    from tests.integration.conftest import private_schema
-
-    with private_schema() as database_url:
+    with _database() as database_url:
         return _phases(steps, database_url)
 
 
@@ -301,6 +331,7 @@ def _phases(steps: int, database_url: str | None) -> list[dict[str, Any]]:
         stdout=subprocess.DEVNULL,
     )
     rows = []
+    res = None
     try:
         _wait_port(redis_port, redis_proc)
         settings = Settings(  # type: ignore[call-arg]
@@ -364,10 +395,10 @@ def _phases(steps: int, database_url: str | None) -> list[dict[str, Any]]:
                 answer = {"role": "assistant", "content": [{"type": "text", "text": f"done {step}"}]}
                 body["messages"] = [*body["messages"], answer, {"role": "user", "content": f"go on {step}"}]
             rows.append(_phase_row(tokens, wall, cpu, steps, served_ahead))
-        res.close()
     finally:
-        redis_proc.terminate()
-        redis_proc.wait(timeout=15)
+        if res is not None:
+            res.close()
+        _stop(redis_proc)
         shutil.rmtree(workdir, ignore_errors=True)
     print(f"in-process phases of a request ({DATABASE}), {steps} steps per size, p50 ms wall / CPU:")
     print(table(rows, list(rows[0])))

@@ -27,14 +27,20 @@ from api.http.app import create_app
 from tests.conftest import REPO, require
 
 # re-exported: the private-server fixtures, and helpers the integration tests import from here
-from tests.services import answers, free_port, private_postgres, private_redis  # noqa: F401
+from tests.services import (  # noqa: F401
+    PG_URL,
+    answers,
+    free_port,
+    private_postgres,
+    private_redis,
+    private_schema,
+)
 from worker.resources import Resources
 from worker.settings import Settings
 from worker.store.db import make_engine, migrate, normalize_url
 from worker.store.tenants import create_tenant
 
 REDIS_URL = os.environ.get("COMPACTD_TEST_REDIS_URL", "redis://127.0.0.1:6379/11")
-PG_URL = os.environ.get("COMPACTD_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -65,21 +71,6 @@ def pg_schema_url() -> Iterator[str]:
     with admin.begin() as conn:
         conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
     admin.dispose()
-
-
-@contextlib.contextmanager
-def private_schema() -> Iterator[str]:
-    """A PostgreSQL schema of its own (dropped afterwards), as a URL selecting it."""
-    schema = f"s_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(normalize_url(PG_URL))
-    with admin.begin() as conn:
-        conn.execute(text(f"CREATE SCHEMA {schema}"))
-    try:
-        yield f"{PG_URL}?options=-csearch_path%3D{schema}"
-    finally:
-        with admin.begin() as conn:
-            conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
-        admin.dispose()
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from tests.integration.conftest import flush_prefix
 from worker.cache.client import GuardedRedis
-from worker.cache.counters import Counters, reuse_runs
+from worker.cache.counters import Counters
 
 pytestmark = pytest.mark.services
 
@@ -81,9 +81,3 @@ def test_batched_counts_equal_counting_each_fetch(
     finally:
         flush_prefix(redis_url, prefix)
         client.close()
-
-
-def test_runs_of_the_same_fetch_become_one_argument_group() -> None:
-    """A batch of one prompt fetched again and again is one group per session, in order."""
-    fetches = [(1, 0, 10, 8)] * 500 + [(2, 1, 5, 5), (1, 0, 10, 8), (1, 1, 12, 9), (1, 1, 12, 9)]
-    assert reuse_runs(fetches) == {1: [0, 10, 8, 501, 1, 12, 9, 2], 2: [1, 5, 5, 1]}

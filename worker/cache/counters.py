@@ -76,8 +76,8 @@ class Counters:
     def record_fetches(self, fetches: list[tuple[int, int, int, int]]) -> None:
         """Count served prompts' byte-identical reuse of the previous one, in fetch order, in one
         round trip: (session pk, epoch, request bytes, stable bytes) each; one script call per
-        session (a call per fetch took 21 ms, 10 of them the API's CPU, for the 1,250 fetches one
-        connection makes in a batch's half second: the fetches behind it waited). Best effort."""
+        session, not per fetch (a call per fetch held the API's GIL and Redis long enough to delay
+        the fetches behind it: BENCHMARKS.md, session 6). Best effort."""
         if not fetches:
             return
 
