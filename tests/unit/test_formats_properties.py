@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 from tests.strategies import conversations
 from worker.compaction.errors import CompactionError
 from worker.compaction.formats import LOADERS, detect_format, load_transcript
+from worker.compaction.formats.detect import _detect_document, _detect_lines
+from worker.compaction.formats.documents import BOM, lines_of
 from worker.compaction.validate import request_problems
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -167,3 +169,46 @@ def test_detection_and_auto_import_never_crash(value: Any) -> None:
     except CompactionError:
         return
     assert is_valid(imported)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=40) | st.lists(st.sampled_from([b"a", b" ", b"\r", b"\n", b"\x0b", b"\x85", b"{}"])).map(b"".join))
+def test_lines_one_at_a_time_are_splitlines(data: bytes) -> None:
+    """lines_of gives the lines bytes.splitlines gives (`\\n`, `\\r\\n` and `\\r` end a line)."""
+    assert list(lines_of(data)) == data.splitlines()
+
+
+def _detected_whole(data: bytes) -> str:
+    """detect_format as it was: the whole body parsed as one document first, then as JSON Lines."""
+    body = data.removeprefix(BOM).strip()
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return _detect_lines(body)
+    return _detect_document(doc)
+
+
+def _outcome(detect: Any, data: bytes) -> str:
+    try:
+        return str(detect(data))
+    except CompactionError as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
+_CLAUDE_LINE = {"type": "user", "uuid": "u", "message": {"role": "user", "content": "hi"}}
+
+
+@SETTINGS
+@given(
+    st.lists(json_values | st.just(_CLAUDE_LINE), min_size=1, max_size=6),
+    st.sampled_from([b"\n", b"\r\n", b"\n\n", b" \n\t"]),
+    st.booleans(),
+)
+def test_json_lines_are_detected_as_by_parsing_the_whole(lines: list[Any], end: bytes, indent: bool) -> None:
+    """A first line that is a value by itself sends the input to JSON Lines without parsing it whole:
+    the same format or the same error as parsing it whole first, for lines of any JSON, one document
+    over several lines (indented) or one line."""
+    option = orjson.OPT_INDENT_2 if indent else 0
+    data = end.join(orjson.dumps(line, option=option) for line in lines) + end
+    assert _outcome(detect_format, data) == _outcome(_detected_whole, data)
+    assert _outcome(detect_format, data[:-1]) == _outcome(_detected_whole, data[:-1])

@@ -7,7 +7,7 @@ from typing import Any
 import orjson
 
 from worker.compaction.errors import UnknownFormat
-from worker.compaction.formats.documents import BOM, parse_lines
+from worker.compaction.formats.documents import BOM, read_lines
 
 FORMATS = ("anthropic", "openai", "claude_code", "swe_agent", "openhands", "langchain")
 CLAUDE_CODE_TYPES = (
@@ -34,11 +34,27 @@ def detect_format(data: bytes) -> str:
     body = data.removeprefix(BOM).strip()
     if not body:
         raise UnknownFormat(f"the input is empty; {SUPPORTED}")
+    if _first_line_ends_a_value(body):
+        return _detect_lines(body)
     try:
         doc = orjson.loads(body)
     except orjson.JSONDecodeError:
         return _detect_lines(body)
     return _detect_document(doc)
+
+
+def _first_line_ends_a_value(body: bytes) -> bool:
+    """Whether the first line of body (stripped, so something follows it) is a JSON value by itself:
+    then body is JSON Lines and no one JSON document, since a value that ends may be followed by
+    white space only. A JSON Lines file is then not parsed whole just to fail."""
+    end = body.find(b"\n")
+    if end < 0:
+        return False
+    try:
+        orjson.loads(body[:end])
+    except orjson.JSONDecodeError:
+        return False
+    return True
 
 
 def _detect_document(doc: Any) -> str:
@@ -61,7 +77,7 @@ def _detect_document(doc: Any) -> str:
 
 def _detect_lines(body: bytes) -> str:
     objects = 0
-    for _, value, _error in parse_lines(body):
+    for _, value, _error in read_lines(body):
         if isinstance(value, dict):
             objects += 1
             if _is_claude_code_line(value):

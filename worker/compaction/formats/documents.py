@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import orjson
@@ -22,7 +22,32 @@ def parse_document(data: bytes, what: str) -> Any:
 
 def parse_lines(data: bytes) -> Iterator[tuple[int, Any, str | None]]:
     """(line number, value, error) for every non-blank line; value is None when error says why."""
-    for number, line in enumerate(data.removeprefix(BOM).splitlines(), start=1):
+    return _parsed(data.removeprefix(BOM).splitlines())
+
+
+def read_lines(data: bytes) -> Iterator[tuple[int, Any, str | None]]:
+    """parse_lines, splitting the data only as far as it is read (a reader that stops at the first
+    lines does not split the rest)."""
+    return _parsed(lines_of(data.removeprefix(BOM)))
+
+
+def lines_of(data: bytes) -> Iterator[bytes]:
+    """The lines of data.splitlines() one at a time: ended by `\n`, `\r\n` or `\r`."""
+    pos, size = 0, len(data)
+    while pos < size:
+        newline = data.find(b"\n", pos)
+        end = size if newline < 0 else newline
+        ret = data.find(b"\r", pos, end)
+        if ret >= 0:
+            yield data[pos:ret]
+            pos = ret + 2 if data[ret + 1 : ret + 2] == b"\n" else ret + 1
+        else:
+            yield data[pos:end]
+            pos = end + 1
+
+
+def _parsed(lines: Iterable[bytes]) -> Iterator[tuple[int, Any, str | None]]:
+    for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
