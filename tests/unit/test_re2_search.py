@@ -3,16 +3,20 @@
 
 from __future__ import annotations
 
+import re
+
 import re2
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from worker.redaction import configs, scanner
+from worker.redaction import configs, encoded, scanner
 from worker.redaction.search import leftmost, match_spans
 
 REGEXES = {
     "keyword": configs._KEYWORD,
     "one_line": configs._ONE_LINE,
+    "markers": configs._MARKERS,
+    "escape_hint": encoded._HINT,
     "base64_run": scanner._BASE64_RUN,
     "base64_run_strict": scanner._BASE64_RUN_STRICT,
     **{
@@ -25,7 +29,8 @@ REGEXES = {
 # what the regexes look for, and what breaks their runs
 _PIECES = st.sampled_from(
     ["password", "Token", "auth", "key=", "pw ", ":", "::", "@", "://u:p@h", "\n", " ", "\t", "=", "==",
-     "+/", "-_", "AKIA", "ghp_", "eyJ", "0123456789", "QWxhZGRpbjpvcGVuIHNlc2FtZQ", "é", "\u2192", "中"]
+     "+/", "-_", "AKIA", "ghp_", "eyJ", "0123456789", "QWxhZGRpbjpvcGVuIHNlc2FtZQ", "é", "\u2192", "中",
+     "%2F", "%4", "%zz", "\\n", "\\\\", "\\u00e9", "\\x", "master.key", "stringData:"]
 )  # fmt: skip
 _TEXTS = st.lists(st.one_of(_PIECES, st.text(max_size=5)), max_size=40).map(
     lambda parts: "".join(parts).encode("utf-8", "surrogatepass")
@@ -49,3 +54,13 @@ def test_no_match_and_a_match_at_the_end() -> None:
     assert leftmost(configs._KEYWORD, b"nothing here") is None
     assert match_spans(configs._KEYWORD, b"a token") == [(2, 7)]
     assert leftmost(configs._KEYWORD, b"a token", 3) is None
+
+
+_PYTHON_HINT = re.compile(rb"%[0-9A-Fa-f]{2}|\\[\"\\/bfnrtu]")
+
+
+@settings(max_examples=300, deadline=None)
+@given(_TEXTS)
+def test_the_escape_hint_answers_as_pythons_re(data: bytes) -> None:
+    """may_hide_secrets (RE2) says what the hint said when Python's re searched for it."""
+    assert encoded.may_hide_secrets(data) == (_PYTHON_HINT.search(data) is not None)

@@ -32,7 +32,7 @@ from worker.redaction.configs.markup import element_spans
 from worker.redaction.configs.oneliners import KEY_FILE_NAMES, key_file_spans, line_spans, npmrc_spans
 from worker.redaction.configs.pairs import line_pairs, spaced_pairs
 from worker.redaction.configs.sections import section_spans
-from worker.redaction.search import match_spans
+from worker.redaction.search import leftmost, match_spans
 
 Span = tuple[str, int, int]
 
@@ -131,7 +131,7 @@ def config_spans(data: bytes) -> list[Span]:
     ones = [start for start, _ in match_spans(_ONE_LINE, data)] if b":" in data else []
     if ones:
         found += _scan(data, _windows(data, ones), lambda text, whole: line_spans(text))
-    marked = _MARKERS.search(data) is not None if hits else False
+    marked = leftmost(_MARKERS, data) is not None if hits else False
     if marked and any(name in data for name in KEY_FILE_NAMES):
         found += key_file_spans(data, _decode)
     if marked and any(marker in data for marker in _SECTIONS):
