@@ -172,7 +172,10 @@ def test_detection_and_auto_import_never_crash(value: Any) -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.binary(max_size=40) | st.lists(st.sampled_from([b"a", b" ", b"\r", b"\n", b"\x0b", b"\x85", b"{}"])).map(b"".join))
+@given(
+    st.binary(max_size=40)
+    | st.lists(st.sampled_from([b"a", b" ", b"\r", b"\n", b"\x0b", b"\x85", b"{}"])).map(b"".join)
+)
 def test_lines_one_at_a_time_are_splitlines(data: bytes) -> None:
     """lines_of gives the lines bytes.splitlines gives (`\\n`, `\\r\\n` and `\\r` end a line)."""
     assert list(lines_of(data)) == data.splitlines()

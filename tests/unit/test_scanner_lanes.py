@@ -64,6 +64,21 @@ def _parted(lane: _Lane, data: bytes) -> list[Candidate]:
     return out
 
 
+def planted_texts() -> list[bytes]:
+    """Every planted sample's text, whole and cut in two inside its (first) secret."""
+    texts: list[bytes] = []
+    for sample in SAMPLES:
+        texts.append(sample.text.encode("utf-8", "surrogatepass"))
+        at = sample.text.find(sample.secrets[0]) if sample.secrets else -1
+        if at >= 0:
+            cut = at + max(1, len(sample.secrets[0]) // 2)
+            texts += [
+                sample.text[:cut].encode("utf-8", "surrogatepass"),
+                sample.text[cut:].encode("utf-8", "surrogatepass"),
+            ]
+    return texts
+
+
 def _differences(texts: list[bytes]) -> list[tuple[int, bytes]]:
     return [
         (k, t[:120]) for t in texts for k, lane in enumerate(LANES) if _parted(lane, t) != _reference(k, t)
@@ -81,16 +96,7 @@ def test_every_lane_is_cut_into_parts_that_keep_table_order() -> None:
 @pytest.mark.data
 def test_parts_find_what_one_alternation_finds_on_the_secret_corpora(shared_data: Path) -> None:
     """On every planted sample, whole and cut in two inside its secret, every candidate matches."""
-    texts: list[bytes] = []
-    for sample in SAMPLES:
-        texts.append(sample.text.encode("utf-8", "surrogatepass"))
-        at = sample.text.find(sample.secrets[0]) if sample.secrets else -1
-        if at >= 0:
-            cut = at + max(1, len(sample.secrets[0]) // 2)
-            texts += [
-                sample.text[:cut].encode("utf-8", "surrogatepass"),
-                sample.text[cut:].encode("utf-8", "surrogatepass"),
-            ]
+    texts = planted_texts()
     assert texts
     assert _differences(texts) == []
 

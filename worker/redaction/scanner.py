@@ -27,6 +27,7 @@ from worker.redaction import kingfisher
 from worker.redaction.configs import config_spans, merged
 from worker.redaction.detectors import DETECTORS
 from worker.redaction.manifests import kubernetes_secret_spans
+from worker.redaction.needs import prefilter
 from worker.redaction.rules import Detector
 from worker.redaction.search import leftmost, match_spans
 from worker.redaction.strict import STRICT_DETECTORS
@@ -65,20 +66,28 @@ class _Lane:
     of them matches at, then the first detector in table order that matches there, with its own
     match. The alternation is cut into parts so that each part's DFA states stay small: one DFA of
     all of lane 0 (24k instructions) filled its cache and rebuilt it over and over on text dense
-    with candidates (~0.7 ms for a 70-byte text, against ~0.1 ms for four parts, cold)."""
+    with candidates (~0.7 ms for a 70-byte text, against ~0.1 ms for four parts, cold).
+    `needs` finds one of the strings every match of the lane's detectors holds (needs.py): a text
+    where it finds none matches no detector of the lane, which is then not searched."""
 
     parts: tuple[_Part, ...]
+    needs: re2._Regexp | None = None
 
 
 # RE2 instructions per part (the sum of its detectors' program sizes): lane 0 makes 4 parts
 _PART_INSTRUCTIONS = 8_000
 
 
+def _spans_only() -> re2.Options:
+    options = re2.Options()
+    options.max_mem, options.never_capture = 64 << 20, True
+    return options
+
+
 def _part(detectors: list[Detector]) -> _Part:
     options = re2.Options()
     options.max_mem = 64 << 20
-    spans_only = re2.Options()
-    spans_only.max_mem, spans_only.never_capture = 64 << 20, True
+    spans_only = _spans_only()
     starts, starts_at_0 = re2.Set.MatchSet(options), re2.Set.MatchSet(options)
     for detector in detectors:
         starts.Add(rb"\C(?:" + detector.pattern.encode() + b")")
@@ -104,7 +113,7 @@ def _compile(detectors: list[Detector]) -> _Lane:
             size = 0
         runs[-1].append(detector)
         size += instructions
-    return _Lane(tuple(_part(run) for run in runs))
+    return _Lane(tuple(_part(run) for run in runs), prefilter([d.pattern for d in detectors], _spans_only()))
 
 
 def _lanes(detectors: tuple[Detector, ...]) -> tuple[_Lane, ...]:
@@ -227,6 +236,8 @@ def scan_bytes(data: bytes, rules: Ruleset = ALL) -> list[Span]:
 
 def _scan_lane(lane: _Lane, data: bytes) -> list[Span]:
     out: list[Span] = []
+    if lane.needs is not None and leftmost(lane.needs, data) is None:
+        return out  # no string a detector of the lane needs: none matches
     pos, size = 0, len(data)
     starts: list[int | None] = [-1] * len(lane.parts)
     while pos < size:
