@@ -16,9 +16,17 @@ _BASE64 = re.compile(rb"[\"']?([A-Za-z0-9+/]{12,}={0,2})[\"']?[ \t]*")
 _BLOCK = re.compile(rb"[|>][+-]?[ \t]*")
 
 
+def _may_name_a_secret(data: bytes) -> bool:
+    """Whether data holds `kind` and `secret` in any (ASCII) case, as _KIND_SECRET needs: the
+    search over the whole text, line by line, is skipped where they are not (a JSON text with a
+    `data:` key and no Secret)."""
+    lowered = data.lower()
+    return b"kind" in lowered and b"secret" in lowered
+
+
 def kubernetes_secret_spans(data: bytes) -> list[tuple[str, int, int]]:
     """Byte spans of the base64 values in the `data:` maps of `kind: Secret` manifests."""
-    if b"data:" not in data or _KIND_SECRET.search(data) is None:
+    if b"data:" not in data or not _may_name_a_secret(data) or _KIND_SECRET.search(data) is None:
         return []
     spans: list[tuple[str, int, int]] = []
     for section in _DATA.finditer(data):

@@ -106,6 +106,23 @@ _MINTED_ID = re.compile(
 _WORD_KEY = re.compile(r"[a-z_]{1,40}")
 
 
+# word keys met (`type`, `file_path`, `tool_use_id`: the same few in every block), at most this many
+_WORD_KEYS_KEPT = 4_096
+_word_keys: dict[str, None] = {}
+
+
+def _is_word_key(key: str) -> bool:
+    """Whether a key is a lowercase word, which by policy holds no secret. Word keys are
+    remembered (a dict look-up instead of the regex); a key that is no word is not kept."""
+    if key in _word_keys:
+        return True
+    if _WORD_KEY.fullmatch(key) is None:
+        return False
+    if len(_word_keys) < _WORD_KEYS_KEPT:
+        _word_keys[key] = None
+    return True
+
+
 def _plain_id(value: str, rules: Ruleset) -> bool:
     """Whether an id or type field holds no secret (one the API mints, or none found in it)."""
     return _MINTED_ID.fullmatch(value) is not None or not find_spans(
@@ -327,7 +344,7 @@ class Redactor:
     def _redact_key(self, key: Any) -> Any:
         # a key is data too: {"AKIA...": "prod"} or a header line used as a key; a lowercase word
         # key (`file_path`, `tool_use_id`: nearly all of them) holds none and skips the scan
-        if not isinstance(key, str) or _WORD_KEY.fullmatch(key):
+        if not isinstance(key, str) or _is_word_key(key):
             return key
         return self.redact_text(key)
 

@@ -245,6 +245,8 @@ def spaced_pairs(line: str) -> Iterator[Span]:
             start = m.start("value") + (1 if quoted else 0)
             yield "password", start, start + len(inner)
         return
+    if "passw" not in line:
+        return  # _NETRC's `password` or `passwd`: a line without them needs no search
     for n in _NETRC.finditer(line):
         value = n.group(1)
         quoted = value[0] in "\"'"
