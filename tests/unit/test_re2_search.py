@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from worker.redaction import configs, encoded, scanner
-from worker.redaction.search import leftmost, match_spans
+from worker.redaction.search import group, leftmost, match_at, match_spans
 
 REGEXES = {
     "keyword": configs._KEYWORD,
@@ -64,3 +64,31 @@ _PYTHON_HINT = re.compile(rb"%[0-9A-Fa-f]{2}|\\[\"\\/bfnrtu]")
 def test_the_escape_hint_answers_as_pythons_re(data: bytes) -> None:
     """may_hide_secrets (RE2) says what the hint said when Python's re searched for it."""
     assert encoded.may_hide_secrets(data) == (_PYTHON_HINT.search(data) is not None)
+
+
+OWN = {
+    f"{d.name} {i}": own
+    for lane in scanner.STRICT.lanes
+    for part in lane.parts
+    for i, (d, own) in enumerate(zip(part.detectors, part.own, strict=True))
+}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(sorted(OWN)), _TEXTS, st.integers(0, 200), st.booleans())
+def test_a_match_at_a_position_answers_as_the_wrappers_match(
+    name: str, data: bytes, pos: int, at_a_match: bool
+) -> None:
+    """Every group's span and bytes, as `match(data, pos)` gives them (None: no match there); at
+    any position, and where the regex's first match in the text starts."""
+    regex = OWN[name]
+    found = regex.search(data) if at_a_match else None
+    pos = found.start() if found is not None else min(pos, len(data))
+    m = regex.match(data, pos)
+    spans = match_at(regex, data, pos)
+    if m is None:
+        assert spans is None
+    else:
+        assert found is None or spans[0][0] == found.start()
+        assert spans == [m.span(k) for k in range(regex.groups + 1)]
+        assert [group(data, s) for s in spans] == [m.group(k) for k in range(regex.groups + 1)]

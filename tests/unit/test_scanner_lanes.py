@@ -57,8 +57,8 @@ def _parted(lane: _Lane, data: bytes) -> list[Candidate]:
     starts: list[int | None] = [-1] * len(lane.parts)
     pos = 0
     while (start := _next_start(lane, data, pos, starts)) is not None:
-        detector, m = _detector_at(lane, data, start, starts)
-        spans = tuple(m.span(k) for k in range(re2.compile(detector.pattern).groups + 1))
+        detector, groups = _detector_at(lane, data, start, starts)
+        spans = tuple(groups[k] for k in range(re2.compile(detector.pattern).groups + 1))
         out.append((start, f"{id(detector)}", spans))
         pos = start + 1
     return out

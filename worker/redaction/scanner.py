@@ -29,7 +29,7 @@ from worker.redaction.detectors import DETECTORS
 from worker.redaction.manifests import kubernetes_secret_spans
 from worker.redaction.needs import prefilter
 from worker.redaction.rules import Detector
-from worker.redaction.search import leftmost, match_spans
+from worker.redaction.search import group, leftmost, match_at, match_spans
 from worker.redaction.strict import STRICT_DETECTORS
 
 
@@ -194,9 +194,9 @@ def _next_start(lane: _Lane, data: bytes, pos: int, starts: list[int | None]) ->
 
 def _detector_at(
     lane: _Lane, data: bytes, start: int, starts: list[int | None]
-) -> tuple[Detector, re2._Match]:
+) -> tuple[Detector, list[tuple[int, int]]]:
     """The first detector in table order that matches at start (the leftmost start of the lane's
-    parts), and its own match there."""
+    parts), and the spans of its own match's groups there."""
     view = memoryview(data)
     for at, part in zip(starts, lane.parts, strict=True):
         if at != start:
@@ -204,9 +204,9 @@ def _detector_at(
         named = part.starts.Match(view[start - 1 :]) if start else part.starts_at_0.Match(view)
         # none named: the Set ran out of memory (it says so no other way): every detector is asked
         for i in sorted(named) if named else range(len(part.detectors)):
-            m = part.own[i].match(data, start)
-            if m is not None:
-                return part.detectors[i], m
+            spans = match_at(part.own[i], data, start)
+            if spans is not None:
+                return part.detectors[i], spans
     raise AssertionError(f"no detector of the lane matches at {start}")
 
 
@@ -244,20 +244,21 @@ def _scan_lane(lane: _Lane, data: bytes) -> list[Span]:
         start = _next_start(lane, data, pos, starts)
         if start is None:
             break
-        detector, m = _detector_at(lane, data, start, starts)
-        s_start, s_end = m.span(detector.secret_group)
-        key = None if detector.key_group is None else _decode(m.group(detector.key_group))
+        detector, spans = _detector_at(lane, data, start, starts)
+        s_start, s_end = spans[detector.secret_group]
+        key = None if detector.key_group is None else _decode(group(data, spans[detector.key_group]))  # type: ignore[arg-type]
         raw = data[s_start:s_end]
         region = _decode(raw)
         judged = detector.judge(region, key)
         if judged is None or judged[2] <= judged[1]:
             # skip past a rejected key but still look inside its value for other secrets
-            pos = s_start if detector.key_group is not None and s_start > m.start() else m.start() + 1
+            pos = s_start if detector.key_group is not None and s_start > start else start + 1
             continue
         kind, lo, hi = judged
+        first = start
         start, end = s_start + _byte_offset(region, raw, lo), s_start + _byte_offset(region, raw, hi)
         out.append((kind, start, end))
-        pos = max(end, m.start() + 1)
+        pos = max(end, first + 1)
     return out
 
 

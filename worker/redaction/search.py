@@ -11,6 +11,8 @@ from __future__ import annotations
 import re2
 
 _UNANCHORED = re2._Anchor.UNANCHORED
+_ANCHOR_START = re2._Anchor.ANCHOR_START
+Span = tuple[int, int]
 
 
 def leftmost(regex: re2._Regexp, data: bytes, pos: int = 0) -> int | None:
@@ -33,3 +35,15 @@ def match_spans(regex: re2._Regexp, data: bytes) -> list[tuple[int, int]]:
         out.append((start, stop))
         pos = stop if stop > start else stop + 1
     return out
+
+
+def match_at(regex: re2._Regexp, data: bytes, pos: int) -> list[Span] | None:
+    """The span of every group (group 0 first; (-1, -1) where a group took no part) of a match
+    that starts at pos, as `regex.match(data, pos)`'s `span(i)`; None where none starts there."""
+    spans: list[Span] = regex._regexp.Match(_ANCHOR_START, data, pos, len(data))
+    return None if spans[0][0] < 0 else spans
+
+
+def group(data: bytes, span: Span) -> bytes | None:
+    """The bytes of a group's span, as a match's `group(i)`: None for a group that took no part."""
+    return None if span == (-1, -1) else data[span[0] : span[1]]
