@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 from celery import Celery
@@ -122,6 +123,11 @@ def _init(**_: Any) -> None:
     global _resources
     _resources = None  # never reuse a parent's connections in a forked child
     resources()
+    # what start-up built lives as long as the process: out of the collector's way, so a full
+    # collection between jobs scans the jobs' objects, not every imported module's (the API does
+    # the same at start-up)
+    gc.collect()
+    gc.freeze()
 
 
 @worker_process_shutdown.connect
