@@ -181,6 +181,12 @@ def test_lines_one_at_a_time_are_splitlines(data: bytes) -> None:
     assert list(lines_of(data)) == data.splitlines()
 
 
+def test_lines_of_a_long_file_of_carriage_returns_are_splitlines() -> None:
+    """Many lines ended by `\r` alone, then `\r\n`, then `\n`: the same lines as splitlines."""
+    data = b'{"a": 1}\r' * 50_000 + b"x\r\n" * 1_000 + b"y\n" * 1_000
+    assert list(lines_of(data)) == data.splitlines()
+
+
 def _detected_whole(data: bytes) -> str:
     """detect_format as it was: the whole body parsed as one document first, then as JSON Lines."""
     body = data.removeprefix(BOM).strip()

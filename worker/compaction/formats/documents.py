@@ -32,11 +32,15 @@ def read_lines(data: bytes) -> Iterator[tuple[int, Any, str | None]]:
 
 
 def lines_of(data: bytes) -> Iterator[bytes]:
-    """The lines of data.splitlines() one at a time: ended by `\n`, `\r\n` or `\r`."""
+    """The lines of data.splitlines() one at a time: ended by `\n`, `\r\n` or `\r`. Linear: the
+    next `\n` is looked for again only once a line has passed it (a file of `\r` endings alone
+    would otherwise be searched to its end for every line)."""
     pos, size = 0, len(data)
+    end = -1  # the next `\n` at or after pos, or size when there is none
     while pos < size:
-        newline = data.find(b"\n", pos)
-        end = size if newline < 0 else newline
+        if end < pos:
+            newline = data.find(b"\n", pos)
+            end = size if newline < 0 else newline
         ret = data.find(b"\r", pos, end)
         if ret >= 0:
             yield data[pos:ret]
