@@ -124,9 +124,9 @@ def _init(**_: Any) -> None:
     _resources = None  # never reuse a parent's connections in a forked child
     resources()
     # what start-up built lives as long as the process: out of the collector's way, so a full
-    # collection between jobs scans the jobs' objects, not every imported module's (the API does
-    # the same at start-up)
-    gc.collect()
+    # collection between jobs scans the jobs' objects, not every imported module's (as the API
+    # does at start-up). No collection first: it would write to every object inherited from the
+    # parent and so copy the pages the fork shares; freezing only moves the collector's lists.
     gc.freeze()
 
 
