@@ -237,6 +237,31 @@ def sqlite_rows(engine: Engine, stmt: Any, params: dict[str, Any]) -> list[tuple
         raise
 
 
+def single_read(engine: Engine, stmt: Any, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """raw_rows of one statement outside any transaction: on SQLite this thread's sqlite_reader; on
+    any other database a pooled connection put in autocommit for the statement, so that it is its
+    own snapshot with nothing to end (in a transaction, the BEGIN rides with the statement but the
+    ROLLBACK or COMMIT after it is a round trip of its own)."""
+    if is_sqlite(engine):
+        return sqlite_rows(engine, stmt, params)
+    dbapi_error = engine.dialect.loaded_dbapi.Error
+    try:
+        raw = engine.raw_connection()
+    except dbapi_error as exc:
+        # the raw checkout skips SQLAlchemy's wrapping: wrap here, so callers see one kind of error
+        raise DBAPIError.instance(None, None, exc, dbapi_error) from exc
+    try:
+        dbapi_conn: Any = raw.dbapi_connection
+        dbapi_conn.autocommit = True  # idle after the checkout (its pre-ping runs in autocommit too)
+        try:
+            return run_raw(dbapi_conn, engine.dialect, stmt, params)
+        finally:
+            if not dbapi_conn.closed:
+                dbapi_conn.autocommit = False
+    finally:
+        raw.close()
+
+
 def _compiled(stmt: Any, dialect: Any) -> tuple[str, tuple[str, ...] | None, dict[str, Any]]:
     """(SQL, positional parameter order or None, parameter converters), once per (statement, dialect)."""
     key = (id(stmt), dialect.name)

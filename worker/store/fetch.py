@@ -11,9 +11,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Connection, Engine, and_, bindparam, select
-from sqlalchemy.exc import DBAPIError
 
-from worker.store.db import is_sqlite, run_raw, sqlite_rows
+from worker.store.db import single_read
 from worker.store.sessions import TT, S
 
 # Built once: constructing a select per request costs more than running it.
@@ -38,24 +37,12 @@ _SYSTEM = select(S.c.system).where(S.c.id == bindparam("pk"))
 
 
 def tail_rows(engine: Engine, tenant_id: int, client_id: str, after: int) -> Sequence[Any]:
-    """The session row joined with its turns after `after`: one query on a DBAPI connection (SQLite:
-    the thread's own, see sqlite_reader; else a pooled one).
+    """The session row joined with its turns after `after`: one statement outside any transaction
+    (single_read: SQLite, the thread's own connection; else a pooled one in autocommit).
 
     The hot path: SQLAlchemy's statement execution costs more than the query itself here.
     """
-    params = {"after": after, "tenant_id": tenant_id, "client_id": client_id}
-    if is_sqlite(engine):
-        return sqlite_rows(engine, _TAIL, params)
-    dbapi_error = engine.dialect.loaded_dbapi.Error
-    try:
-        raw = engine.raw_connection()
-    except dbapi_error as exc:
-        # the raw checkout skips SQLAlchemy's wrapping: wrap here, so callers see one kind of error
-        raise DBAPIError.instance(None, None, exc, dbapi_error) from exc
-    try:
-        return run_raw(raw.dbapi_connection, engine.dialect, _TAIL, params)
-    finally:
-        raw.close()
+    return single_read(engine, _TAIL, {"after": after, "tenant_id": tenant_id, "client_id": client_id})
 
 
 def tail_rows_in(conn: Connection, tenant_id: int, client_id: str, after: int) -> Sequence[Any]:

@@ -17,7 +17,7 @@ from worker.compaction.tokens import count_message
 from worker.ingest import rewrite_turn_end
 from worker.redaction.seams import Reseamed
 from worker.store import memory as memory_store
-from worker.store.db import insert_ignore, is_sqlite, raw_rows, raw_write, read_tx, sqlite_rows, write_tx
+from worker.store.db import insert_ignore, is_sqlite, raw_rows, raw_write, read_tx, single_read, write_tx
 from worker.store.tables import Append, File, FileRead, Snapshot, SnapshotLog, utcnow
 from worker.store.tables import Session as SessionTable
 from worker.store.tables import Turn as TurnTable
@@ -394,13 +394,8 @@ class Stored:
 
 def last_message(engine: Engine, tenant_id: int, client_id: str) -> Stored | None:
     """The session's last stored message, None before its first append."""
-    ids = {"tenant_id": tenant_id, "client_id": client_id}
-    if is_sqlite(engine):
-        # one statement: on the thread's own connection, its own read snapshot (no BEGIN/COMMIT)
-        rows = sqlite_rows(engine, _LAST_MESSAGE, ids)
-    else:
-        with read_tx(engine) as conn:
-            rows = raw_rows(conn, _LAST_MESSAGE, ids)
+    # one statement, its own read snapshot: no transaction to begin and end
+    rows = single_read(engine, _LAST_MESSAGE, {"tenant_id": tenant_id, "client_id": client_id})
     if not rows:
         return None
     pk, role, content = rows[0]
