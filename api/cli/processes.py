@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
 import warnings
 from pathlib import Path
@@ -101,8 +103,22 @@ def run_api(args: argparse.Namespace) -> int:
         timeout_graceful_shutdown=5,
     )
     server = uvicorn.Server(config)
-    server.run(sockets=[sock])
+    # uvicorn shuts down on SIGINT or SIGTERM, then raises the signal again for its caller: here it
+    # ends the process quietly (Ctrl-C reaches every process of the terminal's group, `compactd
+    # up`'s API child included, and `up` sends SIGTERM after it), not with a traceback or a kill
+    for stop in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(stop, _stopped)
+    with contextlib.suppress(KeyboardInterrupt, _Stopped):
+        server.run(sockets=[sock])
     return 0 if server.started else 3
+
+
+class _Stopped(Exception):
+    """Raised by the API's signal handlers once uvicorn has shut down."""
+
+
+def _stopped(signum: int, frame: object) -> None:
+    raise _Stopped(signum)
 
 
 def _celery(settings: Settings):  # type: ignore[no-untyped-def]

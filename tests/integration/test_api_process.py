@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 import uuid
@@ -71,3 +72,20 @@ def test_concurrent_appends_over_http_get_contiguous_seqs(
         api.stop()
         flush_prefix(redis_url, settings.redis_prefix)
         redis.Redis.from_url(redis_url).delete(settings.queue)
+
+
+@pytest.mark.parametrize("signals", [["SIGINT"], ["SIGINT", "SIGTERM"]], ids=["ctrl-c", "ctrl-c-then-up"])
+def test_ctrl_c_stops_the_api_quietly(tmp_path: Path, redis_url: str, signals: list[str]) -> None:
+    """Ctrl-C reaches every process of the terminal's group, `compactd up`'s API child included (and
+    `up` then sends it SIGTERM): the API shuts down, exits 0, and prints no traceback."""
+    settings = make_settings(tmp_path, f"sqlite:///{tmp_path / 'c.db'}", redis_url, port=free_port())
+    api = Worker(settings, "api", log=tmp_path / "api.log")
+    try:
+        api.wait_ready("api.started")
+        for name in signals:
+            api.proc.send_signal(getattr(signal, name))
+        assert api.proc.wait(timeout=30) == 0
+    finally:
+        api.stop()
+    log = (tmp_path / "api.log").read_text(errors="replace")
+    assert "Traceback" not in log and "KeyboardInterrupt" not in log, log[-2000:]
