@@ -110,6 +110,9 @@ def run_api(args: argparse.Namespace) -> int:
         signal.signal(stop, _stopped)
     with contextlib.suppress(KeyboardInterrupt, _Stopped):
         server.run(sockets=[sock])
+    # stopped: a later signal (`up` may send SIGTERM after Ctrl-C) must not cut the interpreter's exit
+    for stop in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(stop, signal.SIG_IGN)
     return 0 if server.started else 3
 
 

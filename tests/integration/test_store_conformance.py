@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import threading
 import uuid
 
@@ -11,7 +12,7 @@ from sqlalchemy import Engine, inspect, select, text
 from worker.compaction.model import FileWrite, Turn
 from worker.memory.model import Change
 from worker.store import files, memory, sessions, snapshots
-from worker.store.db import SCHEMA_VERSION, migrate, read_tx
+from worker.store.db import SCHEMA_VERSION, make_engine, migrate, read_tx, single_read
 from worker.store.tenants import create_tenant, ensure_tenant, reset_key, tenant_for_key
 
 pytestmark = pytest.mark.services
@@ -248,3 +249,30 @@ def test_migration_upgrades_an_older_schema(engine: Engine) -> None:
         conn.execute(text("UPDATE schema_version SET version = 1"))
     migrate(engine)
     assert "ix_turns_session_seq" in {i["name"] for i in inspect(engine).get_indexes("turns")}
+
+
+def test_a_one_statement_read_cut_off_mid_query_raises_its_own_error_and_the_pool_recovers(
+    pg_url: str,
+) -> None:
+    """A read cut off while its statement runs (as a task's soft time limit cuts it) raises what
+    cut it off, not the driver's refusal to leave autocommit; its connection is not handed out
+    again, and the next read works."""
+    engine = make_engine(pg_url)
+
+    class CutOff(Exception):
+        pass
+
+    def cut(signum: int, frame: object) -> None:
+        raise CutOff
+
+    previous = signal.signal(signal.SIGALRM, cut)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        with pytest.raises(CutOff):
+            single_read(engine, text("SELECT pg_sleep(5)"), {})
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        assert single_read(engine, text("SELECT 7"), {}) == [(7,)]
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        engine.dispose()

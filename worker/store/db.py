@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -256,10 +256,22 @@ def single_read(engine: Engine, stmt: Any, params: dict[str, Any]) -> list[tuple
         try:
             return run_raw(dbapi_conn, engine.dialect, stmt, params)
         finally:
-            if not dbapi_conn.closed:
-                dbapi_conn.autocommit = False
+            _leave_autocommit(raw, dbapi_conn)
     finally:
         raw.close()
+
+
+def _leave_autocommit(raw: Any, dbapi_conn: Any) -> None:
+    """The connection back in transaction mode for the pool; one that is not idle (its statement
+    cut off, say by a task's soft time limit) or is broken is invalidated instead: never handed out
+    again, and the exception that cut it off is the one raised, not the driver's refusal."""
+    from psycopg.pq import TransactionStatus
+
+    with suppress(Exception):  # a driver that refuses: the connection is not fit to go back
+        if not dbapi_conn.closed and dbapi_conn.info.transaction_status == TransactionStatus.IDLE:
+            dbapi_conn.autocommit = False
+            return
+    raw.invalidate()
 
 
 def _compiled(stmt: Any, dialect: Any) -> tuple[str, tuple[str, ...] | None, dict[str, Any]]:
