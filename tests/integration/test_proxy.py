@@ -589,7 +589,8 @@ def test_a_tenant_holds_its_own_provider_key(proxy: Proxy) -> None:
         with engine.connect() as conn:
             (sealed,) = conn.execute(text("SELECT sealed FROM tenant_provider_keys")).one()
         engine.dispose()
-        assert sealed.startswith("v1:") and "Tn7" not in sealed
+        # no run of the key's text (one "Tn7" alone turns up in random base64 about once in 1,500 seals)
+        assert sealed.startswith("v1:") and "Tn7" * 3 not in sealed
     finally:
         with _api(proxy) as c:
             assert c.delete("/v1/provider-key").status_code == 204
