@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -55,6 +56,16 @@ def private_schema() -> Iterator[str]:
         with admin.begin() as conn:
             conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
         admin.dispose()
+
+
+def stop(proc: subprocess.Popen[Any], timeout: float = 15.0) -> None:
+    """Terminate a process and reap it; one still running after `timeout` seconds is killed."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def _wait(ok: object, what: str, timeout: float = 10.0) -> None:

@@ -32,6 +32,7 @@ from sqlalchemy import text
 
 from ops.bench.common import table
 from ops.bench.service import Conn, _free_port, _wait_port, pct
+from tests.services import stop
 
 CONTEXT_WINDOW = 32_000
 OUTPUT_RESERVE = 4_000
@@ -215,11 +216,7 @@ def main(argv: list[str] | None = None) -> None:
         r.close()
     finally:
         for p in reversed(procs):
-            p.terminate()
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
+            stop(p, timeout=20)
         shutil.rmtree(tmp, ignore_errors=True)
 
     rows = []

@@ -29,6 +29,7 @@ import orjson
 
 from ops.bench.common import table
 from ops.bench.service import _free_port, _wait_port, cpu_seconds, pct
+from tests.services import stop
 
 # history sizes in tokens (COMPACTD_BENCH_PROXY_SIZES=10000 runs one size, e.g. under a profiler)
 TARGETS = tuple(int(t) for t in os.environ.get("COMPACTD_BENCH_PROXY_SIZES", "10000,50000,150000").split(","))
@@ -259,7 +260,7 @@ def _run(database_url: str | None) -> dict[str, Any]:
     finally:
         for proc in (api, worker, redis_proc):
             if proc is not None and proc.poll() is None:
-                _stop(proc)
+                stop(proc)
         fake.stdin.close()  # type: ignore[union-attr]
         fake.wait(timeout=15)
         fake.stdout.close()  # type: ignore[union-attr]
@@ -284,17 +285,6 @@ def _run(database_url: str | None) -> dict[str, Any]:
         "cores": os.cpu_count(),
         "load_average": load,
     }
-
-
-def _stop(proc: subprocess.Popen[Any]) -> None:
-    """Terminate, and kill what does not stop in 15 s (its connections must close before the
-    run's PostgreSQL schema is dropped)."""
-    proc.terminate()
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 PHASES = ("parse", "chain", "serve", "build", "commit")
@@ -408,7 +398,7 @@ def _phases(steps: int, database_url: str | None) -> list[dict[str, Any]]:
     finally:
         if res is not None:
             res.close()
-        _stop(redis_proc)
+        stop(redis_proc)
         shutil.rmtree(workdir, ignore_errors=True)
     print(f"in-process phases of a request ({DATABASE}), {steps} steps per size, p50 ms wall / CPU:")
     print(table(rows, list(rows[0])))

@@ -34,6 +34,7 @@ from tests.services import (  # noqa: F401
     private_postgres,
     private_redis,
     private_schema,
+    stop,
 )
 from worker.resources import Resources
 from worker.settings import Settings
@@ -212,12 +213,7 @@ class Worker:
 
     def stop(self) -> None:
         if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            stop(self.proc, timeout=20)
         self.out.close()
 
 
