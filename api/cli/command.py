@@ -25,6 +25,10 @@ def main(argv: list[str] | None = None) -> int:
             field = ".".join(str(p) for p in error.get("loc", ())) or "settings"
             print(f"compactd: COMPACTD_{field.upper()}: {error.get('msg', 'invalid')}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        # Ctrl-C before the command handles it itself (a process still importing when `compactd up`
+        # is stopped: the whole group gets it): a quiet stop, with the shell's code for it
+        return 130
 
 
 def build_parser() -> argparse.ArgumentParser:

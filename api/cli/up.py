@@ -47,7 +47,16 @@ def _die_with_parent() -> None:
 
 
 def _spawn(args: list[str], env: dict[str, str], *, own_session: bool = False) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(args, env=env, preexec_fn=_die_with_parent, start_new_session=own_session)
+    """A child out of the terminal's foreground process group (a group of its own, or a session for
+    the embedded Redis): Ctrl-C reaches this process alone, which stops the children in order with
+    SIGTERM, and never a child still importing (it would print a KeyboardInterrupt traceback)."""
+    return subprocess.Popen(
+        args,
+        env=env,
+        preexec_fn=_die_with_parent,
+        start_new_session=own_session,
+        process_group=None if own_session else 0,
+    )
 
 
 def redis_server() -> str:

@@ -62,3 +62,19 @@ def test_prune_without_a_redis_says_what_to_do(tmp_path, monkeypatch) -> None:  
     with pytest.raises(SystemExit) as exc:
         main(["prune", "--dry-run"])
     assert "COMPACTD_REDIS_URL" in str(exc.value) and "compactd up" in str(exc.value)
+
+
+def test_ctrl_c_before_a_command_handles_it_stops_quietly(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A Ctrl-C that reaches a command before it has its own handling (`compactd up`'s beat still
+    importing when the group is stopped) ends it with the shell's code for it, 130, and no traceback."""
+    from api.cli.command import main
+    from worker.redaction import kingfisher
+
+    def interrupted(*_: object) -> str:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(kingfisher, "prewarm", interrupted)
+    assert main(["prewarm"]) == 130
+    assert capsys.readouterr().err == ""
