@@ -6,6 +6,9 @@ histories of about 10k, 50k and 150k tokens (text turns of a real Claude Code tr
 loop streams a request, appends the reply and a new user message, and asks again; each step goes
 once directly to the stand-in and once through compactd, alternated, so both see the same load.
 Added latency = through compactd - direct, per step (whole response, and time to first byte).
+Beside them, the hop's floor: a side request of the same size (one user message, no tools) that
+compactd passes through unstored, through compactd - direct: what any HTTP hop through the API
+process costs before compactd does anything of its own.
 The session is given a 1M-token window so compactd sends the same history it was given (no
 compaction): the figures are the proxy's own cost, not the savings of a smaller prompt.
 """
@@ -123,12 +126,16 @@ def measure(
     }
     direct = {**common, "x-api-key": "bench"}
     body = _request(messages)
+    # the floor: a side request of the same size (one user message, no tools) passes through
+    # compactd unstored, so its added time is what any HTTP hop through the API process costs
+    side_headers = {k: v for k, v in via.items() if k != "x-compactd-session"}
     # the first request stores the whole history: the cost of adopting a conversation, reported apart
     adopt = _timed(client, f"{compactd}/v1/messages", orjson.dumps(body), via)
     time.sleep(3)  # the worker publishes the adopted history's first snapshot
-    rows: dict[str, list[float]] = {"direct": [], "direct_ttfb": [], "proxy": [], "proxy_ttfb": []}
+    kinds = ("direct", "proxy", "side_direct", "side_proxy")
+    rows: dict[str, list[float]] = {k: [] for kind in kinds for k in (kind, f"{kind}_ttfb")}
     answer = _reply_text(adopt[2])
-    cpu_before = cpu_seconds(api_pid)
+    api_cpu, side_cpu = cpu_seconds(api_pid), 0.0
     # no full collection of the client's own in the timed loop (as in the stand-in)
     gc.collect()
     gc.disable()
@@ -139,35 +146,61 @@ def measure(
             {"role": "user", "content": f"go on with step {step}"},
         ]
         raw = orjson.dumps(body)
-        order = [("direct", f"{upstream}/v1/messages", direct), ("proxy", f"{compactd}/v1/messages", via)]
-        for name, url, headers in order if step % 2 == 0 else order[::-1]:
+        side = side_request(raw, step)
+        order = [
+            ("direct", f"{upstream}/v1/messages", direct, raw),
+            ("proxy", f"{compactd}/v1/messages", via, raw),
+            ("side_direct", f"{upstream}/v1/messages", direct, side),
+            ("side_proxy", f"{compactd}/v1/messages", side_headers, side),
+        ]
+        for name, url, headers, sent in order if step % 2 == 0 else order[::-1]:
             if PAUSE_SECONDS:
                 time.sleep(PAUSE_SECONDS)
-            ttfb, total, data = _timed(client, url, raw, headers)
+            cpu_before = cpu_seconds(api_pid) if name == "side_proxy" else 0.0
+            ttfb, total, data = _timed(client, url, sent, headers)
+            if name == "side_proxy":
+                side_cpu += cpu_seconds(api_pid) - cpu_before
             rows[name].append(total)
             rows[f"{name}_ttfb"].append(ttfb)
             if name == "proxy":
                 answer = _reply_text(data)
-    api_cpu = cpu_seconds(api_pid) - cpu_before
+    # everything the API process did per step (the previous reply's recording too) but the side
+    # requests: less sensitive to the machine's load than wall time
+    api_cpu = cpu_seconds(api_pid) - api_cpu - side_cpu
     gc.enable()
-    added = [p - d for p, d in zip(rows["proxy"], rows["direct"], strict=True)]
-    added_first = [p - d for p, d in zip(rows["proxy_ttfb"], rows["direct_ttfb"], strict=True)]
+
+    def added(kind: str, suffix: str = "") -> list[float]:
+        through, straight = rows[f"{kind}proxy{suffix}"], rows[f"{kind}direct{suffix}"]
+        return [p - d for p, d in zip(through, straight, strict=True)]
+
     ms = lambda v: round(v * 1000, 2)  # noqa: E731
     return {
         "history_tokens": tokens,
         "request_kb": round(len(raw) / 1024),
         "direct_p50_ms": ms(pct(rows["direct"], 0.5)),
         "proxy_p50_ms": ms(pct(rows["proxy"], 0.5)),
-        "added_p50_ms": ms(pct(added, 0.5)),
-        "added_p99_ms": ms(pct(added, 0.99)),
+        "added_p50_ms": ms(pct(added(""), 0.5)),
+        "added_p99_ms": ms(pct(added(""), 0.99)),
         "ttfb_direct_p50_ms": ms(pct(rows["direct_ttfb"], 0.5)),
-        "ttfb_added_p50_ms": ms(pct(added_first, 0.5)),
-        "ttfb_added_p99_ms": ms(pct(added_first, 0.99)),
+        "ttfb_added_p50_ms": ms(pct(added("", "_ttfb"), 0.5)),
+        "ttfb_added_p99_ms": ms(pct(added("", "_ttfb"), 0.99)),
+        "hop_added_p50_ms": ms(pct(added("side_"), 0.5)),
+        "hop_ttfb_added_p50_ms": ms(pct(added("side_", "_ttfb"), 0.5)),
         "adopt_ms": ms(adopt[1]),
-        # everything the API process did per step (the previous reply's recording too): less
-        # sensitive to the machine's load than wall time
         "api_cpu_per_step_ms": ms(api_cpu / STEPS),
     }
+
+
+def side_request(raw: bytes, step: int) -> bytes:
+    """A side request as large as `raw`: one user message of its text, no tools (passed through)."""
+    text = raw.decode("utf-8", "replace").replace("\\", "/").replace('"', "'")
+    body = {
+        "model": "claude-sonnet-4-6",
+        "max_tokens": 1024,
+        "stream": True,
+        "messages": [{"role": "user", "content": f"step {step}: {text}"}],
+    }
+    return orjson.dumps(body)
 
 
 def stand_in() -> None:
