@@ -46,6 +46,10 @@ if DATABASE not in ("sqlite", "postgresql"):
 # the agent's think time before each call (its tool run): 0, the default, asks again at once, so the
 # previous reply's recording (after its response) and the job it wakes overlap the next call
 PAUSE_SECONDS = float(os.environ.get("COMPACTD_BENCH_PROXY_PAUSE_MS", "0")) / 1000
+# the stand-in's time before it answers (a model's time to its first token): 0, the default,
+# answers at once, which leaves nothing beside the call for compactd's commit to overlap with;
+# a real model takes hundreds of milliseconds
+UPSTREAM_SECONDS = float(os.environ.get("COMPACTD_BENCH_PROXY_UPSTREAM_MS", "0")) / 1000
 BASH = {
     "name": "bash",
     "description": "Run a shell command.",
@@ -207,7 +211,7 @@ def stand_in() -> None:
     """The upstream stand-in's process: serve until stdin closes."""
     from tests.fakes.messages_api import FakeMessagesAPI
 
-    with FakeMessagesAPI(keep_requests=False) as api:
+    with FakeMessagesAPI(keep_requests=False, first_byte_seconds=UPSTREAM_SECONDS) as api:
         # the harness's own full collections (~30 ms each, every few 150k-token requests) would
         # land in whichever call is in flight and read as compactd's latency: none here (what it
         # allocates per request is freed by reference counting)
@@ -304,9 +308,12 @@ def _run(database_url: str | None) -> dict[str, Any]:
         if PAUSE_SECONDS
         else "asked again at once"
     )
+    upstream_pace = (
+        f"answering after {UPSTREAM_SECONDS * 1000:g} ms" if UPSTREAM_SECONDS else "answering at once"
+    )
     print(
-        f"POST /v1/messages through compactd ({DATABASE}) vs the stand-in directly, {STEPS} steps per"
-        f" size, streamed, {pace}"
+        f"POST /v1/messages through compactd ({DATABASE}) vs the stand-in directly ({upstream_pace}),"
+        f" {STEPS} steps per size, streamed, {pace}"
     )
     print(f"(load average at the end: {load}):")
     print(table(rows, list(rows[0])))
@@ -315,6 +322,7 @@ def _run(database_url: str | None) -> dict[str, Any]:
         "steps": STEPS,
         "database": DATABASE,
         "pause_ms": PAUSE_SECONDS * 1000,
+        "upstream_ms": UPSTREAM_SECONDS * 1000,
         "cores": os.cpu_count(),
         "load_average": load,
     }

@@ -142,9 +142,13 @@ class RecordedRequest:
 class FakeMessagesAPI:
     """The Messages API on 127.0.0.1 (ephemeral port), in a thread; a context manager."""
 
-    def __init__(self, default: Reply | None = None, *, keep_requests: bool = True) -> None:
+    def __init__(
+        self, default: Reply | None = None, *, keep_requests: bool = True, first_byte_seconds: float = 0.0
+    ) -> None:
         self.default = default or reply("default note")
         self.keep_requests = keep_requests  # off for benchmarks: bodies of 100s of KB add up
+        # a model's time to its first token: each message waits this long before its answer starts
+        self.first_byte_seconds = first_byte_seconds
         self.requests: list[RecordedRequest] = []
         self.disconnects = 0  # streamed replies the client went away from before their end
         self.completed = 0  # streamed replies sent to their end
@@ -246,6 +250,8 @@ def _handler_for(api: FakeMessagesAPI) -> type[BaseHTTPRequestHandler]:
                 self._send_json(200, {"input_tokens": _estimate_tokens(body)})
                 return
             r = api._next(recorded)
+            if api.first_byte_seconds and api._stopping.wait(api.first_byte_seconds):
+                return
             streamed = isinstance(body, dict) and body.get("stream") is True
             if self.path.split("?")[0] != "/v1/messages":
                 self._send_json(

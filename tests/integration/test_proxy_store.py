@@ -23,14 +23,16 @@ from worker.flows.proxy import (
     reconcile,
     reconcile_ahead,
     record_reply,
+    settle,
 )
 from worker.flows.serve import fetch_ready, session_pk
 from worker.proxy.conversations import Conversation
 from worker.proxy.fingerprints import chains
 from worker.proxy.reconcile import Record
 from worker.resources import Resources
+from worker.store.db import read_tx
 from worker.store.proxy import load_records
-from worker.store.sessions import get_session
+from worker.store.sessions import get_session, load_turns
 from worker.store.tenants import create_tenant
 
 KEY = b"p" * 32
@@ -231,3 +233,52 @@ def test_a_commit_ahead_that_lost_its_session_writes_nothing(res: Resources) -> 
         commit_ahead(ahead)
     assert get_session(res.engine, tenant, key).version == 4  # the other append only
     assert load_records(res.engine, tenant, key)[0].messages == 3
+
+
+def test_a_request_whose_commit_is_lost_after_it_went_upstream_is_stored_once(res: Resources) -> None:
+    """The prompt served ahead goes upstream before its commit; when another append reaches the
+    session in between, settle stores the request's history the ordinary way instead: every message
+    once, after the other append, and the record past the request's history."""
+    tenant = create_tenant(res.engine, f"t-{uuid.uuid4().hex[:6]}")[0]
+    key, memo, jobs = f"k-{uuid.uuid4().hex[:8]}", RecordMemo(), []
+    start = [_u("task"), _a("ok"), _u("next")]
+    first = _remembering(res, tenant, key, memo, jobs, start)
+    served_from = _run(res, first).plan
+    _published(res, jobs)
+    history = [*start, _a("done"), _u("and now?")]
+    links = chains(KEY, history)
+    ahead = reconcile_ahead(_remembering(res, tenant, key, memo, jobs, history), links)
+    assert ahead is not None
+    # the reply, recorded by this process after its grace, lands between the render and the commit
+    assert record_reply(first, served_from, [_a("done")], _a("done"))
+    done, stopped = settle(ahead, links)
+    assert isinstance(stopped, StaleAhead)
+    assert (done.plan.kind, done.appended) == ("extend", 1)  # the user message alone: the reply is in
+    stored = get_session(res.engine, tenant, key)
+    assert stored.version == 5
+    assert load_records(res.engine, tenant, key)[0].messages == 5
+    with read_tx(res.engine) as conn:
+        texts = [t.content[0]["text"] for t in load_turns(conn, stored.id)]
+    assert texts == ["task", "ok", "next", "done", "and now?"]
+
+
+def test_a_session_written_elsewhere_is_not_served_ahead(res: Resources) -> None:
+    """Another process (a RecordMemo of its own) stores the request's new messages first: this
+    process's memo no longer knows the session's version, so the request is not rendered ahead
+    (its prompt would hold those messages twice) but reconciled the ordinary way: stored once."""
+    tenant = create_tenant(res.engine, f"t-{uuid.uuid4().hex[:6]}")[0]
+    key, jobs = f"k-{uuid.uuid4().hex[:8]}", []
+    here, there = RecordMemo(), RecordMemo()
+    start = [_u("task"), _a("ok"), _u("next")]
+    _run(res, _remembering(res, tenant, key, here, jobs, start))
+    _published(res, jobs)
+    history = [*start, _a("done"), _u("and now?")]
+    assert _run(res, _remembering(res, tenant, key, there, jobs, history)).plan.kind == "extend"
+    _published(res, jobs)  # the cached prompt holds the new messages
+    req = _remembering(res, tenant, key, here, jobs, history)
+    assert here.version((tenant, key)) == 3
+    assert reconcile_ahead(req, chains(KEY, history)) is None
+    assert _run(res, req).plan.kind == "same"
+    served = fetch_ready(res.engine, res.cache, tenant, key, res.policy_for)
+    assert served is not None and served.body.count(b"and now?") == 1
+    assert get_session(res.engine, tenant, key).version == 5

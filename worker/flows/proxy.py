@@ -133,7 +133,8 @@ def append_body(
 
 class RecordMemo:
     """Each conversation's branch records as this process last read or moved them, so the usual
-    request (its history extends the branch it extended last time) plans without reading them.
+    request (its history extends the branch it extended last time) plans without reading them;
+    with them, the version this process's last write left the newest branch's session at.
 
     Only a plan that extends a branch is taken from it, and that plan is checked where it counts:
     the append's claim moves the record only if the database still holds it exactly as remembered
@@ -143,11 +144,17 @@ class RecordMemo:
     two of its histories race) is planned from the database from then on: a stale plan costs an
     ingest and a transaction rolled back, more than the read it saves. Bounded, least recently
     used out; chain values only, never text.
+
+    The version lets a request be sent upstream before its append commits (reconcile_ahead): a
+    session whose stored version is not the one remembered was written by someone else (another
+    API process, POST /turns, a write this process has not remembered yet), and its prompt could
+    hold the request's new messages already.
     """
 
     def __init__(self, size: int = 256) -> None:
         self._size = size
-        self._entries: OrderedDict[Hashable, tuple[tuple[Record, ...], bool]] = OrderedDict()
+        # conversation -> (records, trusted, version of records[0]'s session after our last write)
+        self._entries: OrderedDict[Hashable, tuple[tuple[Record, ...], bool, int | None]] = OrderedDict()
         self._lock = threading.Lock()
 
     def get(self, conversation: Hashable) -> tuple[Record, ...] | None:
@@ -156,23 +163,33 @@ class RecordMemo:
             entry = self._entries.get(conversation)
         return entry[0] if entry is not None and entry[1] else None
 
-    def put(self, conversation: Hashable, records: Sequence[Record]) -> None:
+    def version(self, conversation: Hashable) -> int | None:
+        """The version this process's last write left the newest branch's session at; None when
+        unknown (read from the database, not written since) or no longer trusted."""
         with self._lock:
-            trusted = self._entries.get(conversation, ((), True))[1]
-            self._entries[conversation] = (tuple(records), trusted)
+            entry = self._entries.get(conversation)
+        return entry[2] if entry is not None and entry[1] else None
+
+    def put(self, conversation: Hashable, records: Sequence[Record], version: int | None = None) -> None:
+        with self._lock:
+            trusted = self._entries.get(conversation, ((), True, None))[1]
+            self._entries[conversation] = (tuple(records), trusted, version)
             self._entries.move_to_end(conversation)
             while len(self._entries) > self._size:
                 self._entries.popitem(last=False)
 
-    def moved(self, conversation: Hashable, records: Sequence[Record], p: Plan) -> None:
-        """Remember `records` with the plan's branch moved (or added), newest first."""
+    def moved(
+        self, conversation: Hashable, records: Sequence[Record], p: Plan, version: int | None = None
+    ) -> None:
+        """Remember `records` with the plan's branch moved (or added), newest first, and the
+        version the write that moved it left its session at."""
         rest = [r for r in records if r != p.expected and r.session_id != p.after.session_id]
-        self.put(conversation, [p.after, *rest])
+        self.put(conversation, [p.after, *rest], version)
 
     def distrust(self, conversation: Hashable) -> None:
         """Plan this conversation from the database from now on."""
         with self._lock:
-            self._entries[conversation] = ((), False)
+            self._entries[conversation] = ((), False, None)
             self._entries.move_to_end(conversation)
             while len(self._entries) > self._size:
                 self._entries.popitem(last=False)
@@ -234,7 +251,7 @@ def reconcile(req: Proxied, chains: list[str], missing: bool = False) -> Reconci
             _remember(req, memo_key, records, None)
             return Reconciled(p, 0)
         try:
-            _store(req, p, messages[p.start :])
+            version = _store(req, p, messages[p.start :])
         except StalePlan:
             if from_memory and req.records is not None:
                 req.records.distrust(memo_key)
@@ -246,7 +263,7 @@ def reconcile(req: Proxied, chains: list[str], missing: bool = False) -> Reconci
         except SessionGone:
             gone = True
             continue
-        _remember(req, memo_key, records, p)
+        _remember(req, memo_key, records, p, version)
         _log_plan(req, p, len(messages))
         return Reconciled(p, len(messages) - p.start)
     raise Unreconciled(key)
@@ -271,20 +288,26 @@ class StaleAhead(Exception):
 
 
 def reconcile_ahead(req: Proxied, chains: list[str]) -> Ahead | None:
-    """The usual request (its history extends the branch this process remembers) ready to be served
-    before its append commits; None for anything else (reconcile, the ordinary way).
+    """The usual request (its history extends the branch this process remembers, whose session
+    only this process has written since) ready to be served before its append commits; None for
+    anything else (reconcile, the ordinary way).
 
     The prompt is what the fetch will serve once the append is stored (fetch_ahead: the same render
-    over the same rows); commit_ahead stores exactly the ingested turns it holds, or raises.
+    over the same rows), and it may go upstream before the commit (settle): the session it is
+    rendered from is at the version this process's own last write left it at, so the stored turns
+    are the client's history before its new messages, and no one else's copy of those messages.
+    commit_ahead stores exactly the ingested turns it holds, or raises.
     """
     if req.records is None:
         return None
     memo_key = (req.tenant_id, req.conversation.key)
     remembered = req.records.get(memo_key)
-    if remembered is None:
+    expected = req.records.version(memo_key)
+    if remembered is None or expected is None:
         return None
     p = plan(remembered, chains, req.conversation.key)
-    if p.kind != "extend":
+    # the version is the newest branch's: a request that extends an older one is the ordinary path's
+    if p.kind != "extend" or p.session_id != remembered[0].session_id:
         return None
     res = req.res
     # no cached prompt (the worker has not published one yet): the ordinary path, before any ingest
@@ -307,7 +330,8 @@ def reconcile_ahead(req: Proxied, chains: list[str]) -> Ahead | None:
         prepared.turns,
         (profile.context_window, profile.output_reserve),
     )
-    if served is None:
+    # stored: written by someone else since this process's last write (or not yet seen by the memo)
+    if served is None or served.version - len(prepared.turns) != expected:
         return None
     return Ahead(req, p, remembered, prepared, served, len(messages) - p.start)
 
@@ -340,8 +364,20 @@ def commit_ahead(ahead: Ahead) -> Reconciled:
         if req.records is not None:
             req.records.distrust(memo_key)
         raise
-    _remember(req, memo_key, ahead.records, p)
+    _remember(req, memo_key, ahead.records, p, done.appended.version)
     return Reconciled(p, ahead.appended, None if done.appended.replayed else done.appended)
+
+
+def settle(ahead: Ahead, chains: list[str]) -> tuple[Reconciled, Exception | None]:
+    """Store a request served ahead, once its prompt has gone upstream: its commit (commit_ahead),
+    or, when that cannot be (another write reached the session after the render, the database
+    failed), the ordinary reconcile of its history (what a later request would store), and the
+    exception that stopped the commit. Raises what stops the ordinary reconcile too; nothing of
+    the request is stored then, and the client's next request, which carries it, stores it."""
+    try:
+        return commit_ahead(ahead), None
+    except Exception as exc:
+        return reconcile(ahead.req, chains), exc
 
 
 def _rendered_from(version: int, profile: Profile) -> Callable[[Any], None]:
@@ -356,13 +392,15 @@ def _rendered_from(version: int, profile: Profile) -> Callable[[Any], None]:
     return check
 
 
-def _remember(req: Proxied, memo_key: Hashable, records: Sequence[Record], p: Plan | None) -> None:
+def _remember(
+    req: Proxied, memo_key: Hashable, records: Sequence[Record], p: Plan | None, version: int | None = None
+) -> None:
     if req.records is None:
         return
     if p is None:
         req.records.put(memo_key, records)
     else:
-        req.records.moved(memo_key, records, p)
+        req.records.moved(memo_key, records, p, version)
 
 
 def _linked(req: Proxied, p: Plan) -> Plan:
@@ -375,9 +413,10 @@ def _linked(req: Proxied, p: Plan) -> Plan:
     return p if parent is None else replace(p, parent_session_id=parent)
 
 
-def _store(req: Proxied, p: Plan, messages: list[Any]) -> None:
-    """Append `messages` to the plan's session, the record moving in the same transaction."""
-    append_messages(
+def _store(req: Proxied, p: Plan, messages: list[Any]) -> int:
+    """Append `messages` to the plan's session, the record moving in the same transaction; the
+    session's version after it."""
+    return append_messages(
         req.res,
         req.tenant_id,
         p.session_id,
@@ -386,7 +425,7 @@ def _store(req: Proxied, p: Plan, messages: list[Any]) -> None:
         activity=None,
         enqueue=req.enqueue,
         locked=claim(req.tenant_id, req.conversation.key, p),
-    )
+    ).appended.version
 
 
 def _log_plan(req: Proxied, p: Plan, messages: int) -> None:
@@ -421,7 +460,7 @@ def record_reply(
     )
     moved = Plan("extend", before.session_id, before.messages, before, after)
     try:
-        _store(req, moved, stored)
+        version = _store(req, moved, stored)
     except (StalePlan, SessionGone, SessionTaken):
         log.info(
             "proxy.reply_unrecorded",
@@ -432,5 +471,5 @@ def record_reply(
         return False
     if req.records is not None:
         memo_key = (req.tenant_id, req.conversation.key)
-        req.records.moved(memo_key, req.records.known(memo_key), moved)
+        req.records.moved(memo_key, req.records.known(memo_key), moved, version)
     return True

@@ -53,11 +53,11 @@ from worker.flows.proxy import (
     Proxied,
     Reconciled,
     Unreconciled,
-    commit_ahead,
     reconcile,
     reconcile_ahead,
     record_reply,
     set_provider_key,
+    settle,
 )
 from worker.memory.tool import memory_tool_definitions
 from worker.proxy import fingerprints
@@ -204,13 +204,16 @@ class Call:
     reconciled: Reconciled | None = None
     context_window: int | None = None
     upstream_raw: bytes = b""
+    # the session the prompt was served from (its files and memory answer compactd's tools)
+    session_id: str = ""
     # the whole answer once the client has it: recorded after the response (_record)
     answered: tuple[Relay, list[list[dict[str, Any]]]] | None = None
     hidden: frozenset[str] = frozenset()
     # the compaction jobs its appends asked for, sent once the first event is relayed (HeldJobs)
     jobs: HeldJobs | None = None
-    # the append's version being noted in the prompt cache, beside the upstream call (_note_soon)
-    noting: asyncio.Future[bool] | None = None
+    # the request's history being stored and its version noted in the prompt cache, beside the
+    # upstream call (_settle_soon, _note_soon): waited for before the client hears anything
+    settling: asyncio.Future[bool] | None = None
     # the body as read (its known part from KnownPrefixes), kept there once its chains are known
     read: BodyRead | None = None
 
@@ -268,12 +271,16 @@ async def _create(request: Request) -> Response:
     try:
         await _reconcile_and_build(call, jobs, prefetch.entry(replies))
         response = await _open(call, "/v1/messages", call.upstream_raw)
+    except ProxyError:
+        _release_soon(jobs)
+        await _settled(call)  # stored before the client hears anything, an error included
+        raise
     except BaseException:
         _release_soon(jobs)
         raise
     if response.status_code != 200:
         _release_soon(jobs)
-        await _noted(call)  # noted before the client hears anything, an error included
+        await _settled(call)
         return await _upstream_error(response)
     if body.get("stream"):
         return EventStream(
@@ -323,12 +330,11 @@ async def _disconnected(request: Request) -> None:
         pass
 
 
-async def _noted(call: Call) -> None:
-    """Wait for the append's version note; a note Redis did not take is logged (the next fetch
-    reads the database's stamp instead, as with the cache down)."""
-    if call.noting is not None and not await call.noting:
-        plan = call.reconciled.plan if call.reconciled is not None else None
-        log.warning("proxy.version_note_failed", tenant=call.tenant, session_id=plan and plan.session_id)
+async def _settled(call: Call) -> None:
+    """Wait for the request's history to be stored and its version noted; a note Redis did not take
+    is logged (the next fetch reads the database's stamp instead, as with the cache down)."""
+    if call.settling is not None and not await call.settling:
+        log.warning("proxy.version_note_failed", tenant=call.tenant, session_id=call.session_id)
 
 
 def _release_soon(jobs: HeldJobs | None) -> None:
@@ -399,12 +405,12 @@ async def _reconcile_and_build(call: Call, jobs: HeldJobs, prefetched: Prefetche
     """Reconcile the history with its session, store what it adds, and build the upstream request
     from the ready prompt.
 
-    The usual request (it extends the branch this process remembers) is served ahead: one worker
-    thread renders its prompt with its new turns and commits them (_served_ahead); any other, or
-    one whose commit failed (rolled back), is reconciled and stored the ordinary way, which answers
-    what stopped it (400 for a broken history, 503 for a conversation that keeps changing ...).
-    Either way the turns are committed before the upstream call opens: a commit that failed after
-    it would mean sending the request twice, which the provider may bill twice."""
+    The usual request (it extends the branch this process remembers, and only this process wrote
+    its session since) is served ahead: one worker thread renders its prompt with its new turns
+    (_served_ahead), the upstream call opens, and its commit runs beside it (_settle_soon); a commit
+    that cannot be made then is followed by the ordinary reconcile, never by a second call. Any
+    other request is reconciled and stored the ordinary way before the call opens, which answers
+    what stops it (400 for a broken history, 503 for a conversation that keeps changing ...)."""
     assert call.conversation is not None  # identified by _create
     given = call.body.get("tools")
     client_tools: list[Any] = given if isinstance(given, list) else []
@@ -421,18 +427,14 @@ async def _reconcile_and_build(call: Call, jobs: HeldJobs, prefetched: Prefetche
     )
     chains: list[str] = []
     chained = partial(_chained, call.request.app.state, call.read)
-    # one thread hop: the hashing, the ingest, the render and the commit
+    # one thread hop: the hashing, the ingest, the render and the upstream body
     ahead = await run_in_threadpool(_served_ahead, call.proxied, chained, chains)
     if ahead is not None:
-        done, committed = ahead
-        if isinstance(committed, Reconciled):
-            call.reconciled = committed
-            _stored(call)
-            _note_soon(call, committed.unnoted)
-            count_served(call.request, call.tenant, done.plan.session_id, done.served)
-            call.upstream_raw, call.hidden = upstream_bytes(call.body, done.served.body, _compactd_tools())
-            return
-        log.info("proxy.ahead_failed", session_id=done.plan.session_id, error=type(committed).__name__)
+        done, (call.upstream_raw, call.hidden) = ahead
+        call.session_id = done.plan.session_id
+        count_served(call.request, call.tenant, done.plan.session_id, done.served)
+        _settle_soon(call, done, chains)
+        return
     await _reconcile_in_order(call, chains)
 
 
@@ -463,19 +465,43 @@ async def _reconcile_in_order(call: Call, chains: list[str]) -> None:
             raise ProxyError(exc.status, exc.detail or exc.title) from None
     if served is None:
         raise ProxyError(503, "the conversation's session could not be served; retry")
+    call.session_id = reconciled.plan.session_id
     call.upstream_raw, call.hidden = upstream_bytes(body, served.body, _compactd_tools())
 
 
-def _note_soon(call: Call, appended: Appended | None) -> None:
-    """note_version on the key check's connection, beside the upstream call: a Redis round trip the
-    event loop drives (no thread hop), not waited for before the call opens; _rounds waits for it
-    before the first byte goes to the client. Best effort, as note_version."""
-    if appended is not None:
-        guard: Guard = call.request.app.state.guard
-        command = call.res.cache.prompts.note_version_command(
-            appended.session_pk, appended.version, appended.context_window, appended.output_reserve
-        )
-        call.noting = asyncio.ensure_future(guard.send([command]))
+def _settle_soon(call: Call, ahead: Ahead, chains: list[str]) -> None:
+    """Store the request served ahead beside the upstream call (settle, in a worker thread: its
+    commit, else the ordinary reconcile), then note its version; not waited for before the call
+    opens, waited for before the client's first byte (_settled)."""
+
+    async def settling() -> bool:
+        try:
+            reconciled, stopped = await run_in_threadpool(settle, ahead, chains)
+        except Exception as exc:
+            # the client still gets its answer; its next request carries this history and stores it
+            log.warning(
+                "proxy.request_unrecorded", session_id=ahead.plan.session_id, error=type(exc).__name__
+            )
+            return True
+        if stopped is not None:
+            log.info("proxy.ahead_failed", session_id=ahead.plan.session_id, error=type(stopped).__name__)
+        call.reconciled = reconciled
+        _stored(call)
+        return await _noted(call, reconciled.unnoted)
+
+    call.settling = asyncio.ensure_future(settling())
+
+
+async def _noted(call: Call, appended: Appended | None) -> bool:
+    """note_version on the key check's connection: a Redis round trip the event loop drives (no
+    thread hop). Best effort, as note_version: False when Redis did not take it."""
+    if appended is None:
+        return True
+    guard: Guard = call.request.app.state.guard
+    command = call.res.cache.prompts.note_version_command(
+        appended.session_pk, appended.version, appended.context_window, appended.output_reserve
+    )
+    return await guard.send([command])
 
 
 def _stored(call: Call) -> None:
@@ -512,11 +538,10 @@ def _chained(state: Any, read: BodyRead | None, proxied: Proxied) -> list[str]:
 
 def _served_ahead(
     proxied: Proxied, chained: Callable[[Proxied], list[str]], chains: list[str]
-) -> tuple[Ahead, Reconciled | Exception] | None:
+) -> tuple[Ahead, tuple[bytes, frozenset[str]]] | None:
     """In a worker thread: reconcile_ahead (the history's chain computed first, kept in `chains` for
-    the ordinary path), then its commit: the prompt rendered with the new turns, and the commit's
-    outcome (the exception that stopped it, rolled back: the ordinary path then). None: nothing
-    served ahead."""
+    the ordinary path and for settle), the prompt rendered with the new turns, and the upstream
+    body built from it. None: nothing served ahead."""
     try:
         chains.extend(chained(proxied))
         ahead = reconcile_ahead(proxied, chains)
@@ -527,10 +552,7 @@ def _served_ahead(
         return None
     if ahead is None:
         return None
-    try:
-        return ahead, commit_ahead(ahead)
-    except Exception as exc:
-        return ahead, exc
+    return ahead, upstream_bytes(proxied.body, ahead.served.body, _compactd_tools())
 
 
 def _compactd_tools() -> list[dict[str, Any]]:
@@ -589,7 +611,7 @@ async def _rounds(call: Call, relay: Relay, response: UpstreamResponse) -> Async
     results: list[list[dict[str, Any]]] = []
     body: dict[str, Any] | None = None  # parsed only when a server-side round needs it
     try:
-        await _noted(call)  # the append's version noted before anything reaches the client
+        await _settled(call)  # stored and noted before anything reaches the client
         while True:
             relay.start_round()
             splitter = EventSplitter()
@@ -623,7 +645,7 @@ async def _rounds(call: Call, relay: Relay, response: UpstreamResponse) -> Async
                 proxy_tools.answer_calls,
                 call.res,
                 call.tenant,
-                call.reconciled.plan.session_id,  # type: ignore[union-attr]
+                call.session_id,
                 r.hidden_calls(),
                 call.request.app.state.enqueue,
             )
@@ -636,7 +658,7 @@ async def _rounds(call: Call, relay: Relay, response: UpstreamResponse) -> Async
             ]
             log.info(
                 "proxy.tool_round",
-                session_id=call.reconciled.plan.session_id,  # type: ignore[union-attr]
+                session_id=call.session_id,
                 calls=[c.get("name") for c in r.hidden_calls()],
             )
             try:
@@ -668,8 +690,8 @@ async def _record(call: Call) -> None:
     conversation's record decides which one stores it; worker/store/proxy.py); a plain reply waits
     a moment for it (api/http/replies.py)."""
     _release_soon(call.jobs)
-    if call.answered is None:
-        return  # cut short (an error, a disconnect): nothing to record
+    if call.answered is None or call.reconciled is None:
+        return  # cut short (an error, a disconnect), or its history could not be stored: not recorded
     relay, results = call.answered
     plan_ = call.reconciled.plan  # type: ignore[union-attr]
     log.info(
