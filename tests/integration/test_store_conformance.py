@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 import uuid
 
 import pytest
 from sqlalchemy import Engine, inspect, select, text
+from sqlalchemy.exc import DBAPIError
 
+from tests.services import PG_URL
 from worker.compaction.model import FileWrite, Turn
 from worker.memory.model import Change
 from worker.store import files, memory, sessions, snapshots
@@ -275,4 +278,45 @@ def test_a_one_statement_read_cut_off_mid_query_raises_its_own_error_and_the_poo
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+        engine.dispose()
+
+
+def _backend_pid(engine: Engine) -> int:
+    return single_read(engine, text("SELECT pg_backend_pid()"), {})[0][0]
+
+
+def _terminate(pid: int) -> None:
+    admin = make_engine(PG_URL)
+    try:
+        with admin.connect() as conn:
+            assert conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid}).scalar_one()
+    finally:
+        admin.dispose()
+
+
+def test_a_pooled_connection_idle_long_enough_is_pinged_and_replaced_when_the_server_dropped_it(
+    pg_url: str,
+) -> None:
+    """A pooled connection is pinged at checkout only after `ping_after_idle` seconds idle: one the
+    server dropped and that sat idle that long is replaced at checkout (the read works); one used a
+    moment ago is handed out unpinged, so its read fails, and that disconnect invalidates the whole
+    pool (as a server restart drops every connection): the next reads connect anew, none fails."""
+    engine = make_engine(pg_url, ping_after_idle=0.3, pool_size=2, max_overflow=0)
+    try:
+        first = _backend_pid(engine)
+        _terminate(first)
+        time.sleep(0.4)  # idle past the threshold: pinged, found gone, replaced
+        second = _backend_pid(engine)
+        assert second != first
+        # two connections in the pool, both dropped by the server, both used a moment ago
+        with engine.connect() as a, engine.connect() as b:
+            pids = [c.execute(text("SELECT pg_backend_pid()")).scalar_one() for c in (a, b)]
+        for pid in pids:
+            _terminate(pid)
+        with pytest.raises(DBAPIError) as raised:
+            _backend_pid(engine)  # not pinged: its statement meets the drop
+        assert raised.value.connection_invalidated
+        after = {_backend_pid(engine) for _ in range(4)}  # the other one is replaced too, unpinged
+        assert not after & {first, second, *pids}
+    finally:
         engine.dispose()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
@@ -10,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, DisconnectionError
 from sqlmodel import SQLModel
 
 from worker.store import tables
@@ -101,7 +102,12 @@ def engine_for(settings: Settings) -> Engine:
 
 
 def make_engine(
-    url: str, *, lock_timeout: float = 5.0, idle_transaction_timeout: float = 30.0, **kwargs: Any
+    url: str,
+    *,
+    lock_timeout: float = 5.0,
+    idle_transaction_timeout: float = 30.0,
+    ping_after_idle: float = 1.0,
+    **kwargs: Any,
 ) -> Engine:
     """An engine whose write transactions serialize: BEGIN IMMEDIATE on SQLite, row locks on PostgreSQL.
 
@@ -111,6 +117,10 @@ def make_engine(
     mid-transaction (SIGSTOP, a paused VM, a partition) cannot hold a session's row forever.
     Every transaction here is short: no LLM or Redis call runs inside one, and the most an append's
     does besides SQL is validate its turns and re-redact a seam (milliseconds).
+
+    A pooled PostgreSQL connection is pinged before use only after `ping_after_idle` seconds idle
+    (_ping_when_idle), not at every checkout (pool_pre_ping: a round trip each, two or three per
+    proxied call).
     """
     url = normalize_url(url)
     if url.startswith("sqlite"):
@@ -125,13 +135,39 @@ def make_engine(
         event.listen(engine, "connect", _sqlite_connect)
         event.listen(engine, "begin", _sqlite_begin)
         return engine
-    engine = create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20, **kwargs)
+    engine = create_engine(url, **{"pool_size": 10, "max_overflow": 20, **kwargs})
+    _ping_when_idle(engine, ping_after_idle)
     timeouts = {
         "lock_timeout": round(lock_timeout * 1000),
         "idle_in_transaction_session_timeout": round(idle_transaction_timeout * 1000),
     }
     event.listen(engine, "connect", lambda dbapi_conn, _record: _postgres_connect(dbapi_conn, timeouts))
     return engine
+
+
+def _ping_when_idle(engine: Engine, idle_seconds: float) -> None:
+    """Ping a pooled connection at checkout when it has been idle `idle_seconds` or more; a dead one
+    is replaced there (DisconnectionError: the pool connects anew). One checked in a moment ago is
+    almost surely alive and is handed out as is: if the server dropped it all the same (a restart
+    while busy), its statement fails, SQLAlchemy invalidates the pool, and the request answers as
+    with the database down (503, retried by the client); the next checkouts connect anew."""
+
+    def checkin(_dbapi_conn: Any, record: Any) -> None:
+        record.info["idle_since"] = time.monotonic()
+
+    def checkout(dbapi_conn: Any, record: Any, _proxy: Any) -> None:
+        since = record.info.pop("idle_since", None)
+        if since is None or time.monotonic() - since < idle_seconds:
+            return  # connected for this checkout, or in use a moment ago
+        try:
+            engine.dialect.do_ping(dbapi_conn)
+        except engine.dialect.loaded_dbapi.Error as exc:
+            if engine.dialect.is_disconnect(exc, dbapi_conn, None):
+                raise DisconnectionError("the pooled connection is gone") from exc
+            raise
+
+    event.listen(engine, "checkin", checkin)
+    event.listen(engine, "checkout", checkout)
 
 
 def _postgres_connect(dbapi_conn: Any, timeouts: dict[str, int]) -> None:
@@ -252,9 +288,16 @@ def single_read(engine: Engine, stmt: Any, params: dict[str, Any]) -> list[tuple
         raise DBAPIError.instance(None, None, exc, dbapi_error) from exc
     try:
         dbapi_conn: Any = raw.dbapi_connection
-        dbapi_conn.autocommit = True  # idle after the checkout (its pre-ping runs in autocommit too)
+        dbapi_conn.autocommit = True  # idle after the checkout (a ping at checkout runs in autocommit too)
         try:
             return run_raw(dbapi_conn, engine.dialect, stmt, params)
+        except DBAPIError as exc:
+            if isinstance(exc.orig, dbapi_error) and engine.dialect.is_disconnect(exc.orig, dbapi_conn, None):
+                # as SQLAlchemy's own statements do: the server went away, so every connection
+                # made before now is replaced at its next checkout, not only this one
+                engine.pool._invalidate(raw, exc.orig, _checkin=False)  # this one: _leave_autocommit
+                exc.connection_invalidated = True
+            raise
         finally:
             _leave_autocommit(raw, dbapi_conn)
     finally:
