@@ -169,7 +169,8 @@ def measure(
             if name == "proxy":
                 answer = _reply_text(data)
     # everything the API process did per step (the previous reply's recording too) but the side
-    # requests: less sensitive to the machine's load than wall time
+    # requests: less sensitive to the machine's load than wall time (approximate: background work
+    # that overlaps a side request, such as a job's release, is left out with it)
     api_cpu = cpu_seconds(api_pid) - api_cpu - side_cpu
     gc.enable()
 

@@ -13,7 +13,7 @@ import pytest
 
 from tests.integration.conftest import flush_prefix, make_settings
 from worker.contracts import AppendRequest
-from worker.flows.append import append_messages, note_version
+from worker.flows.append import BrokenConversation, append_messages, note_version
 from worker.flows.proxy import (
     Proxied,
     Reconciled,
@@ -276,9 +276,97 @@ def test_a_session_written_elsewhere_is_not_served_ahead(res: Resources) -> None
     assert _run(res, _remembering(res, tenant, key, there, jobs, history)).plan.kind == "extend"
     _published(res, jobs)  # the cached prompt holds the new messages
     req = _remembering(res, tenant, key, here, jobs, history)
-    assert here.version((tenant, key)) == 3
+    assert here.written((tenant, key))[1].version == 3  # type: ignore[index]
     assert reconcile_ahead(req, chains(KEY, history)) is None
     assert _run(res, req).plan.kind == "same"
     served = fetch_ready(res.engine, res.cache, tenant, key, res.policy_for)
     assert served is not None and served.body.count(b"and now?") == 1
     assert get_session(res.engine, tenant, key).version == 5
+
+
+class _ReplyLandsAfterTheRead(RecordMemo):
+    """A memo whose first read for a render is followed at once by the previous reply's recording
+    (its grace over, in another thread), before the render reads the session."""
+
+    def __init__(self, record: Any) -> None:
+        super().__init__()
+        self.record = record
+
+    def written(self, conversation: Any) -> Any:
+        known = super().written(conversation)
+        record, self.record = self.record, None
+        if record is not None:
+            record()
+        return known
+
+
+def test_a_reply_recorded_between_the_memo_read_and_the_render_is_not_sent_twice(res: Resources) -> None:
+    """The reply recorded right after the request read the memo (records and version together):
+    the session is then past the version read, so the request is not rendered ahead (its prompt
+    would hold the reply from the session and again from its own new messages)."""
+    tenant = create_tenant(res.engine, f"t-{uuid.uuid4().hex[:6]}")[0]
+    key, jobs = f"k-{uuid.uuid4().hex[:8]}", []
+    start = [_u("task"), _a("ok"), _u("next")]
+    memo = _ReplyLandsAfterTheRead(None)
+    first = _remembering(res, tenant, key, memo, jobs, start)
+    served_from = _run(res, first).plan
+    _published(res, jobs)
+    memo.record = lambda: record_reply(first, served_from, [_a("done-XYZ")], _a("done-XYZ"))
+    history = [*start, _a("done-XYZ"), _u("and now?")]
+    ahead = reconcile_ahead(_remembering(res, tenant, key, memo, jobs, history), chains(KEY, history))
+    assert memo.record is None  # the reply was recorded in between
+    assert ahead is None or ahead.served.body.count(b"done-XYZ") == 1
+
+
+def test_a_history_that_breaks_the_tool_pairing_is_not_sent_ahead(res: Resources) -> None:
+    """New messages that would break the stored history's tool pairing are refused before any call
+    (the ordinary path answers 400), not sent upstream and refused at the commit."""
+    tenant = create_tenant(res.engine, f"t-{uuid.uuid4().hex[:6]}")[0]
+    key, memo, jobs = f"k-{uuid.uuid4().hex[:8]}", RecordMemo(), []
+    call = {
+        "role": "assistant",
+        "content": [{"type": "tool_use", "id": "toolu_1", "name": "bash", "input": {}}],
+    }
+    result = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "ok"}]}
+    start = [_u("task"), call, result]
+    _run(res, _remembering(res, tenant, key, memo, jobs, start))
+    _published(res, jobs)
+    stray = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_9", "content": "?"}]}
+    history = [*start, _a("done"), stray]
+    req = _remembering(res, tenant, key, memo, jobs, history)
+    assert reconcile_ahead(req, chains(KEY, history)) is None
+    with pytest.raises(BrokenConversation):
+        _run(res, req)
+    assert get_session(res.engine, tenant, key).version == 3
+
+
+def test_a_request_settle_cannot_store_leaves_the_conversation_to_the_database(res: Resources) -> None:
+    """Sent ahead, then neither its commit (another append reached the session) nor the ordinary
+    reconcile (that append left a tool call its messages do not answer) can store it: settle raises,
+    nothing of it is stored, and the conversation is planned from the database from then on."""
+    tenant = create_tenant(res.engine, f"t-{uuid.uuid4().hex[:6]}")[0]
+    key, memo, jobs = f"k-{uuid.uuid4().hex[:8]}", RecordMemo(), []
+    start = [_u("task"), _a("ok"), _u("next")]
+    _run(res, _remembering(res, tenant, key, memo, jobs, start))
+    _published(res, jobs)
+    history = [*start, _a("done"), _u("and now?")]
+    links = chains(KEY, history)
+    ahead = reconcile_ahead(_remembering(res, tenant, key, memo, jobs, history), links)
+    assert ahead is not None
+    elsewhere = {
+        "role": "assistant",
+        "content": [{"type": "tool_use", "id": "toolu_x", "name": "bash", "input": {}}],
+    }
+    append_messages(
+        res,
+        tenant,
+        key,
+        AppendRequest(messages=[elsewhere]),
+        idempotency_key=None,
+        activity=None,
+        enqueue=lambda *j: None,
+    )
+    with pytest.raises(BrokenConversation):
+        settle(ahead, links)
+    assert get_session(res.engine, tenant, key).version == 4  # the other append only
+    assert memo.get((tenant, key)) is None and memo.written((tenant, key)) is None

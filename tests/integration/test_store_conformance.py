@@ -297,26 +297,32 @@ def _terminate(pid: int) -> None:
 def test_a_pooled_connection_idle_long_enough_is_pinged_and_replaced_when_the_server_dropped_it(
     pg_url: str,
 ) -> None:
-    """A pooled connection is pinged at checkout only after `ping_after_idle` seconds idle: one the
-    server dropped and that sat idle that long is replaced at checkout (the read works); one used a
-    moment ago is handed out unpinged, so its read fails, and that disconnect invalidates the whole
-    pool (as a server restart drops every connection): the next reads connect anew, none fails."""
-    engine = make_engine(pg_url, ping_after_idle=0.3, pool_size=2, max_overflow=0)
+    """A pooled connection is pinged at checkout only after `ping_after_idle` seconds idle: when the
+    server dropped the pool's connections and they sat idle that long, the first checkout's ping
+    replaces them all (the reads work); one used a moment ago is handed out unpinged, so its read
+    fails, and that disconnect invalidates the whole pool (as a server restart drops every
+    connection): the next reads connect anew, none fails."""
+    pinging = make_engine(pg_url, ping_after_idle=0.3, pool_size=2, max_overflow=0)
     try:
-        first = _backend_pid(engine)
-        _terminate(first)
-        time.sleep(0.4)  # idle past the threshold: pinged, found gone, replaced
-        second = _backend_pid(engine)
-        assert second != first
-        # two connections in the pool, both dropped by the server, both used a moment ago
-        with engine.connect() as a, engine.connect() as b:
+        with pinging.connect() as a, pinging.connect() as b:
+            dropped = [c.execute(text("SELECT pg_backend_pid()")).scalar_one() for c in (a, b)]
+        for pid in dropped:
+            _terminate(pid)
+        time.sleep(0.4)  # idle past the threshold: pinged, found gone, the pool replaced
+        assert not {_backend_pid(pinging) for _ in range(4)} & set(dropped)
+    finally:
+        pinging.dispose()
+    # never idle long enough to be pinged (the test's own pauses, on a loaded machine, included)
+    busy = make_engine(pg_url, ping_after_idle=3600, pool_size=2, max_overflow=0)
+    try:
+        with busy.connect() as a, busy.connect() as b:
             pids = [c.execute(text("SELECT pg_backend_pid()")).scalar_one() for c in (a, b)]
         for pid in pids:
             _terminate(pid)
         with pytest.raises(DBAPIError) as raised:
-            _backend_pid(engine)  # not pinged: its statement meets the drop
+            _backend_pid(busy)  # not pinged: its statement meets the drop
         assert raised.value.connection_invalidated
-        after = {_backend_pid(engine) for _ in range(4)}  # the other one is replaced too, unpinged
-        assert not after & {first, second, *pids}
+        after = {_backend_pid(busy) for _ in range(4)}  # the other one is replaced too, unpinged
+        assert not after & set(pids)
     finally:
-        engine.dispose()
+        busy.dispose()

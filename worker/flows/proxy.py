@@ -24,7 +24,14 @@ from sqlalchemy import Engine
 from worker.cache.prompts import Entry
 from worker.compaction.tokens import count_text
 from worker.contracts import AppendRequest, Enqueue
-from worker.flows.append import Prepared, append_messages, prepare_append, store_prepared
+from worker.flows.append import (
+    BrokenConversation,
+    Prepared,
+    append_messages,
+    check_window,
+    prepare_append,
+    store_prepared,
+)
 from worker.flows.serve import Served, cached_entry, fetch_ahead
 from worker.proxy import fingerprints, provider_keys
 from worker.proxy.conversations import Conversation, client_prefix, stable_system_text
@@ -40,7 +47,7 @@ from worker.store.proxy import (
     sealed_provider_key,
     store_provider_key,
 )
-from worker.store.sessions import Appended, Profile
+from worker.store.sessions import EARLIER, Appended, Profile
 
 log = structlog.get_logger("compactd.proxy")
 
@@ -131,10 +138,27 @@ def append_body(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Written:
+    """What this process's last write left a conversation's newest session at."""
+
+    version: int
+    system: bytes  # a digest of its stored system prompt (the budget counts it)
+
+    @classmethod
+    def of(cls, version: int, system: str | None) -> Written | None:
+        """None when the write did not set the system prompt (then it is not known here)."""
+        return None if system is None else cls(version, system_digest(system))
+
+
+def system_digest(system: str) -> bytes:
+    return hashlib.blake2b(system.encode(), digest_size=16).digest()
+
+
 class RecordMemo:
     """Each conversation's branch records as this process last read or moved them, so the usual
     request (its history extends the branch it extended last time) plans without reading them;
-    with them, the version this process's last write left the newest branch's session at.
+    with them, what this process's last write left the newest branch's session at (Written).
 
     Only a plan that extends a branch is taken from it, and that plan is checked where it counts:
     the append's claim moves the record only if the database still holds it exactly as remembered
@@ -145,16 +169,17 @@ class RecordMemo:
     ingest and a transaction rolled back, more than the read it saves. Bounded, least recently
     used out; chain values only, never text.
 
-    The version lets a request be sent upstream before its append commits (reconcile_ahead): a
-    session whose stored version is not the one remembered was written by someone else (another
-    API process, POST /turns, a write this process has not remembered yet), and its prompt could
-    hold the request's new messages already.
+    Written lets a request be sent upstream before its append commits (reconcile_ahead): a session
+    whose stored version is not the one remembered was written by someone else (another API
+    process, POST /turns, a write this process has not remembered yet), and its prompt could hold
+    the request's new messages already; a request whose system prompt is not the stored one would
+    be sent with a budget counted for another.
     """
 
     def __init__(self, size: int = 256) -> None:
         self._size = size
-        # conversation -> (records, trusted, version of records[0]'s session after our last write)
-        self._entries: OrderedDict[Hashable, tuple[tuple[Record, ...], bool, int | None]] = OrderedDict()
+        # conversation -> (records, trusted, what our last write left records[0]'s session at)
+        self._entries: OrderedDict[Hashable, tuple[tuple[Record, ...], bool, Written | None]] = OrderedDict()
         self._lock = threading.Lock()
 
     def get(self, conversation: Hashable) -> tuple[Record, ...] | None:
@@ -163,28 +188,31 @@ class RecordMemo:
             entry = self._entries.get(conversation)
         return entry[0] if entry is not None and entry[1] else None
 
-    def version(self, conversation: Hashable) -> int | None:
-        """The version this process's last write left the newest branch's session at; None when
-        unknown (read from the database, not written since) or no longer trusted."""
+    def written(self, conversation: Hashable) -> tuple[tuple[Record, ...], Written] | None:
+        """The remembered records with what this process's last write left the newest branch's
+        session at, read together; None when either is unknown (read from the database, not
+        written since) or no longer trusted."""
         with self._lock:
             entry = self._entries.get(conversation)
-        return entry[2] if entry is not None and entry[1] else None
+        if entry is None or not entry[1] or entry[2] is None:
+            return None
+        return entry[0], entry[2]
 
-    def put(self, conversation: Hashable, records: Sequence[Record], version: int | None = None) -> None:
+    def put(self, conversation: Hashable, records: Sequence[Record], written: Written | None = None) -> None:
         with self._lock:
             trusted = self._entries.get(conversation, ((), True, None))[1]
-            self._entries[conversation] = (tuple(records), trusted, version)
+            self._entries[conversation] = (tuple(records), trusted, written)
             self._entries.move_to_end(conversation)
             while len(self._entries) > self._size:
                 self._entries.popitem(last=False)
 
     def moved(
-        self, conversation: Hashable, records: Sequence[Record], p: Plan, version: int | None = None
+        self, conversation: Hashable, records: Sequence[Record], p: Plan, written: Written | None = None
     ) -> None:
-        """Remember `records` with the plan's branch moved (or added), newest first, and the
-        version the write that moved it left its session at."""
+        """Remember `records` with the plan's branch moved (or added), newest first, and what the
+        write that moved it left its session at."""
         rest = [r for r in records if r != p.expected and r.session_id != p.after.session_id]
-        self.put(conversation, [p.after, *rest], version)
+        self.put(conversation, [p.after, *rest], written)
 
     def distrust(self, conversation: Hashable) -> None:
         """Plan this conversation from the database from now on."""
@@ -251,7 +279,7 @@ def reconcile(req: Proxied, chains: list[str], missing: bool = False) -> Reconci
             _remember(req, memo_key, records, None)
             return Reconciled(p, 0)
         try:
-            version = _store(req, p, messages[p.start :])
+            written = _store(req, p, messages[p.start :])
         except StalePlan:
             if from_memory and req.records is not None:
                 req.records.distrust(memo_key)
@@ -263,7 +291,7 @@ def reconcile(req: Proxied, chains: list[str], missing: bool = False) -> Reconci
         except SessionGone:
             gone = True
             continue
-        _remember(req, memo_key, records, p, version)
+        _remember(req, memo_key, records, p, written)
         _log_plan(req, p, len(messages))
         return Reconciled(p, len(messages) - p.start)
     raise Unreconciled(key)
@@ -301,10 +329,10 @@ def reconcile_ahead(req: Proxied, chains: list[str]) -> Ahead | None:
     if req.records is None:
         return None
     memo_key = (req.tenant_id, req.conversation.key)
-    remembered = req.records.get(memo_key)
-    expected = req.records.version(memo_key)
-    if remembered is None or expected is None:
+    known = req.records.written(memo_key)
+    if known is None:
         return None
+    remembered, written = known
     p = plan(remembered, chains, req.conversation.key)
     # the version is the newest branch's: a request that extends an older one is the ordinary path's
     if p.kind != "extend" or p.session_id != remembered[0].session_id:
@@ -317,8 +345,14 @@ def reconcile_ahead(req: Proxied, chains: list[str]) -> Ahead | None:
     messages = req.body["messages"]
     body = append_body(req.body, messages[p.start :], p, req.context_window, req.tools)
     prepared = prepare_append(res, req.tenant_id, p.session_id, body)
-    # a secret cut at the seam rewrites the turn before (and the cached prompt): the ordinary path's
-    if prepared.rewrites_stored:
+    # a secret cut at the seam rewrites the turn before (and the cached prompt), a new system prompt
+    # changes the budget, a broken tool pairing is refused: the ordinary path's, before any call
+    if (
+        prepared.rewrites_stored
+        or prepared.profile.system is None
+        or system_digest(prepared.profile.system) != written.system
+        or not _pairs_with(messages[: p.start], prepared)
+    ):
         return None
     profile = prepared.profile
     served = fetch_ahead(
@@ -331,7 +365,7 @@ def reconcile_ahead(req: Proxied, chains: list[str]) -> Ahead | None:
         (profile.context_window, profile.output_reserve),
     )
     # stored: written by someone else since this process's last write (or not yet seen by the memo)
-    if served is None or served.version - len(prepared.turns) != expected:
+    if served is None or served.version - len(prepared.turns) != written.version:
         return None
     return Ahead(req, p, remembered, prepared, served, len(messages) - p.start)
 
@@ -364,7 +398,7 @@ def commit_ahead(ahead: Ahead) -> Reconciled:
         if req.records is not None:
             req.records.distrust(memo_key)
         raise
-    _remember(req, memo_key, ahead.records, p, done.appended.version)
+    _remember(req, memo_key, ahead.records, p, Written.of(done.appended.version, prepared.profile.system))
     return Reconciled(p, ahead.appended, None if done.appended.replayed else done.appended)
 
 
@@ -373,11 +407,37 @@ def settle(ahead: Ahead, chains: list[str]) -> tuple[Reconciled, Exception | Non
     or, when that cannot be (another write reached the session after the render, the database
     failed), the ordinary reconcile of its history (what a later request would store), and the
     exception that stopped the commit. Raises what stops the ordinary reconcile too; nothing of
-    the request is stored then, and the client's next request, which carries it, stores it."""
+    the request is stored then, the conversation is planned from the database from then on (its
+    next request takes the ordinary path, which answers what stops it before any call), and the
+    client's next request, which carries this history, stores it."""
     try:
         return commit_ahead(ahead), None
     except Exception as exc:
-        return reconcile(ahead.req, chains), exc
+        stopped = exc
+    try:
+        return reconcile(ahead.req, chains), stopped
+    except Exception:
+        if ahead.req.records is not None:
+            ahead.req.records.distrust((ahead.req.tenant_id, ahead.req.conversation.key))
+        raise
+
+
+def _pairs_with(before: list[Any], prepared: Prepared) -> bool:
+    """Whether the new turns pair with the stored history's tool calls (check_window, the append's
+    own check under the session lock), read from the client's copy of that history: the session
+    holds it (the plan extends its record's chain), so no read is needed before the call."""
+    i = len(before)
+    while i and before[i - 1].get("role") == "user":
+        i -= 1
+    j = i
+    while j and before[j - 1].get("role") == "assistant":
+        j -= 1
+    window = [EARLIER] if i == j else [EARLIER, *before[j:]]
+    try:
+        check_window(window, [t.as_message() for t in prepared.turns])
+    except BrokenConversation:
+        return False
+    return True
 
 
 def _rendered_from(version: int, profile: Profile) -> Callable[[Any], None]:
@@ -393,14 +453,18 @@ def _rendered_from(version: int, profile: Profile) -> Callable[[Any], None]:
 
 
 def _remember(
-    req: Proxied, memo_key: Hashable, records: Sequence[Record], p: Plan | None, version: int | None = None
+    req: Proxied,
+    memo_key: Hashable,
+    records: Sequence[Record],
+    p: Plan | None,
+    written: Written | None = None,
 ) -> None:
     if req.records is None:
         return
     if p is None:
         req.records.put(memo_key, records)
     else:
-        req.records.moved(memo_key, records, p, version)
+        req.records.moved(memo_key, records, p, written)
 
 
 def _linked(req: Proxied, p: Plan) -> Plan:
@@ -413,10 +477,10 @@ def _linked(req: Proxied, p: Plan) -> Plan:
     return p if parent is None else replace(p, parent_session_id=parent)
 
 
-def _store(req: Proxied, p: Plan, messages: list[Any]) -> int:
-    """Append `messages` to the plan's session, the record moving in the same transaction; the
-    session's version after it."""
-    return append_messages(
+def _store(req: Proxied, p: Plan, messages: list[Any]) -> Written | None:
+    """Append `messages` to the plan's session, the record moving in the same transaction; what it
+    left the session at."""
+    done = append_messages(
         req.res,
         req.tenant_id,
         p.session_id,
@@ -425,7 +489,8 @@ def _store(req: Proxied, p: Plan, messages: list[Any]) -> int:
         activity=None,
         enqueue=req.enqueue,
         locked=claim(req.tenant_id, req.conversation.key, p),
-    ).appended.version
+    )
+    return Written.of(done.appended.version, done.profile.system)
 
 
 def _log_plan(req: Proxied, p: Plan, messages: int) -> None:
@@ -460,7 +525,7 @@ def record_reply(
     )
     moved = Plan("extend", before.session_id, before.messages, before, after)
     try:
-        version = _store(req, moved, stored)
+        written = _store(req, moved, stored)
     except (StalePlan, SessionGone, SessionTaken):
         log.info(
             "proxy.reply_unrecorded",
@@ -471,5 +536,5 @@ def record_reply(
         return False
     if req.records is not None:
         memo_key = (req.tenant_id, req.conversation.key)
-        req.records.moved(memo_key, req.records.known(memo_key), moved, version)
+        req.records.moved(memo_key, req.records.known(memo_key), moved, written)
     return True

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
-from sqlalchemy.exc import DBAPIError, DisconnectionError
+from sqlalchemy.exc import DBAPIError, InvalidatePoolError
 from sqlmodel import SQLModel
 
 from worker.store import tables
@@ -147,7 +147,8 @@ def make_engine(
 
 def _ping_when_idle(engine: Engine, idle_seconds: float) -> None:
     """Ping a pooled connection at checkout when it has been idle `idle_seconds` or more; a dead one
-    is replaced there (DisconnectionError: the pool connects anew). One checked in a moment ago is
+    is replaced there, and with it every connection made before (InvalidatePoolError, as
+    pool_pre_ping does: the server went away, so the others are gone too). One checked in a moment ago is
     almost surely alive and is handed out as is: if the server dropped it all the same (a restart
     while busy), its statement fails, SQLAlchemy invalidates the pool, and the request answers as
     with the database down (503, retried by the client); the next checkouts connect anew."""
@@ -163,7 +164,7 @@ def _ping_when_idle(engine: Engine, idle_seconds: float) -> None:
             engine.dialect.do_ping(dbapi_conn)
         except engine.dialect.loaded_dbapi.Error as exc:
             if engine.dialect.is_disconnect(exc, dbapi_conn, None):
-                raise DisconnectionError("the pooled connection is gone") from exc
+                raise InvalidatePoolError("the pooled connection is gone") from exc
             raise
 
     event.listen(engine, "checkin", checkin)

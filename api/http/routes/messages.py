@@ -22,6 +22,7 @@ import structlog
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel, Field
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 from starlette.types import Receive, Scope, Send
@@ -204,7 +205,8 @@ class Call:
     reconciled: Reconciled | None = None
     context_window: int | None = None
     upstream_raw: bytes = b""
-    # the session the prompt was served from (its files and memory answer compactd's tools)
+    # the session the prompt was served from: its files and memory answer compactd's tools (a
+    # history stored elsewhere after a failed commit, diverged, still refers to what was sent)
     session_id: str = ""
     # the whole answer once the client has it: recorded after the response (_record)
     answered: tuple[Relay, list[list[dict[str, Any]]]] | None = None
@@ -212,7 +214,7 @@ class Call:
     # the compaction jobs its appends asked for, sent once the first event is relayed (HeldJobs)
     jobs: HeldJobs | None = None
     # the request's history being stored and its version noted in the prompt cache, beside the
-    # upstream call (_settle_soon, _note_soon): waited for before the client hears anything
+    # upstream call (_settle_soon): waited for before the response's body (or error) goes out
     settling: asyncio.Future[bool] | None = None
     # the body as read (its known part from KnownPrefixes), kept there once its chains are known
     read: BodyRead | None = None
@@ -272,15 +274,15 @@ async def _create(request: Request) -> Response:
         await _reconcile_and_build(call, jobs, prefetch.entry(replies))
         response = await _open(call, "/v1/messages", call.upstream_raw)
     except ProxyError:
-        _release_soon(jobs)
         await _settled(call)  # stored before the client hears anything, an error included
+        _release_soon(jobs)
         raise
     except BaseException:
         _release_soon(jobs)
         raise
     if response.status_code != 200:
-        _release_soon(jobs)
         await _settled(call)
+        _release_soon(jobs)
         return await _upstream_error(response)
     if body.get("stream"):
         return EventStream(
@@ -333,7 +335,8 @@ async def _disconnected(request: Request) -> None:
 async def _settled(call: Call) -> None:
     """Wait for the request's history to be stored and its version noted; a note Redis did not take
     is logged (the next fetch reads the database's stamp instead, as with the cache down)."""
-    if call.settling is not None and not await call.settling:
+    # shielded: a client that leaves (its cancellation) does not stop what follows the commit
+    if call.settling is not None and not await asyncio.shield(call.settling):
         log.warning("proxy.version_note_failed", tenant=call.tenant, session_id=call.session_id)
 
 
@@ -479,8 +482,16 @@ def _settle_soon(call: Call, ahead: Ahead, chains: list[str]) -> None:
             reconciled, stopped = await run_in_threadpool(settle, ahead, chains)
         except Exception as exc:
             # the client still gets its answer; its next request carries this history and stores it
+            # (the ordinary way: settle stopped trusting the memo); an error of no known kind is a bug
+            expected = isinstance(
+                exc, InvalidTranscript | BrokenConversation | Unreconciled | SQLAlchemyError
+            )
             log.warning(
-                "proxy.request_unrecorded", session_id=ahead.plan.session_id, error=type(exc).__name__
+                "proxy.request_unrecorded",
+                tenant_id=call.tenant,
+                session_id=ahead.plan.session_id,
+                error=type(exc).__name__,
+                exc_info=not expected,
             )
             return True
         if stopped is not None:
