@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -158,6 +158,42 @@ def _remembering(
     return Proxied(res, tenant, Conversation(key, "header"), body, [], None, lambda *j: jobs.append(j), memo)
 
 
+@dataclass
+class _Ahead:
+    tenant: int
+    key: str
+    memo: RecordMemo
+    links: list[str]
+    ahead: Any
+
+
+def _served_ahead(res: Resources) -> _Ahead:
+    """A conversation stored and its prompt published, then its next request rendered ahead."""
+    tenant = create_tenant(res.engine, f"t-{uuid.uuid4().hex[:6]}")[0]
+    key, memo, jobs = f"k-{uuid.uuid4().hex[:8]}", RecordMemo(), []
+    start = [_u("task"), _a("ok"), _u("next")]
+    _run(res, _remembering(res, tenant, key, memo, jobs, start))
+    _published(res, jobs)
+    history = [*start, _a("done"), _u("and now?")]
+    links = chains(KEY, history)
+    ahead = reconcile_ahead(_remembering(res, tenant, key, memo, jobs, history), links)
+    assert ahead is not None
+    return _Ahead(tenant, key, memo, links, ahead)
+
+
+def _append_elsewhere(res: Resources, tenant: int, key: str, message: dict[str, Any]) -> None:
+    """Another writer's append to the session (POST /turns), not through this process's memo."""
+    append_messages(
+        res,
+        tenant,
+        key,
+        AppendRequest(messages=[message]),
+        idempotency_key=None,
+        activity=None,
+        enqueue=lambda *j: None,
+    )
+
+
 @pytest.mark.parametrize("new_text", ["and now?", "log line " * 6000], ids=["short", "offloaded"])
 def test_a_request_served_ahead_stores_what_its_prompt_holds(res: Resources, new_text: str) -> None:
     """A request that extends the remembered branch is rendered before its commit (a block too big
@@ -212,27 +248,12 @@ def test_a_prefetched_entry_is_taken_for_its_own_session_only(res: Resources) ->
 def test_a_commit_ahead_that_lost_its_session_writes_nothing(res: Resources) -> None:
     """When another append reaches the session between the render and the commit, the commit
     raises and stores nothing (the request is then reconciled the ordinary way)."""
-    tenant = create_tenant(res.engine, f"t-{uuid.uuid4().hex[:6]}")[0]
-    key, memo, jobs = f"k-{uuid.uuid4().hex[:8]}", RecordMemo(), []
-    start = [_u("task"), _a("ok"), _u("next")]
-    _run(res, _remembering(res, tenant, key, memo, jobs, start))
-    _published(res, jobs)
-    history = [*start, _a("done"), _u("and now?")]
-    ahead = reconcile_ahead(_remembering(res, tenant, key, memo, jobs, history), chains(KEY, history))
-    assert ahead is not None
-    append_messages(
-        res,
-        tenant,
-        key,
-        AppendRequest(messages=[_a("from elsewhere")]),
-        idempotency_key=None,
-        activity=None,
-        enqueue=lambda *j: None,
-    )
+    a = _served_ahead(res)
+    _append_elsewhere(res, a.tenant, a.key, _a("from elsewhere"))
     with pytest.raises(StaleAhead):
-        commit_ahead(ahead)
-    assert get_session(res.engine, tenant, key).version == 4  # the other append only
-    assert load_records(res.engine, tenant, key)[0].messages == 3
+        commit_ahead(a.ahead)
+    assert get_session(res.engine, a.tenant, a.key).version == 4  # the other append only
+    assert load_records(res.engine, a.tenant, a.key)[0].messages == 3
 
 
 def test_a_request_whose_commit_is_lost_after_it_went_upstream_is_stored_once(res: Resources) -> None:
@@ -344,29 +365,13 @@ def test_a_request_settle_cannot_store_leaves_the_conversation_to_the_database(r
     """Sent ahead, then neither its commit (another append reached the session) nor the ordinary
     reconcile (that append left a tool call its messages do not answer) can store it: settle raises,
     nothing of it is stored, and the conversation is planned from the database from then on."""
-    tenant = create_tenant(res.engine, f"t-{uuid.uuid4().hex[:6]}")[0]
-    key, memo, jobs = f"k-{uuid.uuid4().hex[:8]}", RecordMemo(), []
-    start = [_u("task"), _a("ok"), _u("next")]
-    _run(res, _remembering(res, tenant, key, memo, jobs, start))
-    _published(res, jobs)
-    history = [*start, _a("done"), _u("and now?")]
-    links = chains(KEY, history)
-    ahead = reconcile_ahead(_remembering(res, tenant, key, memo, jobs, history), links)
-    assert ahead is not None
-    elsewhere = {
+    a = _served_ahead(res)
+    call = {
         "role": "assistant",
         "content": [{"type": "tool_use", "id": "toolu_x", "name": "bash", "input": {}}],
     }
-    append_messages(
-        res,
-        tenant,
-        key,
-        AppendRequest(messages=[elsewhere]),
-        idempotency_key=None,
-        activity=None,
-        enqueue=lambda *j: None,
-    )
+    _append_elsewhere(res, a.tenant, a.key, call)
     with pytest.raises(BrokenConversation):
-        settle(ahead, links)
-    assert get_session(res.engine, tenant, key).version == 4  # the other append only
-    assert memo.get((tenant, key)) is None and memo.written((tenant, key)) is None
+        settle(a.ahead, a.links)
+    assert get_session(res.engine, a.tenant, a.key).version == 4  # the other append only
+    assert a.memo.get((a.tenant, a.key)) is None and a.memo.written((a.tenant, a.key)) is None
