@@ -294,6 +294,15 @@ def _terminate(pid: int) -> None:
         admin.dispose()
 
 
+def _drop_pool(engine: Engine) -> list[int]:
+    """Both connections of a two-connection pool used, back in the pool, and dropped by the server."""
+    with engine.connect() as a, engine.connect() as b:
+        pids = [c.execute(text("SELECT pg_backend_pid()")).scalar_one() for c in (a, b)]
+    for pid in pids:
+        _terminate(pid)
+    return pids
+
+
 def test_a_pooled_connection_idle_long_enough_is_pinged_and_replaced_when_the_server_dropped_it(
     pg_url: str,
 ) -> None:
@@ -304,10 +313,7 @@ def test_a_pooled_connection_idle_long_enough_is_pinged_and_replaced_when_the_se
     connection): the next reads connect anew, none fails."""
     pinging = make_engine(pg_url, ping_after_idle=0.3, pool_size=2, max_overflow=0)
     try:
-        with pinging.connect() as a, pinging.connect() as b:
-            dropped = [c.execute(text("SELECT pg_backend_pid()")).scalar_one() for c in (a, b)]
-        for pid in dropped:
-            _terminate(pid)
+        dropped = _drop_pool(pinging)
         time.sleep(0.4)  # idle past the threshold: pinged, found gone, the pool replaced
         assert not {_backend_pid(pinging) for _ in range(4)} & set(dropped)
     finally:
@@ -315,10 +321,7 @@ def test_a_pooled_connection_idle_long_enough_is_pinged_and_replaced_when_the_se
     # never idle long enough to be pinged (the test's own pauses, on a loaded machine, included)
     busy = make_engine(pg_url, ping_after_idle=3600, pool_size=2, max_overflow=0)
     try:
-        with busy.connect() as a, busy.connect() as b:
-            pids = [c.execute(text("SELECT pg_backend_pid()")).scalar_one() for c in (a, b)]
-        for pid in pids:
-            _terminate(pid)
+        pids = _drop_pool(busy)
         with pytest.raises(DBAPIError) as raised:
             _backend_pid(busy)  # not pinged: its statement meets the drop
         assert raised.value.connection_invalidated
