@@ -8,6 +8,7 @@ export). This module only assembles them and runs the chosen one.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from api.cli import offline, processes, prune, stats, tenant, transfer
@@ -29,6 +30,11 @@ def main(argv: list[str] | None = None) -> int:
         # Ctrl-C before the command handles it itself (a process still importing when `compactd up`
         # is stopped: the whole group gets it): a quiet stop, with the shell's code for it
         return 130
+    except BrokenPipeError:
+        # the reader went away (`compactd stats demo | head`): what it wanted it has; the output
+        # still buffered goes nowhere, so Python's own flush at exit does not fail again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 def build_parser() -> argparse.ArgumentParser:

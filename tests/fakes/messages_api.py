@@ -12,22 +12,25 @@ gets the reply as server-sent events, as the real API streams them (message_star
 block's start / deltas / stop, message_delta, message_stop; tool input as input_json_delta pieces,
 thinking as thinking_delta then signature_delta), in chunked transfer encoding; `delay_seconds`
 spaces the events, and a client that goes away is counted in `disconnects`. POST
-/v1/messages/count_tokens answers an estimate (bytes / 4) and takes no scripted reply. Other test
-files can use the `messages_api` fixture below by importing it or through `pytest_plugins`.
+/v1/messages/count_tokens answers an estimate (bytes / 4) and takes no scripted reply.
+
+Standard library only, so it also runs on its own, to try the drop-in endpoint with no provider:
+`python -m tests.fakes.messages_api` prints its URL and answers every call with a short note
+until Ctrl-D or Ctrl-C.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
+import sys
 import threading
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
-
-import pytest
 
 ERROR_TYPES = {
     400: "invalid_request_error",
@@ -386,8 +389,15 @@ def sse_events(message: dict[str, Any]) -> list[tuple[str, Any]]:
     return events
 
 
-@pytest.fixture
-def messages_api() -> Iterator[FakeMessagesAPI]:
-    """A running fake Messages API, stopped after the test."""
-    with FakeMessagesAPI() as api:
-        yield api
+def main() -> None:
+    """Serve until stdin closes (Ctrl-D) or Ctrl-C."""
+    with FakeMessagesAPI(keep_requests=False) as api:
+        print(
+            f"a local stand-in for the Messages API at {api.base_url} (Ctrl-D or Ctrl-C stops it)", flush=True
+        )
+        with contextlib.suppress(KeyboardInterrupt):
+            sys.stdin.read()
+
+
+if __name__ == "__main__":
+    main()

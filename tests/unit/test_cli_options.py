@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from api.cli.command import build_parser
 from api.cli.processes import settings_of
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def subparsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
@@ -78,3 +83,25 @@ def test_ctrl_c_before_a_command_handles_it_stops_quietly(
     monkeypatch.setattr(kingfisher, "prewarm", interrupted)
     assert main(["prewarm"]) == 130
     assert capsys.readouterr().err == ""
+
+
+def test_output_cut_short_by_its_reader_ends_quietly() -> None:
+    """`compactd … | head`: the reader leaves after a line; the command ends with 0 and no
+    BrokenPipeError traceback (neither from the command nor from Python's flush at exit)."""
+    code = (
+        "import sys\n"
+        "from api.cli.command import main\n"
+        "from worker.redaction import kingfisher\n"
+        "kingfisher.prewarm = lambda *a: [print('x' * 80) for _ in range(200_000)] and ''\n"
+        "sys.exit(main(['prewarm']))\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline() == b"x" * 80 + b"\n"
+    proc.stdout.close()  # as head does after its line
+    err = proc.stderr.read().decode()
+    proc.stderr.close()
+    assert proc.wait(timeout=60) == 0, err
+    assert "Traceback" not in err and "BrokenPipe" not in err
