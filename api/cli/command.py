@@ -31,10 +31,11 @@ def main(argv: list[str] | None = None) -> int:
         # is stopped: the whole group gets it): a quiet stop, with the shell's code for it
         return 130
     except BrokenPipeError:
-        # the reader went away (`compactd stats demo | head`): what it wanted it has; the output
-        # still buffered goes nowhere, so Python's own flush at exit does not fail again
+        # the reader went away (`compactd stats demo | head`): no traceback, but not a success
+        # either (an export cut short must not look complete): the shell's code for SIGPIPE. The
+        # output still buffered goes nowhere, so Python's own flush at exit does not fail again
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+        return 141
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -16,7 +16,7 @@ spaces the events, and a client that goes away is counted in `disconnects`. POST
 
 Standard library only, so it also runs on its own, to try the drop-in endpoint with no provider:
 `python -m tests.fakes.messages_api` prints its URL and answers every call with a short note
-until Ctrl-D or Ctrl-C.
+until Ctrl-C.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
-import sys
 import threading
 from collections import deque
 from collections.abc import Mapping
@@ -390,13 +389,11 @@ def sse_events(message: dict[str, Any]) -> list[tuple[str, Any]]:
 
 
 def main() -> None:
-    """Serve until stdin closes (Ctrl-D) or Ctrl-C."""
+    """Serve until Ctrl-C, whatever stdin is (a terminal, or /dev/null when started with &)."""
     with FakeMessagesAPI(keep_requests=False) as api:
-        print(
-            f"a local stand-in for the Messages API at {api.base_url} (Ctrl-D or Ctrl-C stops it)", flush=True
-        )
+        print(f"a local stand-in for the Messages API at {api.base_url} (Ctrl-C stops it)", flush=True)
         with contextlib.suppress(KeyboardInterrupt):
-            sys.stdin.read()
+            threading.Event().wait()
 
 
 if __name__ == "__main__":

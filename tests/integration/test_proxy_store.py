@@ -364,7 +364,7 @@ def test_a_history_that_breaks_the_tool_pairing_is_not_sent_ahead(res: Resources
 def test_a_request_settle_cannot_store_leaves_the_conversation_to_the_database(res: Resources) -> None:
     """Sent ahead, then neither its commit (another append reached the session) nor the ordinary
     reconcile (that append left a tool call its messages do not answer) can store it: settle raises,
-    nothing of it is stored, and the conversation is planned from the database from then on."""
+    nothing of it is stored, and the conversation's next request is stored before it is sent."""
     a = _served_ahead(res)
     call = {
         "role": "assistant",
@@ -374,4 +374,30 @@ def test_a_request_settle_cannot_store_leaves_the_conversation_to_the_database(r
     with pytest.raises(BrokenConversation):
         settle(a.ahead, a.links)
     assert get_session(res.engine, a.tenant, a.key).version == 4  # the other append only
-    assert a.memo.get((a.tenant, a.key)) is None and a.memo.written((a.tenant, a.key)) is None
+    # what this process last wrote is forgotten (the records stay): the next request is stored first
+    assert a.memo.written((a.tenant, a.key)) is None and a.memo.get((a.tenant, a.key)) is not None
+
+
+def test_a_blank_text_block_before_a_tool_call_does_not_keep_a_request_from_going_ahead(
+    res: Resources,
+) -> None:
+    """The API's own answers can hold a whitespace-only text block before a tool call; the session
+    stores the answer without it (normalized), and the pairing check before the call reads the
+    client's copy the same way: the next request is served ahead."""
+    tenant = create_tenant(res.engine, f"t-{uuid.uuid4().hex[:6]}")[0]
+    key, memo, jobs = f"k-{uuid.uuid4().hex[:8]}", RecordMemo(), []
+    call = {
+        "role": "assistant",
+        "content": [
+            {"type": "text", "text": "\n\n"},
+            {"type": "tool_use", "id": "toolu_1", "name": "bash", "input": {}},
+        ],
+    }
+    result = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "ok"}]}
+    start = [_u("task"), call, result]
+    _run(res, _remembering(res, tenant, key, memo, jobs, start))
+    _published(res, jobs)
+    history = [*start, _a("done"), _u("and now?")]
+    assert (
+        reconcile_ahead(_remembering(res, tenant, key, memo, jobs, history), chains(KEY, history)) is not None
+    )

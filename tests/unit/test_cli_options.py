@@ -86,8 +86,9 @@ def test_ctrl_c_before_a_command_handles_it_stops_quietly(
 
 
 def test_output_cut_short_by_its_reader_ends_quietly() -> None:
-    """`compactd … | head`: the reader leaves after a line; the command ends with 0 and no
-    BrokenPipeError traceback (neither from the command nor from Python's flush at exit)."""
+    """`compactd … | head`: the reader leaves after a line; the command ends with the shell's code
+    for SIGPIPE (141: an export cut short is no success) and no BrokenPipeError traceback
+    (neither from the command nor from Python's flush at exit)."""
     code = (
         "import sys\n"
         "from api.cli.command import main\n"
@@ -103,5 +104,5 @@ def test_output_cut_short_by_its_reader_ends_quietly() -> None:
     proc.stdout.close()  # as head does after its line
     err = proc.stderr.read().decode()
     proc.stderr.close()
-    assert proc.wait(timeout=60) == 0, err
+    assert proc.wait(timeout=60) == 141, err
     assert "Traceback" not in err and "BrokenPipe" not in err

@@ -22,6 +22,8 @@ import structlog
 from sqlalchemy import Engine
 
 from worker.cache.prompts import Entry
+from worker.compaction.errors import InvalidTranscript
+from worker.compaction.normalize import normalize_message
 from worker.compaction.tokens import count_text
 from worker.contracts import AppendRequest, Enqueue
 from worker.flows.append import (
@@ -213,6 +215,14 @@ class RecordMemo:
         write that moved it left its session at."""
         rest = [r for r in records if r != p.expected and r.session_id != p.after.session_id]
         self.put(conversation, [p.after, *rest], written)
+
+    def unwritten(self, conversation: Hashable) -> None:
+        """Forget what this process's last write left the session at (the records stay): the
+        conversation's next request is stored before it is sent."""
+        with self._lock:
+            entry = self._entries.get(conversation)
+            if entry is not None:
+                self._entries[conversation] = (entry[0], entry[1], None)
 
     def distrust(self, conversation: Hashable) -> None:
         """Plan this conversation from the database from now on."""
@@ -407,7 +417,7 @@ def settle(ahead: Ahead, chains: list[str]) -> tuple[Reconciled, Exception | Non
     or, when that cannot be (another write reached the session after the render, the database
     failed), the ordinary reconcile of its history (what a later request would store), and the
     exception that stopped the commit. Raises what stops the ordinary reconcile too; nothing of
-    the request is stored then, the conversation is planned from the database from then on (its
+    the request is stored then, what this process last wrote is forgotten (so the conversation's
     next request takes the ordinary path, which answers what stops it before any call), and the
     client's next request, which carries this history, stores it."""
     try:
@@ -418,7 +428,7 @@ def settle(ahead: Ahead, chains: list[str]) -> tuple[Reconciled, Exception | Non
         return reconcile(ahead.req, chains), stopped
     except Exception:
         if ahead.req.records is not None:
-            ahead.req.records.distrust((ahead.req.tenant_id, ahead.req.conversation.key))
+            ahead.req.records.unwritten((ahead.req.tenant_id, ahead.req.conversation.key))
         raise
 
 
@@ -432,10 +442,11 @@ def _pairs_with(before: list[Any], prepared: Prepared) -> bool:
     j = i
     while j and before[j - 1].get("role") == "assistant":
         j -= 1
-    window = [EARLIER] if i == j else [EARLIER, *before[j:]]
     try:
-        check_window(window, [t.as_message() for t in prepared.turns])
-    except BrokenConversation:
+        # as stored: normalized (a blank text block dropped, string content as a block)
+        stored = [{"role": r, "content": list(c)} for r, c in map(normalize_message, before[j:])]
+        check_window([EARLIER, *stored], [t.as_message() for t in prepared.turns])
+    except (BrokenConversation, InvalidTranscript):
         return False
     return True
 
