@@ -180,7 +180,8 @@ class Recorder:
 
     def flush(self) -> bool:
         """Send the buffer in one MULTI/EXEC. On a refused connection the counts stay buffered;
-        after a timeout (the write may or may not have landed) they are dropped, never doubled."""
+        after a timeout (the write may or may not have landed) they are not sent again, never
+        doubled, but stay in this process's view while Redis does not answer (totals())."""
         with self._lock:
             batch, self._buffer = self._buffer, {}
         if not batch:
@@ -197,6 +198,8 @@ class Recorder:
                     pipe.hincrbyfloat(self.key, k, v)
             pipe.execute()
         except redis.TimeoutError:
+            with self._lock:
+                self._flushed_since_read = merged(self._flushed_since_read, batch)
             return False
         except redis.RedisError:
             self._add(batch)

@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
+import redis
 
 from tests.integration.conftest import Worker, flush_prefix, free_port, make_settings, wait_for
 from tests.services import PrivatePostgres, PrivateRedis
@@ -25,6 +26,7 @@ from worker.cache.cache import Cache
 from worker.cache.client import make_redis
 from worker.flows import compact as jobs
 from worker.flows.sweep import sweep_sessions
+from worker.metrics import Recorder, field_of
 from worker.resources import Resources
 from worker.settings import Settings
 from worker.store.db import read_tx
@@ -307,3 +309,25 @@ def test_a_redis_error_reply_does_not_open_the_breaker(redis_url: str) -> None:
     finally:
         flush_prefix(redis_url, prefix)
         cache.client.close()
+
+
+def test_counts_flushed_to_a_frozen_redis_stay_in_the_processs_view(private_redis: PrivateRedis) -> None:
+    """A flush that times out (Redis frozen: the write may or may not have landed) is not sent
+    again, but the process's own view while Redis does not answer still counts it: a scrape
+    during the freeze shows what was served then; once Redis answers, its totals are the view."""
+    client = redis.Redis.from_url(private_redis.url, socket_timeout=0.3, socket_connect_timeout=0.3)
+    recorder = Recorder(client, f"t{uuid.uuid4().hex[:6]}:")
+    try:
+        recorder.inc("compactd_prompt_fetches", 3, ("cache",))
+        assert recorder.flush()
+        assert recorder.totals()[2]  # read from Redis
+        private_redis.signal(signal.SIGSTOP)
+        recorder.inc("compactd_prompt_fetches", 2, ("db",))
+        assert not recorder.flush()  # timed out
+        values, _, up = recorder.totals()
+        assert not up
+        fetches = ("compactd_prompt_fetches", ("cache",)), ("compactd_prompt_fetches", ("db",))
+        assert [values.get(field_of(*f)) for f in fetches] == [3.0, 2.0]
+    finally:
+        private_redis.signal(signal.SIGCONT)
+        client.close()
