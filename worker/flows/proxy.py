@@ -361,7 +361,7 @@ def reconcile_ahead(req: Proxied, chains: list[str]) -> Ahead | None:
         prepared.rewrites_stored
         or prepared.profile.system is None
         or system_digest(prepared.profile.system) != written.system
-        or not _pairs_with(messages[: p.start], prepared)
+        or not _pairs_with(messages, p.start, prepared)
     ):
         return None
     profile = prepared.profile
@@ -432,19 +432,20 @@ def settle(ahead: Ahead, chains: list[str]) -> tuple[Reconciled, Exception | Non
         raise
 
 
-def _pairs_with(before: list[Any], prepared: Prepared) -> bool:
+def _pairs_with(messages: list[Any], start: int, prepared: Prepared) -> bool:
     """Whether the new turns pair with the stored history's tool calls (check_window, the append's
-    own check under the session lock), read from the client's copy of that history: the session
-    holds it (the plan extends its record's chain), so no read is needed before the call."""
-    i = len(before)
-    while i and before[i - 1].get("role") == "user":
+    own check under the session lock), read from the client's copy of that history (its first
+    `start` messages): the session holds it (the plan extends its record's chain), so no read is
+    needed before the call."""
+    i = start
+    while i and messages[i - 1].get("role") == "user":
         i -= 1
     j = i
-    while j and before[j - 1].get("role") == "assistant":
+    while j and messages[j - 1].get("role") == "assistant":
         j -= 1
     try:
         # as stored: normalized (a blank text block dropped, string content as a block)
-        stored = [{"role": r, "content": list(c)} for r, c in map(normalize_message, before[j:])]
+        stored = [{"role": r, "content": list(c)} for r, c in map(normalize_message, messages[j:start])]
         check_window([EARLIER, *stored], [t.as_message() for t in prepared.turns])
     except (BrokenConversation, InvalidTranscript):
         return False
