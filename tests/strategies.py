@@ -27,6 +27,16 @@ PLANTED_SECRETS = (
 )
 
 
+def pieced(
+    pieces: st.SearchStrategy[str], *, noise: int, max_pieces: int, min_pieces: int = 0
+) -> st.SearchStrategy[str]:
+    """Text joined from up to `max_pieces` draws, each one of `pieces` or any text of at most `noise`
+    characters (lone surrogates included: encode with "surrogatepass")."""
+    return st.lists(st.one_of(pieces, st.text(max_size=noise)), min_size=min_pieces, max_size=max_pieces).map(
+        "".join
+    )
+
+
 def text_of(seed: int, lines: int) -> str:
     """Deterministic multi-line text of about `lines` lines (cheap to generate at any size)."""
     return "\n".join(

@@ -13,7 +13,7 @@ import re2
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.strategies import PLANTED_SECRETS
+from tests.strategies import PLANTED_SECRETS, pieced
 from tests.unit.test_scanner_lanes import planted_texts
 from worker.redaction.needs import PREFILTER_STRINGS, prefilter, required
 from worker.redaction.scanner import ALL, STRICT, Ruleset, scan_bytes
@@ -120,10 +120,10 @@ _PIECES = st.sampled_from(
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.one_of(_PIECES, st.text(max_size=10)), max_size=12))
-def test_no_detector_matches_where_its_lane_needs_nothing_found_on_any_text(pieces: list[str]) -> None:
+@given(pieced(_PIECES, noise=10, max_pieces=12))
+def test_no_detector_matches_where_its_lane_needs_nothing_found_on_any_text(text: str) -> None:
     """On text pieced from secrets, keys (in any case), separators and noise."""
-    assert _unneeded(["".join(pieces).encode("utf-8", "surrogatepass")]) == []
+    assert _unneeded([text.encode("utf-8", "surrogatepass")]) == []
 
 
 def _without_prefilters(rules: Ruleset) -> Ruleset:
@@ -131,8 +131,8 @@ def _without_prefilters(rules: Ruleset) -> Ruleset:
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(st.one_of(_PIECES, st.text(max_size=10)), max_size=12), st.sampled_from([ALL, STRICT]))
-def test_the_scan_is_the_same_without_prefilters(pieces: list[str], rules: Ruleset) -> None:
+@given(pieced(_PIECES, noise=10, max_pieces=12), st.sampled_from([ALL, STRICT]))
+def test_the_scan_is_the_same_without_prefilters(text: str, rules: Ruleset) -> None:
     """scan_bytes finds the same spans with the lanes' prefilters as without them."""
-    data = "".join(pieces).encode("utf-8", "surrogatepass")
+    data = text.encode("utf-8", "surrogatepass")
     assert scan_bytes(data, rules) == scan_bytes(data, _without_prefilters(rules))

@@ -9,6 +9,7 @@ import re2
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.strategies import pieced
 from worker.redaction import configs, encoded, scanner
 from worker.redaction.search import group, leftmost, match_at, match_spans
 
@@ -32,9 +33,7 @@ _PIECES = st.sampled_from(
      "+/", "-_", "AKIA", "ghp_", "eyJ", "0123456789", "QWxhZGRpbjpvcGVuIHNlc2FtZQ", "é", "\u2192", "中",
      "%2F", "%4", "%zz", "\\n", "\\\\", "\\u00e9", "\\x", "master.key", "stringData:"]
 )  # fmt: skip
-_TEXTS = st.lists(st.one_of(_PIECES, st.text(max_size=5)), max_size=40).map(
-    lambda parts: "".join(parts).encode("utf-8", "surrogatepass")
-)
+_TEXTS = pieced(_PIECES, noise=5, max_pieces=40).map(lambda text: text.encode("utf-8", "surrogatepass"))
 
 
 @settings(max_examples=300, deadline=None)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.strategies import pieced
 from worker.redaction import manifests, redact
 from worker.redaction.configs import pairs
 
@@ -27,10 +28,10 @@ _MANIFEST_PIECES = st.sampled_from(
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.one_of(_MANIFEST_PIECES, st.text(max_size=6)), max_size=12))
-def test_the_manifest_guard_passes_every_text_the_kind_pattern_matches(pieces: list[str]) -> None:
+@given(pieced(_MANIFEST_PIECES, noise=6, max_pieces=12))
+def test_the_manifest_guard_passes_every_text_the_kind_pattern_matches(text: str) -> None:
     """A text where `kind: Secret` is found (any ASCII case) holds `kind` and `secret`."""
-    data = "".join(pieces).encode("utf-8", "surrogatepass")
+    data = text.encode("utf-8", "surrogatepass")
     if manifests._KIND_SECRET.search(data) is not None:
         assert manifests._may_name_a_secret(data)
     assert not manifests._may_name_a_secret(b"kind: ConfigMap\ndata:\n")
@@ -54,10 +55,9 @@ _NETRC_PIECES = st.sampled_from(
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.one_of(_NETRC_PIECES, st.text(max_size=6)), max_size=10))
-def test_the_netrc_guard_passes_every_line_the_netrc_pattern_matches(pieces: list[str]) -> None:
+@given(pieced(_NETRC_PIECES, noise=6, max_pieces=10))
+def test_the_netrc_guard_passes_every_line_the_netrc_pattern_matches(line: str) -> None:
     """A line the netrc pattern matches names `password` or `passwd`; the guard never hides one."""
-    line = "".join(pieces)
     if pairs._NETRC.search(line) is not None:
         assert "passw" in line
 

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.integration.test_planted_corpus import SAMPLES
-from tests.strategies import PLANTED_SECRETS
+from tests.strategies import PLANTED_SECRETS, pieced
 from worker.redaction.rules import Detector
 from worker.redaction.scanner import STRICT, _detector_at, _Lane, _next_start
 
@@ -125,7 +125,7 @@ _PIECES = st.sampled_from(
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(st.one_of(_PIECES, st.text(max_size=12)), max_size=12))
-def test_parts_find_what_one_alternation_finds_on_any_text(pieces: list[str]) -> None:
+@given(pieced(_PIECES, noise=12, max_pieces=12))
+def test_parts_find_what_one_alternation_finds_on_any_text(text: str) -> None:
     """On text pieced from secrets, keys, separators and noise, every candidate matches."""
-    assert _differences(["".join(pieces).encode("utf-8", "surrogatepass")]) == []
+    assert _differences([text.encode("utf-8", "surrogatepass")]) == []

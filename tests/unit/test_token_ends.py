@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import transcript_files
+from tests.strategies import pieced
 from worker.compaction.formats import load_transcript
 from worker.compaction.model import block_text
 from worker.compaction.tokens import _cut_after, encoding, end_ids, head_text
@@ -43,18 +44,18 @@ _PIECES = st.sampled_from(
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.one_of(_PIECES, st.text(max_size=6)), max_size=40))
-def test_tokens_split_at_every_cut_point(pieces: list[str]) -> None:
+@given(pieced(_PIECES, noise=6, max_pieces=40))
+def test_tokens_split_at_every_cut_point(text: str) -> None:
     """Newlines, every kind of space, letters, digits, contractions and symbols around the cut."""
-    assert _split_problems("".join(pieces)) == []
+    assert _split_problems(text) == []
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(st.one_of(_PIECES, st.text(max_size=8)), min_size=50, max_size=400), st.integers(1, 40))
-def test_end_ids_and_head_text_are_the_whole_texts(pieces: list[str], n: int) -> None:
+@given(pieced(_PIECES, noise=8, min_pieces=50, max_pieces=400), st.integers(1, 40))
+def test_end_ids_and_head_text_are_the_whole_texts(text: str, n: int) -> None:
     """Whenever end_ids answers, it answers what slicing the whole text's ids answers; head_text
     is the whole's first ids decoded."""
-    assert not _ends_problem("".join(pieces), n, n + 3)
+    assert not _ends_problem(text, n, n + 3)
 
 
 @pytest.mark.data
