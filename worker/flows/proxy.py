@@ -49,7 +49,7 @@ from worker.store.proxy import (
     sealed_provider_key,
     store_provider_key,
 )
-from worker.store.sessions import EARLIER, Appended, Profile
+from worker.store.sessions import EARLIER, WINDOW_TURNS, Appended, Profile, window_start
 
 log = structlog.get_logger("compactd.proxy")
 
@@ -437,16 +437,13 @@ def _pairs_with(messages: list[Any], start: int, prepared: Prepared) -> bool:
     own check under the session lock), read from the client's copy of that history (its first
     `start` messages): the session holds it (the plan extends its record's chain), so no read is
     needed before the call."""
-    i = start
-    while i and messages[i - 1].get("role") == "user":
-        i -= 1
-    j = i
-    while j and messages[j - 1].get("role") == "assistant":
-        j -= 1
+    # the window the append's check reads from the store (window_messages), from the client's copy
+    j = window_start(lambda k: messages[k].get("role"), start, max(0, start - WINDOW_TURNS))
     try:
         # as stored: normalized (a blank text block dropped, string content as a block)
-        stored = [{"role": r, "content": list(c)} for r, c in map(normalize_message, messages[j:start])]
-        check_window([EARLIER, *stored], [t.as_message() for t in prepared.turns])
+        stored = [] if j is None else list(map(normalize_message, messages[j:start]))
+        window = [EARLIER, *({"role": r, "content": list(c)} for r, c in stored)]
+        check_window(window, [t.as_message() for t in prepared.turns])
     except (BrokenConversation, InvalidTranscript):
         return False
     return True

@@ -363,15 +363,22 @@ def window_messages(conn: Connection, session_pk: int, version: int) -> list[dic
     if version == 0:
         return []
     rows = raw_rows(conn, _WINDOW, {"pk": session_pk, "after": version - WINDOW_TURNS})
-    i = len(rows)
-    while i and rows[i - 1][0] == "user":
-        i -= 1
-    j = i
-    while j and rows[j - 1][0] == "assistant":
-        j -= 1
-    if i == j:  # no assistant message in the window: only the stand-in matters
+    j = window_start(lambda k: rows[k][0], len(rows))
+    if j is None:  # no assistant message in the window: only the stand-in matters
         return [EARLIER]
     return [EARLIER, *({"role": role, "content": orjson.loads(content)} for role, content in rows[j:])]
+
+
+def window_start(role_at: Callable[[int], object], end: int, floor: int = 0) -> int | None:
+    """Where the window of the messages before `end` (none before `floor`) starts: the last
+    assistant group and the user messages after it. None when it holds no assistant message."""
+    i = end
+    while i > floor and role_at(i - 1) == "user":
+        i -= 1
+    j = i
+    while j > floor and role_at(j - 1) == "assistant":
+        j -= 1
+    return None if i == j else j
 
 
 def find_session(conn: Connection, tenant_id: int, client_id: str) -> Any:
