@@ -482,7 +482,8 @@ def _settle_soon(call: Call, ahead: Ahead, chains: list[str]) -> None:
             reconciled, stopped = await run_in_threadpool(settle, ahead, chains)
         except Exception as exc:
             # the client still gets its answer; its next request carries this history and stores it
-            # (the ordinary way: settle stopped trusting the memo); an error of no known kind is a bug
+            # (the ordinary way: settle forgot what this process last wrote); an error of no known
+            # kind is a bug
             expected = isinstance(
                 exc, InvalidTranscript | BrokenConversation | Unreconciled | SQLAlchemyError
             )
@@ -704,13 +705,13 @@ async def _record(call: Call) -> None:
     if call.answered is None or call.reconciled is None:
         return  # cut short (an error, a disconnect), or its history could not be stored: not recorded
     relay, results = call.answered
-    plan_ = call.reconciled.plan  # type: ignore[union-attr]
+    plan_ = call.reconciled.plan
     log.info(
         "proxy.answered",
         tenant_id=call.tenant,
         session_id=plan_.session_id,
         reconciled=plan_.kind,
-        appended=call.reconciled.appended,  # type: ignore[union-attr]
+        appended=call.reconciled.appended,
         rounds=len(relay.rounds),
         stop_reason=relay.final_stop_reason(),
         # messages of the history read from the memo, not parsed again (KnownPrefixes)
