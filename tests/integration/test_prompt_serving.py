@@ -7,6 +7,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import orjson
 import pytest
 
 from tests.conftest import require
@@ -210,6 +211,9 @@ def test_the_status_note_shows_a_read_at_once(tmp_path: Path, redis_url: str) ->
         client.get(f"/v1/sessions/s/files/{ref}?start_line=10&end_line=12", headers=auth)
         read = client.get("/v1/sessions/s/prompt", headers=auth).json()
         metrics = client.get("/metrics").text
-    assert f"{ref} (offload, 6,000 lines; not read yet)" in texts(unread)[-1]
+    # an unread file is named only where its text was offloaded (the note counts it), a read one
+    # in the note too, with what was read
+    assert "Virtual files: 1 " in texts(unread)[-1] and ref not in texts(unread)[-1]
+    assert ref in orjson.dumps(unread["messages"]).decode()
     assert f"{ref} (offload, 6,000 lines; read: lines 10-12)" in texts(read)[-1]
     assert 'source="cache"} 2.0' in metrics and 'source="db"' not in metrics

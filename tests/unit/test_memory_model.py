@@ -220,3 +220,27 @@ def test_owned_keeps_only_changes_to_items_of_the_same_origin_or_new_ones() -> N
         Change("remove", "notes"),
     ]
     assert owned(theirs, changes, "observed") == [changes[1], changes[3], changes[4]]
+
+
+def test_the_changes_note_says_what_left_but_not_an_important_file_pushed_out() -> None:
+    """A resolved blocker or a removed decision gets a line; an important file that left the list
+    (newer files pushed it past the 7 kept) does not: the `+` lines already say what is important."""
+    from worker.memory.model import changes_note
+
+    pinned, _ = run(
+        Change("add", "important_files", "src/old.py"),
+        Change("add", "blockers", "tests fail", key="pytest"),
+        Change("add", "decisions", "use tabs"),
+    )
+    current, _ = run(
+        Change("remove", "important_files", key="src/old.py"),
+        Change("add", "important_files", "src/new.py"),
+        Change("resolve", "blockers", key="pytest"),
+        Change("remove", "decisions", key="use tabs"),
+        items=pinned,
+    )
+    lines = changes_note(pinned, current, 800).splitlines()
+    assert "+ Important files: src/new.py" in lines
+    assert any(line.startswith("- Blockers (resolved):") for line in lines)
+    assert any(line.startswith("- Decisions (removed):") for line in lines)
+    assert not any("src/old.py" in line for line in lines)

@@ -64,7 +64,7 @@ def test_served_prompts_pin_the_observed_memory_and_note_files_and_changes() -> 
     assert all(blocks[3:]), "every fetch after the first job carries the pinned memory block"
     assert "/src/pkg/mod" in blocks[-1] and "Important files" in blocks[-1]
     notes = [_note(r) for r in requests]
-    assert any("Virtual files" in n for n in notes), "clipped outputs are listed in the status note"
+    assert any("Virtual files: " in n for n in notes), "clipped outputs are counted in the status note"
     assert any("Working memory changed since the block at the top" in n for n in notes)
 
 

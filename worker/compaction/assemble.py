@@ -24,8 +24,8 @@ from worker.compaction.model import Block, Policy, Transcript
 from worker.compaction.tokens import count_block, count_text
 
 CACHE_CONTROL = {"type": "ephemeral"}
-# Room the engine leaves in the budget for the status note a fetch adds: its budget line and at
-# most 20 file lines, plus the memory changes it carries (`turn_policy`: what the note holds).
+# Room the engine leaves in the budget for the status note a fetch adds: its budget and files lines
+# and at most 20 lines of files read, plus the memory changes it carries (`turn_policy`: what the note holds).
 FILES_NOTE_TOKENS = 600
 # The memory changes since the pinned block at the top, at most: the working-memory budget, so the
 # note can carry every change and the block is refreshed (the cached prefix written again) only
@@ -35,6 +35,7 @@ MEMORY_NOTE_TOKENS = 800
 # from the API, say), whose snapshot's turns kept room only for the note its job published
 DB_NOTE_TOKENS = 200
 MAX_RANGES_SHOWN = 4  # read ranges listed per file, so the note stays within its room
+MAX_FILES_SHOWN = 20  # files read so far, listed by name
 # blocks the API refuses a cache_control on
 _UNMARKABLE = {"thinking", "redacted_thinking"}
 
@@ -185,19 +186,29 @@ class FileInfo:
 def status_note(
     tokens_used: int, budget_tokens: int, files: Sequence[FileInfo], memory_note: str = ""
 ) -> str:
-    """The small volatile note at the very end of the prompt: budget, virtual files, and what
-    changed in working memory since the pinned block at the top was rendered."""
+    """The small volatile note at the very end of the prompt: budget, virtual files, what has been
+    read of them, and what changed in working memory since the pinned block at the top was rendered.
+
+    The note is billed in full at every fetch (nothing after the last breakpoint is cached), so it
+    names only the files the agent has read: every other one is named where the prompt points to it
+    (the marker of its clipped or offloaded output, or the handoff note for an archive). Listing
+    them all cost 4-5% of the bill at 200k and ~10% at 32k (BENCHMARKS, session 8)."""
     lines = [f"[compactd status] context: {tokens_used:,} of {budget_tokens:,} tokens used."]
     if files:
-        lines.append("Virtual files (read with the read_file / grep tools):")
-        for f in files[:20]:
+        lines.append(
+            f"Virtual files: {len(files):,} (each is named where its text was clipped, offloaded or"
+            " archived; read with the read_file / grep tools; GET /files lists them)."
+        )
+    read = [f for f in files if f.read_ranges]
+    if read:
+        lines.append("Read so far:")
+        for f in read[:MAX_FILES_SHOWN]:
             ranges = list(f.read_ranges[:MAX_RANGES_SHOWN])
             if len(f.read_ranges) > MAX_RANGES_SHOWN:
                 ranges.append(f"+{len(f.read_ranges) - MAX_RANGES_SHOWN} more")
-            read = f"; read: {', '.join(ranges)}" if ranges else "; not read yet"
-            lines.append(f"- {f.ref} ({f.kind}, {f.lines:,} lines{read})")
-        if len(files) > 20:
-            lines.append(f"- … and {len(files) - 20} more (GET /files lists them all)")
+            lines.append(f"- {f.ref} ({f.kind}, {f.lines:,} lines; read: {', '.join(ranges)})")
+        if len(read) > MAX_FILES_SHOWN:
+            lines.append(f"- … and {len(read) - MAX_FILES_SHOWN} more")
     if memory_note:
         lines.append(memory_note)
     return "\n".join(lines)

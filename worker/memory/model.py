@@ -314,7 +314,10 @@ def changes_note(pinned: Sequence[Item], current: Sequence[Item], budget_tokens:
         elif before[ident].value != item.value:
             lines.append(f"~ {_TITLES[item.section]}: {_line(item)[2:]}")
     for ident, item in before.items():
-        if ident not in after:
+        # an important file leaves the list when newer ones push it past the 7 kept: ranking churn
+        # the agent needs no line for (the `+` lines say what is important now). At 32k such lines
+        # were 150-220 tokens of a note billed in full at every fetch (BENCHMARKS, session 8)
+        if ident not in after and item.section != "important_files":
             gone = (
                 "resolved"
                 if any(i.status == "resolved" and (i.section, i.key) == ident for i in current)
