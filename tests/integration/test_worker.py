@@ -225,7 +225,11 @@ def test_a_summary_is_prepared_while_busy_and_switched_in_at_the_next_quiet_poin
 ) -> None:
     """Past the pre-trigger a busy session gets its summary computed and kept pending (not served);
     once the client is idle the next job switches it in as a new epoch."""
-    settings = make_settings(tmp_path, f"sqlite:///{tmp_path / 'c.db'}", redis_url, summarize_trigger=0.3)
+    # 750-token clips keep the clipped prompt (~12.9k) past the trigger (0.3 x 40,808 = 12.2k), so
+    # the quiet point has a summary to switch in (500-token clips leave 11.8k: nothing to switch)
+    settings = make_settings(
+        tmp_path, f"sqlite:///{tmp_path / 'c.db'}", redis_url, summarize_trigger=0.3, clip_tokens=750
+    )
     res = Resources.build(settings)
     try:
         tid = create_tenant(res.engine, "quiet")[0]
