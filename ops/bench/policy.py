@@ -19,7 +19,7 @@ OpenHands) one after the other as one session of consecutive tasks; `<session>+s
 behind a 12k-token system prompt; `<session>+proxy` (e.g. `fa812bfe+sys+proxy`), billed as the
 drop-in proxy sends it upstream (the client's system prompt marked, at most 4 breakpoints);
 `gen1`, `gen2` and `gen3`, 150, 300 and 300 tool calls with their results drawn from the real sessions in a
-seeded order (`generated`).
+seeded order (`generated`); `gen4`, `gen5`, `gen6` (300, 200, 250), orders first replayed as held out.
 """
 
 from __future__ import annotations
@@ -211,6 +211,10 @@ SESSIONS: dict[str, Callable[[Path], Loaded]] = {
     "gen1": lambda root: generated(root, 1, 150),
     "gen2": lambda root: generated(root, 2, 300),
     "gen3": lambda root: generated(root, 3, 300),
+    # first replayed in session 8, after its choices, as held-out orders (BENCHMARKS, session 8)
+    "gen4": lambda root: generated(root, 4, 300),
+    "gen5": lambda root: generated(root, 5, 200),
+    "gen6": lambda root: generated(root, 6, 250),
 }
 
 
