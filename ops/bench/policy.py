@@ -83,6 +83,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "notes0.35": {"notes_max_share": 0.35},
     "clip1500": {"clip_tokens": 1_500},
     "clip500": {"clip_tokens": 500},
+    "clip750": {"clip_tokens": 750},  # the default before session 8
     "struct0.3": {"structural_trigger": 0.3},
     "clip1500+struct0.3": {"clip_tokens": 1_500, "structural_trigger": 0.3},
     "args1000": {"arg_clip_chars": 1_000},

@@ -213,7 +213,7 @@ def test_the_status_note_shows_a_read_at_once(tmp_path: Path, redis_url: str) ->
         metrics = client.get("/metrics").text
     # an unread file is named only where its text was offloaded (the note counts it), a read one
     # in the note too, with what was read
-    assert "Virtual files: 1 " in texts(unread)[-1] and ref not in texts(unread)[-1]
+    assert "Virtual files: 1." in texts(unread)[-1] and ref not in texts(unread)[-1]
     assert ref in orjson.dumps(unread["messages"]).decode()
     assert f"{ref} (offload, 6,000 lines; read: lines 10-12)" in texts(read)[-1]
     assert 'source="cache"} 2.0' in metrics and 'source="db"' not in metrics

@@ -222,25 +222,57 @@ def test_owned_keeps_only_changes_to_items_of_the_same_origin_or_new_ones() -> N
     assert owned(theirs, changes, "observed") == [changes[1], changes[3], changes[4]]
 
 
-def test_the_changes_note_says_what_left_but_not_an_important_file_pushed_out() -> None:
-    """A resolved blocker or a removed decision gets a line; an important file that left the list
-    (newer files pushed it past the 7 kept) does not: the `+` lines already say what is important."""
-    from worker.memory.model import changes_note
+def _files_then(change: Change, origin: str, reason: str) -> tuple[str, list[str]]:
+    """Seven observed important files (a.py oldest), then one more change: the changes note's lines."""
+    from worker.memory.model import changes_note, pushed_out
 
-    pinned, _ = run(
-        Change("add", "important_files", "src/old.py"),
-        Change("add", "blockers", "tests fail", key="pytest"),
-        Change("add", "decisions", "use tabs"),
+    pinned: tuple[Item, ...] = ()
+    for i, name in enumerate("abcdefg"):
+        pinned = apply(
+            pinned,
+            [Change("add", "important_files", f"src/{name}.py")],
+            origin="observed",
+            now=T0 + timedelta(seconds=i),
+        ).items
+    applied = apply(pinned, [change], origin=origin, now=T0 + timedelta(minutes=1), reason=reason)
+    return changes_note(pinned, applied.items, 800, pushed_out(applied.events)), [
+        e.reason for e in applied.events
+    ]
+
+
+def test_an_important_file_pushed_out_by_an_eighth_gets_no_line() -> None:
+    """The eighth file retires the oldest (ranking churn): the note says what is new, not what left."""
+    note, reasons = _files_then(
+        Change("add", "important_files", "src/h.py"), "observed", "observed in turn 9"
     )
-    current, _ = run(
-        Change("remove", "important_files", key="src/old.py"),
-        Change("add", "important_files", "src/new.py"),
-        Change("resolve", "blockers", key="pytest"),
-        Change("remove", "decisions", key="use tabs"),
-        items=pinned,
-    )
-    lines = changes_note(pinned, current, 800).splitlines()
-    assert "+ Important files: src/new.py" in lines
-    assert any(line.startswith("- Blockers (resolved):") for line in lines)
-    assert any(line.startswith("- Decisions (removed):") for line in lines)
-    assert not any("src/old.py" in line for line in lines)
+    assert reasons[-1] == "observed in turn 9: more than 7 files"
+    assert note.splitlines()[1:] == ["+ Important files: src/h.py"]
+
+
+@pytest.mark.parametrize(
+    ("origin", "reason"),
+    [("user", ""), ("agent", ""), ("observed", "observed in turn 9: deleted (Bash)")],
+)
+def test_an_important_file_removed_deleted_or_moved_keeps_its_line(origin: str, reason: str) -> None:
+    """A user's or the agent's removal, or a file the agent deleted: the pinned block still lists it,
+    so the note says it is gone."""
+    note, _ = _files_then(Change("remove", "important_files", key="src/c.py"), origin, reason)
+    assert note.splitlines()[1:] == ["- Important files (removed): src/c.py"]
+
+
+def test_pushed_out_takes_the_last_removal_of_each_file() -> None:
+    """A file pushed out, then added back and deleted, is not churn."""
+    from worker.memory.model import Event, pushed_out
+
+    def ev(key: str, after: str | None, reason: str) -> Event:
+        return Event(
+            "remove" if after is None else "add", "important_files", key, None, after, "observed", reason
+        )
+
+    events = [
+        ev("a.py", None, "observed in turn 3: less relevant than the files kept"),
+        ev("b.py", None, "observed in turn 3: more than 7 files"),
+        ev("a.py", "a.py", "observed in turn 4"),
+        ev("a.py", None, "observed in turn 5: deleted (Bash)"),
+    ]
+    assert pushed_out(events) == {"b.py"}

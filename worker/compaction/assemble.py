@@ -25,7 +25,7 @@ from worker.compaction.tokens import count_block, count_text
 
 CACHE_CONTROL = {"type": "ephemeral"}
 # Room the engine leaves in the budget for the status note a fetch adds: its budget and files lines
-# and at most 20 lines of files read, plus the memory changes it carries (`turn_policy`: what the note holds).
+# and the files read (MAX_FILES_SHOWN), plus the memory changes it carries (`turn_policy`: what the note holds).
 FILES_NOTE_TOKENS = 600
 # The memory changes since the pinned block at the top, at most: the working-memory budget, so the
 # note can carry every change and the block is refreshed (the cached prefix written again) only
@@ -34,8 +34,10 @@ MEMORY_NOTE_TOKENS = 800
 # the changes note of a prompt assembled from the database (no entry cached: after a memory write
 # from the API, say), whose snapshot's turns kept room only for the note its job published
 DB_NOTE_TOKENS = 200
-MAX_RANGES_SHOWN = 4  # read ranges listed per file, so the note stays within its room
-MAX_FILES_SHOWN = 20  # files read so far, listed by name
+# files read so far named in the note (the newest), and read ranges per file (the newest); fewer
+# files when their lines would pass FILES_NOTE_TOKENS (tests/unit/test_status_note.py)
+MAX_FILES_SHOWN = 8
+MAX_RANGES_SHOWN = 4
 # blocks the API refuses a cache_control on
 _UNMARKABLE = {"thinking", "redacted_thinking"}
 
@@ -190,28 +192,39 @@ def status_note(
     read of them, and what changed in working memory since the pinned block at the top was rendered.
 
     The note is billed in full at every fetch (nothing after the last breakpoint is cached), so it
-    names only the files the agent has read: every other one is named where the prompt points to it
-    (the marker of its clipped or offloaded output, or the handoff note for an archive). Listing
-    them all cost 4-5% of the bill at 200k and ~10% at 32k (BENCHMARKS, session 8)."""
+    counts the files and names only the newest ones the agent has read: the prompt names every other
+    one where it points to it (the marker of its clipped or offloaded output, or the handoff note
+    naming the archive that holds it). The oldest 20, named whether read or not, were 9-12% of the
+    bill at 32k and 4-5% at 200k (BENCHMARKS, session 8). The part before the memory changes stays
+    within FILES_NOTE_TOKENS, the room the engine leaves for it."""
     lines = [f"[compactd status] context: {tokens_used:,} of {budget_tokens:,} tokens used."]
     if files:
         lines.append(
-            f"Virtual files: {len(files):,} (each is named where its text was clipped, offloaded or"
-            " archived; read with the read_file / grep tools; GET /files lists them)."
+            f"Virtual files: {len(files):,}. A marker names the file wherever text was clipped,"
+            " offloaded or archived (read it with the read_file / grep tools)."
         )
     read = [f for f in files if f.read_ranges]
-    if read:
-        lines.append("Read so far:")
-        for f in read[:MAX_FILES_SHOWN]:
-            ranges = list(f.read_ranges[:MAX_RANGES_SHOWN])
-            if len(f.read_ranges) > MAX_RANGES_SHOWN:
-                ranges.append(f"+{len(f.read_ranges) - MAX_RANGES_SHOWN} more")
-            lines.append(f"- {f.ref} ({f.kind}, {f.lines:,} lines; read: {', '.join(ranges)})")
-        if len(read) > MAX_FILES_SHOWN:
-            lines.append(f"- … and {len(read) - MAX_FILES_SHOWN} more")
+    shown = [_read_line(f) for f in read[-MAX_FILES_SHOWN:]]
+    while (
+        shown
+        and count_text("\n".join([*lines, "Read so far (99,999, the newest):", *shown])) > FILES_NOTE_TOKENS
+    ):
+        shown.pop(0)  # long ranges: fewer files, the newest kept
+    if shown:
+        lines.append(
+            "Read so far:" if len(shown) == len(read) else f"Read so far ({len(read):,}, the newest):"
+        )
+        lines += shown
     if memory_note:
         lines.append(memory_note)
     return "\n".join(lines)
+
+
+def _read_line(f: FileInfo) -> str:
+    ranges = list(f.read_ranges[-MAX_RANGES_SHOWN:])
+    if len(f.read_ranges) > MAX_RANGES_SHOWN:
+        ranges.insert(0, f"{len(f.read_ranges) - MAX_RANGES_SHOWN} earlier")
+    return f"- {f.ref} ({f.kind}, {f.lines:,} lines; read: {', '.join(ranges)})"
 
 
 def note_tokens(note: str) -> int:

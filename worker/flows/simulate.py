@@ -10,7 +10,8 @@ prompt-cache rules from the breakpoints it carries, next to the uncompacted hist
 
 Served as the service serves it: the working-memory block a job observes from the turns, pinned at
 the top and refreshed by the job's own rule (`refreshes_memory`), the changes since in the status
-note, and the virtual files listed there (BENCHMARKS "Replay vs service: the 64k cost gap").
+note, and the virtual files counted there (BENCHMARKS "Replay vs service: the 64k cost gap"; the
+replay reads no file, so the note never names a read one).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from worker.compaction.tokens import count_message, count_request, count_text
 from worker.compaction.validate import request_problems
 from worker.flows.compact import job_policy, refreshes_memory
 from worker.ingest import ingest
-from worker.memory.model import Item, changes_note, clip_note, render
+from worker.memory.model import Event, Item, changes_note, clip_note, pushed_out, render
 from worker.memory.observe import observations
 from worker.redaction import Redactor
 from worker.store.memory import HARD_CAP_TOKENS, apply_groups
@@ -209,6 +210,7 @@ class _Job:
     publish: Transcript  # result.publish with the memory block it pins
     through: int
     pinned: tuple[Item, ...] | None  # the memory items the published block renders
+    pinned_at: int  # len(_Sim.events) when they were
     memory_note: str  # the changes since then, for the status note
     files: tuple[FileWrite, ...]
 
@@ -230,6 +232,8 @@ class _Sim:
     items: tuple[Item, ...] = ()
     observed_through: int = 0
     pinned: tuple[Item, ...] | None = None  # None: nothing published yet
+    events: list[Event] = field(default_factory=list)  # every memory event, oldest first
+    pinned_at: int = 0  # len(events) when the pinned block was rendered
     memory_note: str = ""
     files: dict[str, FileInfo] = field(default_factory=dict)  # by ref, in the order stored
 
@@ -354,9 +358,10 @@ def _job(sim: _Sim, start: float) -> _Job:
     _observe(sim, current.turns, _EPOCH + timedelta(seconds=start))
     fresh = render(sim.items, sim.policy.memory_budget_tokens)
     pinned = sim.pinned if sim.pinned is not None else sim.items
+    pinned_at = sim.pinned_at if sim.pinned is not None else len(sim.events)
     if sim.pinned is None:
         current = replace(current, memory=fresh)
-    changes = changes_note(pinned, sim.items, 1 << 30)
+    changes = changes_note(pinned, sim.items, 1 << 30, pushed_out(sim.events[pinned_at:]))
     note = clip_note(changes, MEMORY_NOTE_TOKENS)
     policy = job_policy(sim.policy, current, fresh, note)
     result = step(current, policy, pending=sim.pending, quiet=is_quiet(current))
@@ -364,12 +369,12 @@ def _job(sim: _Sim, start: float) -> _Job:
     new_epoch = result.verdict.decision is Decision.NEW_EPOCH
     rewrote_top = rewrites_top(current, result)
     if refreshes_memory(new_epoch=new_epoch, rewrote_top=rewrote_top, system_changed=False, changes=changes):
-        publish, pinned, note = replace(publish, memory=fresh), sim.items, ""
+        publish, pinned, note, pinned_at = replace(publish, memory=fresh), sim.items, "", len(sim.events)
     if result.pending is not None and result.prepared:
         result = replace(result, pending=replace(result.pending, memory=fresh))
     assemble(publish)
     through = current.turns[-1].seq if current.turns else 0
-    return _Job(0.0, result, publish, through, pinned, note, result.files)
+    return _Job(0.0, result, publish, through, pinned, pinned_at, note, result.files)
 
 
 def _observe(sim: _Sim, turns: Sequence[Turn], now: datetime) -> None:
@@ -379,7 +384,8 @@ def _observe(sim: _Sim, turns: Sequence[Turn], now: datetime) -> None:
         return
     found = observations(turns, sim.items, observed_through=sim.observed_through)
     groups = [(why, [o.change for o in group]) for why, group in groupby(found, key=lambda o: o.reason)]
-    sim.items = apply_groups(sim.items, groups, now, HARD_CAP_TOKENS)[0]
+    sim.items, events, _ = apply_groups(sim.items, groups, now, HARD_CAP_TOKENS)
+    sim.events += events
     sim.observed_through = through
 
 
@@ -392,7 +398,7 @@ def _publish(sim: _Sim, job: _Job) -> None:
     sim.snapshot = replace(job.publish, files=())
     sim.tail = [t for t in sim.tail if t.seq > job.through]
     sim.pending = result.pending
-    sim.pinned, sim.memory_note = job.pinned, job.memory_note
+    sim.pinned, sim.pinned_at, sim.memory_note = job.pinned, job.pinned_at, job.memory_note
     sim.store_files(job.files)
 
 

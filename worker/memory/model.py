@@ -22,7 +22,7 @@ timestamps; `referenced_at` is the last time a turn mentioned it (for nightly re
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Literal
@@ -227,6 +227,25 @@ def _event(
     return Event(op, section, key, before, after, origin, reason, status)
 
 
+# why an important file leaves the list when others take its place (it was not deleted, moved or
+# removed by the agent or a user): ranking churn, which the changes note leaves out
+RANKED_OUT = "less relevant than the files kept"
+CAPPED_OUT = "more than 7 files"
+
+
+def pushed_out(events: Iterable[Event]) -> set[str]:
+    """Important files whose last removal in `events` (oldest first) only says others took their place."""
+    keys: set[str] = set()
+    for e in events:
+        if e.section != "important_files":
+            continue
+        if e.after is None and e.reason.endswith((RANKED_OUT, CAPPED_OUT)):
+            keys.add(e.key)
+        else:
+            keys.discard(e.key)
+    return keys
+
+
 def _cap_files(by_key: dict[tuple[str, str], Item], origin: str, reason: str, events: list[Event]) -> dict:
     """Keep the MAX_FILES most recently touched important files; the rest are retired (recorded)."""
     files = sorted(
@@ -237,7 +256,15 @@ def _cap_files(by_key: dict[tuple[str, str], Item], origin: str, reason: str, ev
     for item in files[MAX_FILES:]:
         del by_key[(item.section, item.key)]
         events.append(
-            _event("remove", item.section, item.key, item, None, origin, reason or "more than 7 files")
+            _event(
+                "remove",
+                item.section,
+                item.key,
+                item,
+                None,
+                origin,
+                f"{reason}: {CAPPED_OUT}" if reason else CAPPED_OUT,
+            )
         )
     return by_key
 
@@ -302,9 +329,16 @@ def _clip(value: str, tokens: int) -> str:
     return value if count_text(value) <= tokens else head_text(value, tokens).rstrip() + " …"
 
 
-def changes_note(pinned: Sequence[Item], current: Sequence[Item], budget_tokens: int) -> str:
+def changes_note(
+    pinned: Sequence[Item], current: Sequence[Item], budget_tokens: int, pushed: Collection[str] = ()
+) -> str:
     """What changed since the pinned block was rendered, for the status note at the prompt's end
-    (the pinned block stays byte-identical until the next epoch, so the cached prefix holds)."""
+    (the pinned block stays byte-identical until the next epoch, so the cached prefix holds).
+
+    `pushed`: important files that left only because others took their place (`pushed_out`): no
+    line for them, the `+` lines say what is important now. At 32k such lines were 150-220 tokens
+    of a note billed in full at every fetch (BENCHMARKS, session 8). A file deleted, moved or
+    removed by the agent or a user keeps its `-` line."""
     before = {(i.section, i.key): i for i in pinned if i.status == "open"}
     after = {(i.section, i.key): i for i in current if i.status == "open"}
     lines: list[str] = []
@@ -314,10 +348,7 @@ def changes_note(pinned: Sequence[Item], current: Sequence[Item], budget_tokens:
         elif before[ident].value != item.value:
             lines.append(f"~ {_TITLES[item.section]}: {_line(item)[2:]}")
     for ident, item in before.items():
-        # an important file leaves the list when newer ones push it past the 7 kept: ranking churn
-        # the agent needs no line for (the `+` lines say what is important now). At 32k such lines
-        # were 150-220 tokens of a note billed in full at every fetch (BENCHMARKS, session 8)
-        if ident not in after and item.section != "important_files":
+        if ident not in after and not (item.section == "important_files" and item.key in pushed):
             gone = (
                 "resolved"
                 if any(i.status == "resolved" and (i.section, i.key) == ident for i in current)

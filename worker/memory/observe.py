@@ -38,7 +38,7 @@ from worker.compaction.harness import user_instructions
 from worker.compaction.model import Block, Turn, block_text
 from worker.compaction.tokens import count_text, head_text
 from worker.memory import commands as C
-from worker.memory.model import MAX_FILES, Change, Item, Op, owned
+from worker.memory.model import MAX_FILES, RANKED_OUT, Change, Item, Op, owned
 
 WEIGHTS = {"edited": 3.0, "created": 3.0, "read": 1.0, "viewed": 0.5}
 HALF_LIFE_TURNS = 40
@@ -189,7 +189,7 @@ def observe_files(new: Sequence[Call], current: Sequence[Item], *, last_seq: int
     out = [
         Observation(
             Change("remove", "important_files", key=i.key, seq=last_seq),
-            reason(last_seq, gone.get(i.key, "less relevant than the files kept")),
+            reason(last_seq, gone.get(i.key, RANKED_OUT)),
         )
         for i in mine
         if i.key not in kept

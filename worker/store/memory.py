@@ -432,8 +432,10 @@ def changes_since(conn: Connection, session_pk: int, pinned_version: int, budget
     tenant_id, version = _tenant_of(conn, session_pk)
     if version <= pinned_version:
         return ""
-    before = fold_events(_events(conn, tenant_id, session_pk, ""), pinned_version)
-    return model.changes_note(before, _entries(conn, tenant_id, session_pk, ""), budget_tokens)
+    events = _events(conn, tenant_id, session_pk, "")
+    before = fold_events(events, pinned_version)
+    pushed = model.pushed_out(r.event for r in events if r.version > pinned_version)
+    return model.changes_note(before, _entries(conn, tenant_id, session_pk, ""), budget_tokens, pushed)
 
 
 def diff(engine: Engine, session_pk: int, a: int, b: int, *, scope: str = "") -> Diff:
