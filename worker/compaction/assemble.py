@@ -16,6 +16,7 @@ end of the notes (one text block each, the earlier ones byte for byte) may carry
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -197,27 +198,40 @@ def status_note(
     naming the archive that holds it). The oldest 20, named whether read or not, were 9-12% of the
     bill at 32k and 4-5% at 200k (BENCHMARKS, session 8). The part before the memory changes stays
     within FILES_NOTE_TOKENS, the room the engine leaves for it."""
-    lines = [f"[compactd status] context: {tokens_used:,} of {budget_tokens:,} tokens used."]
+    lines = [_budget_line(tokens_used, budget_tokens)]
     if files:
-        lines.append(
-            f"Virtual files: {len(files):,}. A marker names the file wherever text was clipped,"
-            " offloaded or archived (read it with the read_file / grep tools)."
-        )
-    read = [f for f in files if f.read_ranges]
-    shown = [_read_line(f) for f in read[-MAX_FILES_SHOWN:]]
-    while (
-        shown
-        and count_text("\n".join([*lines, "Read so far (99,999, the newest):", *shown])) > FILES_NOTE_TOKENS
-    ):
-        shown.pop(0)  # long ranges: fewer files, the newest kept
-    if shown:
-        lines.append(
-            "Read so far:" if len(shown) == len(read) else f"Read so far ({len(read):,}, the newest):"
-        )
-        lines += shown
+        lines.append(_files_line(len(files)))
+    lines += _read_section(tuple(f for f in files if f.read_ranges))
     if memory_note:
         lines.append(memory_note)
     return "\n".join(lines)
+
+
+def _budget_line(tokens_used: int, budget_tokens: int) -> str:
+    return f"[compactd status] context: {tokens_used:,} of {budget_tokens:,} tokens used."
+
+
+def _files_line(count: int) -> str:
+    return (
+        f"Virtual files: {count:,}. A marker names the file wherever text was clipped, offloaded or"
+        " archived (read it with the read_file / grep tools)."
+    )
+
+
+@functools.lru_cache(maxsize=1024)
+def _read_section(read: tuple[FileInfo, ...]) -> tuple[str, ...]:
+    """The "Read so far" lines: the newest files read, as many as fit FILES_NOTE_TOKENS beside the
+    lines before them at their longest (cached: a session's fetches repeat it until its next read)."""
+    longest = [_budget_line(10**12, 10**12), _files_line(10**9), "Read so far (999,999, the newest):"]
+    shown = [_read_line(f) for f in read[-MAX_FILES_SHOWN:]]
+    while shown and count_text("\n".join([*longest, *shown])) > FILES_NOTE_TOKENS:
+        shown.pop(0)  # long ranges: fewer files, the newest kept
+    if not shown:
+        return ()
+    return (
+        "Read so far:" if len(shown) == len(read) else f"Read so far ({len(read):,}, the newest):",
+        *shown,
+    )
 
 
 def _read_line(f: FileInfo) -> str:
