@@ -11,9 +11,14 @@ from worker.compaction.assemble import (
     MAX_FILES_SHOWN,
     MAX_RANGES_SHOWN,
     FileInfo,
-    status_note,
 )
+from worker.compaction.assemble import status_note as _status_note
 from worker.compaction.tokens import count_text
+
+
+def status_note(used: int, budget: int, files: list[FileInfo], memory: str = "") -> str:
+    """The note for a session's whole file list, as a fetch renders it (the count and the read ones)."""
+    return _status_note(used, budget, len(files), [f for f in files if f.read_ranges], memory)
 
 
 def _files(n: int, read: set[int]) -> list[FileInfo]:

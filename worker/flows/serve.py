@@ -118,8 +118,9 @@ def render_body(
     end = [orjson.loads(entry.last)] if entry.last else []
     end += [{"role": role, "content": content} for role, content, _ in tail]
     tokens = entry.tokens + sum(t for _, _, t in tail)
-    files = [FileInfo(r, k, n, tuple(reads)) for r, k, n, reads in orjson.loads(entry.files)]
-    note = status_note(tokens, policy.budget_tokens, files, entry.memory_note.decode())
+    listed = orjson.loads(entry.files)
+    read = [FileInfo(r, k, n, tuple(reads)) for r, k, n, reads in listed if reads]
+    note = status_note(tokens, policy.budget_tokens, len(listed), read, entry.memory_note.decode())
     end = finish(end, note)
     has_note = bool(end) and end[-1]["role"] == "user" and end[-1]["content"][-1].get("text") == note
     # an imported history can end with the model's own turn: the request then asks it to continue

@@ -426,7 +426,7 @@ def _rendered(
     snapshot: Transcript, tail: Sequence[Turn], budget: int, files: Sequence[FileInfo], memory_note: str
 ) -> tuple[dict[str, Any], int]:
     tokens = served_tokens(snapshot) + sum(t.tokens for t in tail)
-    note = status_note(tokens, budget, files, memory_note)
+    note = status_note(tokens, budget, len(files), [f for f in files if f.read_ranges], memory_note)
     request = served_request(snapshot, tail, note)
     return request, tokens + note_tokens(note)
 
