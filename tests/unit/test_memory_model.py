@@ -276,3 +276,42 @@ def test_pushed_out_takes_the_last_removal_of_each_file() -> None:
         ev("a.py", None, "observed in turn 5: deleted (Bash)"),
     ]
     assert pushed_out(events) == {"b.py"}
+
+
+def _observed(items: tuple[Item, ...], *changes: Change, minutes: int = 1) -> tuple[Item, ...]:
+    return apply(items, changes, origin="observed", now=T0 + timedelta(minutes=minutes)).items
+
+
+def test_new_observed_files_are_one_line_of_paths_and_a_count_going_up_is_none() -> None:
+    """The note names what is new, not how often it was read: the counts are in the turns."""
+    from worker.memory.model import changes_note
+
+    pinned = _observed((), Change("set", "important_files", "src/a.py — read 1×", key="src/a.py"))
+    now = _observed(
+        pinned,
+        Change("set", "important_files", "src/a.py — edited 1×, read 1×", key="src/a.py"),
+        Change("set", "important_files", "src/b.py — read 2×", key="src/b.py"),
+        Change("set", "important_files", "src/c.py — created 1×", key="src/c.py"),
+    )
+    assert changes_note(pinned, now, 800).splitlines()[1:] == ["+ Important files: src/b.py; src/c.py"]
+    read_again = _observed(pinned, Change("set", "important_files", "src/a.py — read 5×", key="src/a.py"))
+    assert changes_note(pinned, read_again, 800) == ""
+
+
+def test_a_file_a_user_describes_keeps_its_words() -> None:
+    from worker.memory.model import changes_note
+
+    items, _ = run(Change("set", "important_files", "the entry point", key="src/app.py"), origin="user")
+    assert changes_note((), items, 800).splitlines()[1:] == ["+ Important files: the entry point"]
+
+
+def test_the_last_edit_is_named_by_its_first_line_not_its_diff() -> None:
+    """The diff is in the turn that made the edit; the note says which edit is the newest."""
+    from worker.memory.model import changes_note
+
+    first = _observed((), Change("set", "last_edit", "src/a.py (Edit)\n@@ -1 +1 @@\n-a\n+b"))
+    second = _observed(first, Change("set", "last_edit", "src/a.py (Edit)\n@@ -2 +2 @@\n-c\n+d"))
+    third = _observed(second, Change("set", "last_edit", "src/b.py (Write)\n@@ -0,0 +1 @@\n+e"))
+    assert changes_note((), first, 800).splitlines()[1:] == ["+ Last edit: src/a.py (Edit)"]
+    assert changes_note(first, second, 800) == ""
+    assert changes_note(first, third, 800).splitlines()[1:] == ["~ Last edit: src/b.py (Write)"]

@@ -11,6 +11,7 @@ deterministic fit computed on the spot (no LLM), and says so in `fallback`.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -89,6 +90,16 @@ def encode_files(files: Sequence[FileInfo]) -> bytes:
     return orjson.dumps([[f.ref, f.kind, f.lines, list(f.read_ranges)] for f in files])
 
 
+@functools.lru_cache(maxsize=1024)
+def note_files(files: bytes) -> tuple[int, tuple[FileInfo, ...]]:
+    """What the status note needs of an entry's file list: how many files, and those read.
+
+    Decoded once per list (cached): a session's fetches repeat the list until its next read or
+    compaction, and decoding it was most of a fetch's note cost (200 files: ~0.1 ms here)."""
+    listed = orjson.loads(files)
+    return len(listed), tuple(FileInfo(r, k, n, tuple(reads)) for r, k, n, reads in listed if reads)
+
+
 def refresh_status_files(engine: Engine, cache: Cache, session_pk: int) -> bool:
     """After a file read: the cached entry's file list from the DB, so the next fetch's status note
     shows the read at once (not only after the next compaction)."""
@@ -118,9 +129,8 @@ def render_body(
     end = [orjson.loads(entry.last)] if entry.last else []
     end += [{"role": role, "content": content} for role, content, _ in tail]
     tokens = entry.tokens + sum(t for _, _, t in tail)
-    listed = orjson.loads(entry.files)
-    read = [FileInfo(r, k, n, tuple(reads)) for r, k, n, reads in listed if reads]
-    note = status_note(tokens, policy.budget_tokens, len(listed), read, entry.memory_note.decode())
+    file_count, read = note_files(entry.files)
+    note = status_note(tokens, policy.budget_tokens, file_count, read, entry.memory_note.decode())
     end = finish(end, note)
     has_note = bool(end) and end[-1]["role"] == "user" and end[-1]["content"][-1].get("text") == note
     # an imported history can end with the model's own turn: the request then asks it to continue

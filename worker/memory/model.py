@@ -335,18 +335,28 @@ def changes_note(
     """What changed since the pinned block was rendered, for the status note at the prompt's end
     (the pinned block stays byte-identical until the next epoch, so the cached prefix holds).
 
-    `pushed`: important files that left only because others took their place (`pushed_out`): no
-    line for them, the `+` lines say what is important now. At 32k such lines were 150-220 tokens
-    of a note billed in full at every fetch (BENCHMARKS, session 8). A file deleted, moved or
-    removed by the agent or a user keeps its `-` line."""
+    The note is billed in full at every fetch, so it says what changed in as few tokens as it can;
+    the turns that made each change are in the prompt (BENCHMARKS, session 9):
+    - important files new since the block: on one line, an observed file by its path alone (no
+      counts of reads and edits: a count that only went up gets no line);
+    - the last edit: its first line (path and tool), not its diff;
+    - `pushed`: important files that left only because others took their place (`pushed_out`): no
+      line for them, the `+` line says what is important now. A file deleted, moved or removed by
+      the agent or a user keeps its `-` line."""
     before = {(i.section, i.key): i for i in pinned if i.status == "open"}
     after = {(i.section, i.key): i for i in current if i.status == "open"}
     lines: list[str] = []
+    files: list[str] = []
     for ident, item in after.items():
-        if ident not in before:
-            lines.append(f"+ {_TITLES[item.section]}: {_line(item)[2:]}")
-        elif before[ident].value != item.value:
-            lines.append(f"~ {_TITLES[item.section]}: {_line(item)[2:]}")
+        text = _change_text(item)
+        if ident not in before and item.section == "important_files":
+            files.append(text)
+        elif ident not in before:
+            lines.append(f"+ {_TITLES[item.section]}: {text}")
+        elif before[ident].value != item.value and _change_text(before[ident]) != text:
+            lines.append(f"~ {_TITLES[item.section]}: {text}")
+    if files:
+        lines.append(f"+ {_TITLES['important_files']}: {'; '.join(files)}")
     for ident, item in before.items():
         if ident not in after and not (item.section == "important_files" and item.key in pushed):
             gone = (
@@ -354,10 +364,20 @@ def changes_note(
                 if any(i.status == "resolved" and (i.section, i.key) == ident for i in current)
                 else "removed"
             )
-            lines.append(f"- {_TITLES[item.section]} ({gone}): {_line(item)[2:]}")
+            lines.append(f"- {_TITLES[item.section]} ({gone}): {_change_text(item)}")
     if not lines:
         return ""
     return clip_note("Working memory changed since the block at the top:\n" + "\n".join(lines), budget_tokens)
+
+
+def _change_text(item: Item) -> str:
+    """An item as a changes-note line shows it: an observed file by its path, the last edit by its
+    first line, anything else as the block does."""
+    if item.section == "important_files" and item.origin == "observed":
+        return item.key
+    if item.section == "last_edit":
+        return item.value.split("\n", 1)[0]
+    return _line(item)[2:]
 
 
 def clip_note(text: str, budget_tokens: int) -> str:
