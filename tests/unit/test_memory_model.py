@@ -282,8 +282,8 @@ def _observed(items: tuple[Item, ...], *changes: Change, minutes: int = 1) -> tu
     return apply(items, changes, origin="observed", now=T0 + timedelta(minutes=minutes)).items
 
 
-def test_new_observed_files_are_one_line_of_paths_and_a_count_going_up_is_none() -> None:
-    """The note names what is new, not how often it was read: the counts are in the turns."""
+def test_new_observed_files_are_one_line_of_paths_and_their_counts_get_no_line() -> None:
+    """The note names the files that are new, not how often each was read or edited."""
     from worker.memory.model import changes_note
 
     pinned = _observed((), Change("set", "important_files", "src/a.py — read 1×", key="src/a.py"))
@@ -298,20 +298,60 @@ def test_new_observed_files_are_one_line_of_paths_and_a_count_going_up_is_none()
     assert changes_note(pinned, read_again, 800) == ""
 
 
-def test_a_file_a_user_describes_keeps_its_words() -> None:
+def test_a_file_a_user_describes_keeps_its_path_and_words_on_a_line_of_its_own() -> None:
+    """Only the observer's files go on the one line of paths; a user's words may hold a `;`."""
     from worker.memory.model import changes_note
 
-    items, _ = run(Change("set", "important_files", "the entry point", key="src/app.py"), origin="user")
-    assert changes_note((), items, 800).splitlines()[1:] == ["+ Important files: the entry point"]
+    items, _ = run(Change("set", "important_files", "the entry; keep", key="src/app.py"), origin="user")
+    now = _observed(items, Change("set", "important_files", "src/b.py — read 1×", key="src/b.py"))
+    assert changes_note((), now, 800).splitlines()[1:] == [
+        "+ Important files: src/app.py — the entry; keep",
+        "+ Important files: src/b.py",
+    ]
 
 
-def test_the_last_edit_is_named_by_its_first_line_not_its_diff() -> None:
-    """The diff is in the turn that made the edit; the note says which edit is the newest."""
+def test_the_last_edit_keeps_its_diff_and_a_newer_one_always_gets_a_line() -> None:
+    """The turn that made an edit may be clipped or summarized while the block stays: the note
+    carries the diff, and a newer edit of the same file with the same tool is still a change."""
     from worker.memory.model import changes_note
 
     first = _observed((), Change("set", "last_edit", "src/a.py (Edit)\n@@ -1 +1 @@\n-a\n+b"))
     second = _observed(first, Change("set", "last_edit", "src/a.py (Edit)\n@@ -2 +2 @@\n-c\n+d"))
-    third = _observed(second, Change("set", "last_edit", "src/b.py (Write)\n@@ -0,0 +1 @@\n+e"))
-    assert changes_note((), first, 800).splitlines()[1:] == ["+ Last edit: src/a.py (Edit)"]
-    assert changes_note(first, second, 800) == ""
-    assert changes_note(first, third, 800).splitlines()[1:] == ["~ Last edit: src/b.py (Write)"]
+    assert changes_note((), first, 800).splitlines()[1:] == [
+        "+ Last edit: src/a.py (Edit)",
+        "@@ -1 +1 @@",
+        "-a",
+        "+b",
+    ]
+    assert changes_note(first, second, 800).splitlines()[1:] == [
+        "~ Last edit: src/a.py (Edit)",
+        "@@ -2 +2 @@",
+        "-c",
+        "+d",
+    ]
+
+
+def test_an_observed_file_that_leaves_is_named_by_its_path() -> None:
+    from worker.memory.model import changes_note
+
+    pinned = _observed((), Change("set", "important_files", "src/a.py — edited 2×", key="src/a.py"))
+    gone = apply(pinned, [Change("remove", "important_files", key="src/a.py")], origin="user", now=T0).items
+    assert changes_note(pinned, gone, 800).splitlines()[1:] == ["- Important files (removed): src/a.py"]
+
+
+def test_new_absolute_paths_are_written_relative_to_their_common_directory() -> None:
+    from worker.memory.model import changes_note
+
+    root = "/home/u/projects/app"
+    now = _observed(
+        (),
+        Change("set", "important_files", f"{root}/src/a.py — read 1×", key=f"{root}/src/a.py"),
+        Change("set", "important_files", f"{root}/tests/b.py — read 1×", key=f"{root}/tests/b.py"),
+    )
+    assert changes_note((), now, 800).splitlines()[1:] == [
+        f"+ Important files (in {root}/): src/a.py; tests/b.py"
+    ]
+    mixed = _observed(now, Change("set", "important_files", "setup.py — read 1×", key="setup.py"))
+    assert changes_note((), mixed, 800).splitlines()[1] == (
+        f"+ Important files: {root}/src/a.py; {root}/tests/b.py; setup.py"
+    )

@@ -89,3 +89,14 @@ def test_the_note_without_memory_changes_stays_within_its_room(
     """Whatever was read, the budget, files and reads lines fit the FILES_NOTE_TOKENS the engine
     leaves for them (past it, a fetch could pass its budget)."""
     assert count_text(status_note(used, budget, files)) <= FILES_NOTE_TOKENS
+
+
+def test_a_fetch_reads_the_count_and_the_read_files_back_from_the_cache_entry() -> None:
+    """What the entry stores (`encode_files`) is what the fetch's note is made of (`note_files`)."""
+    from worker.flows.serve import encode_files, note_files
+
+    files = _files(30, {3, 17})
+    files[17] = FileInfo(files[17].ref, "archive", 4, ("lines 1-2", "lines 3-4"))
+    count, read = note_files(encode_files(files))
+    assert (count, read) == (30, (files[3], files[17]))
+    assert note_files(encode_files([])) == (0, ())

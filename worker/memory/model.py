@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Literal
 
+from worker.compaction.summarize import common_root
 from worker.compaction.tokens import count_text, head_text
 
 SECTIONS = (
@@ -335,28 +336,31 @@ def changes_note(
     """What changed since the pinned block was rendered, for the status note at the prompt's end
     (the pinned block stays byte-identical until the next epoch, so the cached prefix holds).
 
-    The note is billed in full at every fetch, so it says what changed in as few tokens as it can;
-    the turns that made each change are in the prompt (BENCHMARKS, session 9):
-    - important files new since the block: on one line, an observed file by its path alone (no
-      counts of reads and edits: a count that only went up gets no line);
-    - the last edit: its first line (path and tool), not its diff;
-    - `pushed`: important files that left only because others took their place (`pushed_out`): no
-      line for them, the `+` line says what is important now. A file deleted, moved or removed by
-      the agent or a user keeps its `-` line."""
+    The note is billed in full at every fetch, so the important files the observer added since the
+    block, whose reads and edits are turns of the prompt or of its archives, go on one line by path
+    (absolute paths relative to their common directory), and a change to their counts gets no
+    line (BENCHMARKS, session 9). Every other item is written as the block writes it (the last
+    edit with its diff: the turn that made it may be clipped or summarized while the block stays).
+
+    `pushed`: important files that left only because others took their place (`pushed_out`): no
+    line for them, the `+` line says what is important now. A file deleted, moved or removed by
+    the agent or a user keeps its `-` line."""
     before = {(i.section, i.key): i for i in pinned if i.status == "open"}
     after = {(i.section, i.key): i for i in current if i.status == "open"}
     lines: list[str] = []
-    files: list[str] = []
+    files: list[str] = []  # observed important files new since the block, in the block's order
+    at = 0  # where their line goes: where the first of them is
     for ident, item in after.items():
         text = _change_text(item)
-        if ident not in before and item.section == "important_files":
+        if ident not in before and item.section == "important_files" and item.origin == "observed":
+            at = at if files else len(lines)
             files.append(text)
         elif ident not in before:
             lines.append(f"+ {_TITLES[item.section]}: {text}")
         elif before[ident].value != item.value and _change_text(before[ident]) != text:
             lines.append(f"~ {_TITLES[item.section]}: {text}")
     if files:
-        lines.append(f"+ {_TITLES['important_files']}: {'; '.join(files)}")
+        lines.insert(at, _files_line(files))
     for ident, item in before.items():
         if ident not in after and not (item.section == "important_files" and item.key in pushed):
             gone = (
@@ -370,13 +374,23 @@ def changes_note(
     return clip_note("Working memory changed since the block at the top:\n" + "\n".join(lines), budget_tokens)
 
 
+def _files_line(paths: Sequence[str]) -> str:
+    """The `+` line of new observed important files; absolute paths relative to their common
+    directory, stated once (Claude Code's paths repeat a long prefix on every file)."""
+    root = common_root(paths)
+    shown = [p[len(root) + 1 :] for p in paths] if root else list(paths)
+    where = f" (in {root}/)" if root else ""
+    return f"+ {_TITLES['important_files']}{where}: {'; '.join(shown)}"
+
+
 def _change_text(item: Item) -> str:
-    """An item as a changes-note line shows it: an observed file by its path, the last edit by its
-    first line, anything else as the block does."""
-    if item.section == "important_files" and item.origin == "observed":
-        return item.key
-    if item.section == "last_edit":
-        return item.value.split("\n", 1)[0]
+    """An item as a changes-note line shows it: an observed important file by its path (its value
+    adds the counts of reads and edits), a file someone described by its path and their words,
+    anything else as the block does."""
+    if item.section == "important_files":
+        if item.origin == "observed":
+            return item.key
+        return item.value if item.value.startswith(item.key) else f"{item.key} — {item.value}"
     return _line(item)[2:]
 
 
