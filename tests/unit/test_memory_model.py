@@ -302,11 +302,16 @@ def test_a_file_a_user_describes_keeps_its_path_and_words_on_a_line_of_its_own()
     """Only the observer's files go on the one line of paths; a user's words may hold a `;`."""
     from worker.memory.model import changes_note
 
-    items, _ = run(Change("set", "important_files", "the entry; keep", key="src/app.py"), origin="user")
+    items, _ = run(
+        Change("set", "important_files", "the entry; keep", key="src/app.py"),
+        Change("add", "important_files", "src/c.py"),  # words that are the path: written once
+        origin="user",
+    )
     now = _observed(items, Change("set", "important_files", "src/b.py — read 1×", key="src/b.py"))
     assert changes_note((), now, 800).splitlines()[1:] == [
+        "+ Important files: src/b.py",  # the newer, first as in the block
         "+ Important files: src/app.py — the entry; keep",
-        "+ Important files: src/b.py",
+        "+ Important files: src/c.py",
     ]
 
 
@@ -355,3 +360,45 @@ def test_new_absolute_paths_are_written_relative_to_their_common_directory() -> 
     assert changes_note((), mixed, 800).splitlines()[1] == (
         f"+ Important files: {root}/src/a.py; {root}/tests/b.py; setup.py"
     )
+
+
+def test_the_changes_are_listed_in_the_blocks_order_files_newest_first() -> None:
+    from worker.memory.model import changes_note
+
+    now = _observed((), Change("set", "last_edit", "src/z.py (Edit)"))
+    now = _observed(now, Change("add", "blockers", "1 failed", key="pytest"), minutes=2)
+    now = _observed(now, Change("set", "important_files", "src/a.py — read 1×", key="src/a.py"), minutes=3)
+    now = _observed(now, Change("set", "important_files", "src/b.py — read 1×", key="src/b.py"), minutes=4)
+    now = _observed(now, Change("set", "task", "Fix it"), minutes=5)
+    assert changes_note((), now, 800).splitlines()[1:] == [
+        "+ Task: Fix it",
+        "+ Important files: src/b.py; src/a.py",
+        "+ Blockers: `pytest`: 1 failed",
+        "+ Last edit: src/z.py (Edit)",
+    ]
+
+
+def test_an_agents_long_last_edit_is_clipped_as_the_block_clips_it() -> None:
+    """A value the block cuts to VALUE_TOKENS does not fill the note and push other lines out."""
+    from worker.memory.model import VALUE_TOKENS, changes_note
+
+    long_edit = "src/a.py (Edit)\n" + "\n".join(f"+line {i} of a long change" for i in range(300))
+    items, _ = run(Change("set", "last_edit", long_edit), Change("add", "decisions", "Use SQLite"))
+    note = changes_note((), items, 800)
+    assert note.splitlines()[1] == "+ Decisions: Use SQLite" and note.endswith(" …")
+    assert count_text(note) < VALUE_TOKENS + 40
+
+
+def test_a_path_relative_to_the_notes_directory_names_the_one_file_it_ends() -> None:
+    """The note writes new files relative to their common directory; a model may copy that path."""
+    root = "/home/u/app"
+    items = _observed(
+        (),
+        Change("set", "important_files", f"{root}/src/a.py — read 1×", key=f"{root}/src/a.py"),
+        Change("set", "important_files", f"{root}/lib/src/b.py — read 1×", key=f"{root}/lib/src/b.py"),
+        Change("set", "important_files", f"{root}/tests/src/b.py — read 1×", key=f"{root}/tests/src/b.py"),
+    )
+    removed, _ = run(Change("remove", "important_files", key="src/a.py"), items=items)
+    assert f"{root}/src/a.py" not in {i.key for i in removed} and len(removed) == 2
+    with pytest.raises(MemoryOpError):  # two files end with it: no guess
+        run(Change("remove", "important_files", key="src/b.py"), items=items)

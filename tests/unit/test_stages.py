@@ -336,6 +336,8 @@ def test_file_contents_are_not_errors() -> None:
         (["/home/u/proj/a.py", "src/b.py"], ""),  # a relative path: no common root
         (["/home/u/proj/a.py", "/home/v/b.py"], ""),
         (["/home/u/proj/", "/home/u/proj/src/a.py"], "/home/u"),  # a directory, written with its slash
+        (["/home/u//proj/a.py", "/home/u//proj/b.py"], ""),  # commonpath's "/home/u/proj" is not their start
+        (["/home/./u/a.py", "/home/./u/b.py"], ""),
     ],
 )
 def test_common_root(paths: list[str], root: str) -> None:

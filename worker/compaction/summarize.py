@@ -230,7 +230,10 @@ def common_root(paths: Sequence[str]) -> str:
     if len(absolute) < 2 or len(absolute) != len(paths):
         return ""
     root = posixpath.commonpath([posixpath.dirname(p.rstrip("/")) for p in absolute])
-    return root if root.count("/") >= 2 else ""
+    # commonpath normalizes ("//", "/./"): a root the paths do not literally start with is none
+    if root.count("/") < 2 or not all(p.startswith(root + "/") for p in absolute):
+        return ""
+    return root
 
 
 def _merge_ranges(ranges: Sequence[tuple[int, int]]) -> tuple[tuple[int, int], ...]:

@@ -59,6 +59,9 @@ _TITLES = {
 }
 
 
+VALUE_TOKENS = 120  # an item's value in the block and the changes note, at most (longer ones clipped)
+
+
 class MemoryOpError(ValueError):
     """An operation that cannot apply; `field` names the part of the request that is wrong."""
 
@@ -162,7 +165,7 @@ def apply(
     for index, change in enumerate(changes):
         try:
             _check(change)
-            key = key_of(change)
+            key = _known_file(by_key, change.section, key_of(change))
             old = by_key.get((change.section, key))
             new = _changed(old, change, key, origin, now)
         except MemoryOpError as exc:
@@ -182,6 +185,15 @@ def apply(
     if any(e.section == "important_files" for e in events):
         by_key = _cap_files(by_key, origin, reason, events)
     return Applied(tuple(by_key.values()), tuple(events))
+
+
+def _known_file(by_key: dict[tuple[str, str], Item], section: str, key: str) -> str:
+    """The important file a relative path names when it is the end of exactly one kept path: the
+    changes note writes new files relative to their common directory, and a model may copy that."""
+    if section != "important_files" or key.startswith("/") or (section, key) in by_key:
+        return key
+    ends = [k for s, k in by_key if s == section and k.endswith("/" + key)]
+    return ends[0] if len(ends) == 1 else key
 
 
 def owned(items: Sequence[Item], changes: Iterable[Change], origin: str) -> list[Change]:
@@ -305,7 +317,7 @@ def render_lines(items: Iterable[Item]) -> str:
     return "\n".join(out)
 
 
-def render(items: Sequence[Item], budget_tokens: int, *, value_tokens: int = 120) -> str:
+def render(items: Sequence[Item], budget_tokens: int, *, value_tokens: int = VALUE_TOKENS) -> str:
     """The pinned memory block within budget_tokens: long values clipped, then the least important
     items left out (unpinned notes, then oldest decisions and questions), never the task."""
     clipped = [replace(i, value=_clip(i.value, value_tokens)) for i in items]
@@ -339,14 +351,15 @@ def changes_note(
     The note is billed in full at every fetch, so the important files the observer added since the
     block, whose reads and edits are turns of the prompt or of its archives, go on one line by path
     (absolute paths relative to their common directory), and a change to their counts gets no
-    line (BENCHMARKS, session 9). Every other item is written as the block writes it (the last
-    edit with its diff: the turn that made it may be clipped or summarized while the block stays).
+    line (BENCHMARKS, session 9). Every other item is written as the block writes it, its value
+    clipped the same way (the last edit with its diff: the turn that made it may be clipped or
+    summarized while the block stays), a file someone described with its path too.
 
     `pushed`: important files that left only because others took their place (`pushed_out`): no
     line for them, the `+` line says what is important now. A file deleted, moved or removed by
     the agent or a user keeps its `-` line."""
-    before = {(i.section, i.key): i for i in pinned if i.status == "open"}
-    after = {(i.section, i.key): i for i in current if i.status == "open"}
+    before = {(i.section, i.key): i for i in ordered(pinned) if i.status == "open"}
+    after = {(i.section, i.key): i for i in ordered(current) if i.status == "open"}
     lines: list[str] = []
     files: list[str] = []  # observed important files new since the block, in the block's order
     at = 0  # where their line goes: where the first of them is
@@ -390,8 +403,9 @@ def _change_text(item: Item) -> str:
     if item.section == "important_files":
         if item.origin == "observed":
             return item.key
-        return item.value if item.value.startswith(item.key) else f"{item.key} — {item.value}"
-    return _line(item)[2:]
+        value = _clip(item.value, VALUE_TOKENS)
+        return value if value.startswith(item.key) else f"{item.key} — {value}"
+    return _line(replace(item, value=_clip(item.value, VALUE_TOKENS)))[2:]
 
 
 def clip_note(text: str, budget_tokens: int) -> str:
