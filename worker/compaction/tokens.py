@@ -29,6 +29,29 @@ BLOCK_OVERHEAD_TOKENS = 3  # type tags and ids per block
 IMAGE_TOKENS = 1_600  # Anthropic bills a ~1.15-megapixel image at about this many tokens
 
 
+# Letters Unicode 17 added (2025): quicktok's tables read them as letters and tiktoken's do not, so
+# a text holding one can count differently ("\U000323b0's": 5 against tiktoken's 6). Found by
+# comparing both on every code point in eight contexts (BENCHMARKS, session 9); tiktoken counts
+# such a text (tests/unit/test_token_counter.py).
+_NEWER_LETTERS = re.compile(
+    "[\u088f\u0c5c\u0cdc\ua7ce-\ua7cf\ua7d2\ua7d4\ua7f1\U00010940-\U00010959\U00010ec5-\U00010ec7"
+    "\U00011db0-\U00011ddb\U00011de0-\U00011de9\U00016ea0-\U00016eb8\U00016ebb-\U00016ed3"
+    "\U00016ff2-\U00016ff6\U000187f8-\U000187ff\U00018d09-\U00018d1e\U00018d80-\U00018df2"
+    "\U0001e6c0-\U0001e6de\U0001e6e0-\U0001e6e2\U0001e6e4-\U0001e6e5\U0001e6e7-\U0001e6ed"
+    "\U0001e6f0-\U0001e6f4\U0001e6fe-\U0001e6ff\U0002b73a-\U0002b73f\U0002cea2-\U0002cead"
+    "\U000323b0-\U00033479]"
+)
+
+
+# their UTF-8 starts: F0 (every one past U+FFFF) or one of these (the eight in the BMP); a byte
+# search is ~100x faster than the class above, which only the texts holding one of them pay
+_NEWER_BMP = (b"\xe0\xa2\x8f", b"\xe0\xb1\x9c", b"\xe0\xb3\x9c", b"\xea\x9f")
+
+
+def _may_hold_newer_letter(data: bytes) -> bool:
+    return b"\xf0" in data or any(seq in data for seq in _NEWER_BMP)
+
+
 def _well_formed(text: str) -> str:
     """text with lone surrogates made U+FFFD, as tiktoken does before encoding: the C++ side takes
     only text that is valid UTF-8."""
@@ -51,11 +74,16 @@ class Encoding:
         return self._ids.encode_ordinary(text)
 
     def count(self, text: str) -> int:
-        """len(encode_ordinary(text)), without building the ids."""
+        """len(encode_ordinary(text)), without building the ids (but for the rare text holding a
+        letter newer than tiktoken's tables: tiktoken counts it)."""
         try:
-            n: int = self._counter.count(text)
-        except TypeError:  # a lone surrogate: not convertible to UTF-8
-            n = self._counter.count(_well_formed(text))
+            data = text.encode()
+        except UnicodeEncodeError:  # a lone surrogate: counted as its U+FFFD form, as tiktoken does
+            text = _well_formed(text)
+            data = text.encode()
+        if _may_hold_newer_letter(data) and _NEWER_LETTERS.search(text):
+            return len(self._ids.encode_ordinary(text))
+        n: int = self._counter.count(data)
         return n
 
     def decode(self, ids: Sequence[int]) -> str:
