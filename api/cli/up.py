@@ -16,6 +16,7 @@ import ctypes
 import errno
 import importlib.util
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -258,6 +259,18 @@ def _wait_ready(
     return False
 
 
+def invoked_as(argv0: str | None = None, cwd: str | None = None) -> str:
+    """This command as the user can type it again where they are: `.venv/bin/compactd` after
+    `make up` (not on the PATH), else `compactd`."""
+    path = Path(argv0 if argv0 is not None else sys.argv[0])
+    if path.name != "compactd" or not path.is_absolute() or shutil.which("compactd") == str(path):
+        return "compactd"
+    try:
+        return str(path.relative_to(cwd or os.getcwd()))
+    except ValueError:
+        return "compactd"
+
+
 def summary(
     settings: Settings,
     url: str,
@@ -282,7 +295,7 @@ def summary(
     else:
         lines.append(
             f"  API key:   printed on first start only;"
-            f" `compactd tenant reset-key {settings.default_tenant}` prints a new one"
+            f" `{invoked_as()} tenant reset-key {settings.default_tenant}` prints a new one"
         )
     lines += [
         f"  try:       curl -H 'Authorization: Bearer {shown}' {url}/v1/sessions",
