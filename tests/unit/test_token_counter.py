@@ -109,7 +109,7 @@ def _newer_letters() -> list[str]:
 def test_letters_newer_than_tiktokens_tables_count_as_tiktoken_counts_them(
     reference: tiktoken.Encoding,
 ) -> None:
-    """Unicode 17's letters: quicktok's tables read them as letters, tiktoken's do not ("\U000323b0's"
+    """Recently added letters: quicktok's tables read them as letters, tiktoken's do not ("\U000323b0's"
     was 5 tokens against 6, a Hypothesis find); a text holding one is counted by tiktoken."""
     letters = _newer_letters()
     assert len(letters) == 4_657

@@ -29,10 +29,10 @@ BLOCK_OVERHEAD_TOKENS = 3  # type tags and ids per block
 IMAGE_TOKENS = 1_600  # Anthropic bills a ~1.15-megapixel image at about this many tokens
 
 
-# Letters Unicode 17 added (2025): quicktok's tables read them as letters and tiktoken's do not, so
-# a text holding one can count differently ("\U000323b0's": 5 against tiktoken's 6). Found by
-# comparing both on every code point in eight contexts (BENCHMARKS, session 9); tiktoken counts
-# such a text (tests/unit/test_token_counter.py).
+# Letters recent Unicode versions added (most of them CJK Extension J, Unicode 17): quicktok's
+# tables read them as letters and tiktoken's do not, so a text holding one can count differently
+# ("\U000323b0's": 5 against tiktoken's 6). Found by comparing both on every code point in eight
+# contexts (BENCHMARKS, session 9); tiktoken counts such a text (tests/unit/test_token_counter.py).
 _NEWER_LETTERS = re.compile(
     "[\u088f\u0c5c\u0cdc\ua7ce-\ua7cf\ua7d2\ua7d4\ua7f1\U00010940-\U00010959\U00010ec5-\U00010ec7"
     "\U00011db0-\U00011ddb\U00011de0-\U00011de9\U00016ea0-\U00016eb8\U00016ebb-\U00016ed3"
