@@ -208,7 +208,7 @@ def _render(
         if items[key] or dropped[key]:
             shown = items[key]
             if root and key in FILE_KEYS:
-                shown = [(p[len(root) + 1 :] or ".") if p.startswith(root + "/") else p for p in shown]
+                shown = relative_to(root, shown)
             elif root and key == "errors":
                 # their "-> next: Edit <path>" labels
                 shown = [e.replace(" " + root + "/", " ") for e in shown]
@@ -234,6 +234,11 @@ def common_root(paths: Sequence[str]) -> str:
     if root.count("/") < 2 or not all(p.startswith(root + "/") for p in absolute):
         return ""
     return root
+
+
+def relative_to(root: str, paths: Sequence[str]) -> list[str]:
+    """The paths under `root` written relative to it (its own directory as "."), the others as they are."""
+    return [(p[len(root) + 1 :] or ".") if root and p.startswith(root + "/") else p for p in paths]
 
 
 def _merge_ranges(ranges: Sequence[tuple[int, int]]) -> tuple[tuple[int, int], ...]:

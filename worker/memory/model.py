@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Literal
 
-from worker.compaction.summarize import common_root
+from worker.compaction.summarize import common_root, relative_to
 from worker.compaction.tokens import count_text, head_text
 
 SECTIONS = (
@@ -391,7 +391,7 @@ def _files_line(paths: Sequence[str]) -> str:
     """The `+` line of new observed important files; absolute paths relative to their common
     directory, stated once (Claude Code's paths repeat a long prefix on every file)."""
     root = common_root(paths)
-    shown = [p[len(root) + 1 :] for p in paths] if root else list(paths)
+    shown = relative_to(root, paths)
     where = f" (in {root}/)" if root else ""
     return f"+ {_TITLES['important_files']}{where}: {'; '.join(shown)}"
 
