@@ -16,7 +16,6 @@ import ctypes
 import errno
 import importlib.util
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -261,9 +260,10 @@ def _wait_ready(
 
 def invoked_as(argv0: str | None = None, cwd: str | None = None) -> str:
     """This command as the user can type it again where they are: `.venv/bin/compactd` after
-    `make up` (not on the PATH), else `compactd`."""
+    `make up` (`uv run` puts the venv on the PATH of the command only, not of the user's shell),
+    else `compactd`."""
     path = Path(argv0 if argv0 is not None else sys.argv[0])
-    if path.name != "compactd" or not path.is_absolute() or shutil.which("compactd") == str(path):
+    if path.name != "compactd" or not path.is_absolute():
         return "compactd"
     try:
         return str(path.relative_to(cwd or os.getcwd()))
