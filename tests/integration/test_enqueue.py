@@ -134,7 +134,8 @@ def test_a_turn_sent_by_another_process_appears_in_the_next_fetch(
     )
     assert "from the other service" in texts(prompt)
     assert SECRET not in texts(prompt) and "[REDACTED:github_token:" in texts(prompt)
-    assert "append.appended" in worker.log.read_text()
+    # the turn is committed (and fetchable) before the worker records metrics and logs it
+    wait_for(lambda: "append.appended" in worker.log.read_text(), timeout=10)
 
 
 def test_one_idempotency_key_over_http_and_the_task_stores_one_turn(
