@@ -19,7 +19,8 @@ OpenHands) one after the other as one session of consecutive tasks; `<session>+s
 behind a 12k-token system prompt; `<session>+proxy` (e.g. `fa812bfe+sys+proxy`), billed as the
 drop-in proxy sends it upstream (the client's system prompt marked, at most 4 breakpoints);
 `gen1`, `gen2` and `gen3`, 150, 300 and 300 tool calls with their results drawn from the real sessions in a
-seeded order (`generated`); `gen4`, `gen5`, `gen6` (300, 200, 250), orders first replayed as held out.
+seeded order (`generated`); `gen4`, `gen5`, `gen6` (300, 200, 250), orders first replayed as held out
+(session 8); `gen7`, `gen8`, `gen9` (300, 250, 300), held out in session 10.
 """
 
 from __future__ import annotations
@@ -99,6 +100,11 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # fewer, larger steps: a smaller headroom (later summaries), no worth-it structural rounds
     "struct0.6": {"structural_trigger": 0.6},
     "no-worth-it": {"worth_it_tokens": 10**9},
+    # session 10 (32k hit): fold-ups back to notes_max_share, stacking up to a higher ceiling
+    # (0.40 chosen; `fold-at-ceiling` is the rule before: stacked notes only up to the fold's)
+    "fold-at-ceiling": {"notes_stack_share": 0.0},
+    "stack0.35": {"notes_stack_share": 0.35},
+    "stack0.50": {"notes_stack_share": 0.50},
 }
 
 # `<variant>+memory-at-summary`: the variant with the pinned working-memory block refreshed only
@@ -216,6 +222,10 @@ SESSIONS: dict[str, Callable[[Path], Loaded]] = {
     "gen4": lambda root: generated(root, 4, 300),
     "gen5": lambda root: generated(root, 5, 200),
     "gen6": lambda root: generated(root, 6, 250),
+    # first replayed in session 10, after its choices (gen4-6 had been replayed twice by then)
+    "gen7": lambda root: generated(root, 7, 300),
+    "gen8": lambda root: generated(root, 8, 250),
+    "gen9": lambda root: generated(root, 9, 300),
 }
 
 

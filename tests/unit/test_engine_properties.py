@@ -279,3 +279,35 @@ def test_fit_drops_old_thinking_and_clips_any_bulky_tool_input() -> None:
     assert request_problems(request) == []
     assert not any(b.get("type") == "thinking" for m in request["messages"] for b in m["content"])
     assert any(f.content == big for f in out.transcript.files)  # the full command stays readable
+
+
+def test_fit_clips_the_task_only_when_the_rest_clipped_is_not_enough() -> None:
+    """The squeeze clips the keep window before the task (what the agent works on, and the start of
+    the provider's cached prefix); a task too big for the window is clipped too."""
+
+    def session(task: str) -> list[dict[str, Any]]:
+        bulky = [{"type": "text", "text": f"log {n} " + "line of output " * 700} for n in range(3)]
+        return [
+            {"role": "user", "content": task},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "make"}}
+                ],
+            },
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "ok"}, *bulky],
+            },
+        ]
+
+    policy = policy_for(8_000)
+    task = "Fix the parser. " + "Keep every public name as it is. " * 90
+    t = transcript(session(task), policy)
+    out = fit(t, turn_policy(policy, t)).transcript
+    assert count_request(assemble(out)) <= policy.budget_tokens
+    assert out.turns[0] == t.turns[0] and out.turns[-1] != t.turns[-1]
+    huge = transcript(session(task * 12), policy)
+    clipped = fit(huge, turn_policy(policy, huge)).transcript
+    assert count_request(assemble(clipped)) <= policy.budget_tokens
+    assert clipped.turns[0] != huge.turns[0]

@@ -262,6 +262,26 @@ class TestSummarize:
         folded = unstacked(self.later(first)).handoff
         assert folded and folded.earlier == () and "Yes, but never touch setup.py" in folded.text
 
+    def test_a_stack_ceiling_above_the_fold_leaves_room_after_a_fold_up(self) -> None:
+        """With max_stack_tokens above the ceiling, a note stacks past the fold's ceiling (no
+        rewrite of the earlier notes); once the stack would pass max_stack_tokens, all fold back
+        under the ceiling."""
+        first = self.stage(max_note_tokens=4_000)(self.make())
+        assert first.handoff
+        ceiling = first.handoff.tokens + 20  # no room for a second note under the fold's ceiling
+        roomy = self.stage(
+            trigger_tokens=200, target_tokens=100, max_note_tokens=ceiling, max_stack_tokens=4 * ceiling
+        )
+        second = roomy(self.later(first))
+        assert second.handoff and second.handoff.earlier == (first.handoff.text,)
+        assert second.handoff.tokens > ceiling
+        tight = self.stage(
+            trigger_tokens=200, target_tokens=100, max_note_tokens=ceiling, max_stack_tokens=ceiling + 30
+        )
+        folded = tight(self.later(first)).handoff
+        assert folded and folded.earlier == () and folded.tokens <= ceiling
+        assert "Yes, but never touch setup.py" in folded.text
+
 
 def test_facts_classify_files_and_commands() -> None:
     """Read/Edit/Write paths land in their lists; shell commands carry their outcome."""

@@ -34,13 +34,14 @@ class Clip:
     head_share: float = DEFAULT_POLICY.clip_head_share
     arg_clip_chars: int = DEFAULT_POLICY.arg_clip_chars
     keep_tokens: int = DEFAULT_POLICY.keep_tokens
-    # last resort of a fetch that must fit: every turn, the task and keep window included, and
-    # text blocks too (the full text stays readable through the marker's ref)
+    # last resort of a fetch that must fit: every turn, the keep window included, and text blocks
+    # too (the full text stays readable through the marker's ref); the task as well with `task`
     whole: bool = False
+    task: bool = True
 
     def __call__(self, t: Transcript) -> Transcript:
         if self.whole:
-            start, end = 0, len(t.turns)
+            start, end = 0 if self.task else first_kept(t.turns), len(t.turns)
         else:
             start, end = first_kept(t.turns), keep_start(t.turns, self.keep_tokens)
         files: list[FileWrite] = []

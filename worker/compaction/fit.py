@@ -7,6 +7,7 @@ summary prepared ahead fits either. Each layer runs only if the previous one was
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 
 from worker.compaction.clip import Clip
@@ -25,7 +26,8 @@ def fit(t: Transcript, policy: Policy) -> Compacted:
 
     Layers: the usual stages with an extractive summary; a forced summary that keeps only the
     last tool unit; then thinking dropped from all but the newest assistant turn (the API needs
-    only that one) and every block clipped, the keep window and task included, ever tighter.
+    only that one) and every block clipped, the keep window included, ever tighter, the task too
+    if that is not enough.
     """
     budget = policy.budget_tokens
     out = compact(t, policy, summarize=True)
@@ -36,10 +38,13 @@ def fit(t: Transcript, policy: Policy) -> Compacted:
     current = forced.transcript
     if current.tokens() > budget:
         current = drop_old_thinking(current)
-    for clip_tokens in SQUEEZE_CLIP_TOKENS:
+    # the task last: it is what the agent is working on, and the start of the prompt the
+    # provider has cached (clipping it makes the whole prompt a cache write)
+    for task, clip_tokens in itertools.product((False, True), SQUEEZE_CLIP_TOKENS):
         if current.tokens() <= budget:
             break
-        current = Clip(clip_tokens, policy.clip_head_share, arg_clip_chars=200, whole=True)(current)
+        squeeze = Clip(clip_tokens, policy.clip_head_share, arg_clip_chars=200, whole=True, task=task)
+        current = squeeze(current)
     return Compacted(current, reports)
 
 

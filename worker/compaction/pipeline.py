@@ -58,6 +58,7 @@ def default_stages(
                 keep_tokens=keep,
                 max_note_tokens=int(policy.budget_tokens * policy.handoff_max_share),
                 max_notes_tokens=int(policy.budget_tokens * policy.notes_max_share),
+                max_stack_tokens=int(policy.budget_tokens * policy.notes_stack_share),
                 turn_trigger=policy.turn_trigger,
                 force=force,
                 focus=focus,

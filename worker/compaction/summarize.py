@@ -58,6 +58,7 @@ class Summarize:
     # the extractive notes' ceiling, stacked or folded (0: max_note_tokens, an LLM note's): they
     # cost nothing to write, and room for them means fewer, larger rounds and fewer fold-ups
     max_notes_tokens: int = 0
+    max_stack_tokens: int = 0  # the stacked notes' ceiling (0: the fold's, `ceiling`)
 
     def __call__(self, t: Transcript) -> Transcript:
         if not self._due(t):
@@ -159,7 +160,7 @@ class Summarize:
         # (or a search of the prompt) should not have to join paths across them
         text = _render(header, facts, items, dict.fromkeys(items, 0), shorten=False)
         tokens = count_text(text) + BLOCK_OVERHEAD_TOKENS
-        if prev.tokens + tokens > self.ceiling:
+        if prev.tokens + tokens > max(self.ceiling, self.max_stack_tokens):
             return None
         return Handoff(text, (), (), prev.tokens + tokens, earlier=prev.notes)
 
