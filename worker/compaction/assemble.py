@@ -203,7 +203,7 @@ def status_note(
     builds no FileInfo for the others: with 200 files that was ~0.45 ms of its time here)."""
     lines = [_budget_line(tokens_used, budget_tokens)]
     if file_count:
-        lines.append(_files_line(file_count))
+        lines.append(_virtual_files_line(file_count))
     lines += _read_section(tuple(read))
     if memory_note:
         lines.append(memory_note)
@@ -214,7 +214,7 @@ def _budget_line(tokens_used: int, budget_tokens: int) -> str:
     return f"[compactd status] context: {tokens_used:,} of {budget_tokens:,} tokens used."
 
 
-def _files_line(count: int) -> str:
+def _virtual_files_line(count: int) -> str:
     return (
         f"Virtual files: {count:,}. A marker names the file wherever text was clipped, offloaded or"
         " archived (read it with the read_file / grep tools)."
@@ -225,7 +225,7 @@ def _files_line(count: int) -> str:
 def _read_section(read: tuple[FileInfo, ...]) -> tuple[str, ...]:
     """The "Read so far" lines: the newest files read, as many as fit FILES_NOTE_TOKENS beside the
     lines before them at their longest (cached: a session's fetches repeat it until its next read)."""
-    longest = [_budget_line(10**12, 10**12), _files_line(10**9), "Read so far (999,999, the newest):"]
+    longest = [_budget_line(10**12, 10**12), _virtual_files_line(10**9), "Read so far (999,999, the newest):"]
     shown = [_read_line(f) for f in read[-MAX_FILES_SHOWN:]]
     while shown and count_text("\n".join([*longest, *shown])) > FILES_NOTE_TOKENS:
         shown.pop(0)  # long ranges: fewer files, the newest kept
