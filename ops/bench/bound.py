@@ -19,7 +19,8 @@ Floors, each a bound for the policies that keep at least that much:
   floor: system prompt, task and the keep window (`keep_share` of the budget, verbatim; it
   holds the fetch's new turns, so the floor is base + max(keep window, new turns)).
 - `+notes`: `service` with handoff notes of `notes_share` of the budget kept too (today's notes
-  grow to about this at 32k; their ceiling is `notes_max_share`).
+  grow to about this at 32k; a fold-up writes them within `notes_max_share`, and they stack up
+  to `notes_stack_share`).
 A fetch whose new turns alone pass the budget over the floor makes the bound unreachable ("no").
 """
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -12,10 +13,10 @@ from hypothesis import strategies as st
 from tests.strategies import PLANTED_SECRETS, conversations, planted_conversations
 from worker.compaction.assemble import assemble, turn_policy
 from worker.compaction.fit import fit
-from worker.compaction.model import Policy, Transcript, canonical_json
+from worker.compaction.model import Handoff, Policy, Transcript, canonical_json
 from worker.compaction.pipeline import compact
 from worker.compaction.ports import SummarizerError, SummaryRequest, SummaryResult
-from worker.compaction.tokens import count_request
+from worker.compaction.tokens import BLOCK_OVERHEAD_TOKENS, count_request, count_text, head_text
 from worker.compaction.validate import request_problems
 from worker.compaction.zones import keep_start
 from worker.ingest import ingest
@@ -254,6 +255,24 @@ def test_fit_always_fits_and_stays_valid(messages: list[dict[str, Any]], window:
     assert request_problems(request, allow_pending_tool_use=True) == []
 
 
+@FAST
+@given(conversations(), st.sampled_from([4_000, 8_000, 32_000]))
+def test_fit_fits_beside_notes_stacked_to_their_ceiling(messages: list[dict[str, Any]], window: int) -> None:
+    """Notes stacked up to notes_stack_share of the budget (more than a fold-up writes) leave the
+    fit room: what it serves is within the budget and a valid request."""
+    policy = policy_for(window)
+    t = transcript(messages, policy)
+    share = int(policy.budget_tokens * policy.notes_stack_share) // 2 - BLOCK_OVERHEAD_TOKENS
+    notes = [head_text(" ".join(f"note{n} item{i}" for i in range(share)), share) for n in range(2)]
+    tokens = sum(count_text(x) + BLOCK_OVERHEAD_TOKENS for x in notes)
+    assert tokens <= policy.budget_tokens * policy.notes_stack_share
+    stacked = replace(t, handoff=Handoff(notes[1], ("h_0",), ((0, 0),), tokens, earlier=(notes[0],)))
+    out = fit(stacked, turn_policy(policy, stacked)).transcript
+    request = assemble(out)
+    assert count_request(request) <= policy.budget_tokens
+    assert request_problems(request, allow_pending_tool_use=True) == []
+
+
 def test_fit_drops_old_thinking_and_clips_any_bulky_tool_input() -> None:
     """A session whose older assistant turn holds a huge thinking block and a huge command still
     fits a small window: the thinking goes whole, the command is clipped with a pointer."""
@@ -311,3 +330,5 @@ def test_fit_clips_the_task_only_when_the_rest_clipped_is_not_enough() -> None:
     clipped = fit(huge, turn_policy(policy, huge)).transcript
     assert count_request(assemble(clipped)) <= policy.budget_tokens
     assert clipped.turns[0] != huge.turns[0]
+    # the newest turn only as clipped as the task's squeeze needed (400 tokens a block), not 20
+    assert clipped.turns[-1].tokens >= 1_000

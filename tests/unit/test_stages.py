@@ -12,8 +12,9 @@ from worker.compaction import pointers
 from worker.compaction.clip import Clip
 from worker.compaction.dedup import Dedup
 from worker.compaction.facts import extract
-from worker.compaction.model import Transcript, Turn, block_text
+from worker.compaction.model import Policy, Transcript, Turn, block_text
 from worker.compaction.offload import Offload
+from worker.compaction.pipeline import default_stages
 from worker.compaction.summarize import Summarize, common_root, render_note
 from worker.compaction.tokens import count_message, count_text
 from worker.compaction.zones import keep_start
@@ -281,6 +282,18 @@ class TestSummarize:
         folded = tight(self.later(first)).handoff
         assert folded and folded.earlier == () and folded.tokens <= ceiling
         assert "Yes, but never touch setup.py" in folded.text
+
+
+def test_the_policy_sets_both_notes_ceilings() -> None:
+    """The policy's shares reach the summary stage: notes fold into notes_max_share of the budget
+    and stack up to notes_stack_share; an LLM summarizer's note has only its own ceiling."""
+    policy = Policy(context_window=32_000, output_reserve=8_000)
+    stage = next(s for s in default_stages(policy, summarize=True) if isinstance(s, Summarize))
+    assert stage.ceiling == int(policy.budget_tokens * policy.notes_max_share)
+    assert stage.stack_ceiling == int(policy.budget_tokens * policy.notes_stack_share) > stage.ceiling
+    unstacked = Policy(context_window=32_000, output_reserve=8_000, stack_notes=False)
+    stage = next(s for s in default_stages(unstacked, summarize=True) if isinstance(s, Summarize))
+    assert stage.stack_ceiling == stage.ceiling
 
 
 def test_facts_classify_files_and_commands() -> None:

@@ -7,7 +7,6 @@ summary prepared ahead fits either. Each layer runs only if the previous one was
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import replace
 
 from worker.compaction.clip import Clip
@@ -38,14 +37,22 @@ def fit(t: Transcript, policy: Policy) -> Compacted:
     current = forced.transcript
     if current.tokens() > budget:
         current = drop_old_thinking(current)
-    # the task last: it is what the agent is working on, and the start of the prompt the
-    # provider has cached (clipping it makes the whole prompt a cache write)
-    for task, clip_tokens in itertools.product((False, True), SQUEEZE_CLIP_TOKENS):
-        if current.tokens() <= budget:
+    # the task spared first: it is what the agent is working on, and the start of the prompt the
+    # provider has cached (clipping it makes the whole prompt a cache write); if that is not
+    # enough, the same squeeze again from where it started, the task included
+    squeezed = squeeze(current, policy, task=False)
+    if squeezed.tokens() > budget:
+        squeezed = squeeze(current, policy, task=True)
+    return Compacted(squeezed, reports)
+
+
+def squeeze(t: Transcript, policy: Policy, *, task: bool) -> Transcript:
+    """Every block clipped (the task too with `task`), ever tighter, until within the budget."""
+    for clip_tokens in SQUEEZE_CLIP_TOKENS:
+        if t.tokens() <= policy.budget_tokens:
             break
-        squeeze = Clip(clip_tokens, policy.clip_head_share, arg_clip_chars=200, whole=True, task=task)
-        current = squeeze(current)
-    return Compacted(current, reports)
+        t = Clip(clip_tokens, policy.clip_head_share, arg_clip_chars=200, whole=True, task=task)(t)
+    return t
 
 
 def drop_old_thinking(t: Transcript) -> Transcript:

@@ -192,15 +192,15 @@ class Policy:
     # prompt up to there from the provider's cache instead of writing it again
     standing_breakpoint: bool = True
     # a new summary round appends its note after the earlier ones, kept byte for byte, while they
-    # all fit under notes_max_share of the budget; past it, every note is folded into one
+    # all fit under notes_stack_share of the budget; past it, every note is folded into one
     stack_notes: bool = True
-    # the extractive notes' ceiling (stacked together, or folded), as a share of the budget;
-    # issue 27, second pass: 0.15 (handoff_max_share's) cost 4-8% more at 32k and folded more often
+    # the extractive notes' ceiling when folded into one, as a share of the budget; issue 27,
+    # second pass: 0.15 (handoff_max_share's) cost 4-8% more at 32k and folded more often
     notes_max_share: float = 0.30
     # the stacked notes' ceiling (0: notes_max_share). A fold-up still brings the notes back to
     # notes_max_share, so the next rounds stack in the room between and do not each rewrite the
     # notes. Session 10, 32k: at 0.30 every round past the first fold-up folded (and missed the
-    # cache); 0.40 cost 2-7% less with cache reads 0.926-0.960 -> 0.97 and fidelity_run up
+    # cache); 0.40 cost 0-7% less with cache reads 0.926-0.960 -> 0.97 and fidelity_run up
     # (tuned at 32k on every shared and gen1-3 session, BENCHMARKS "Session 10")
     notes_stack_share: float = 0.40
 

@@ -55,10 +55,12 @@ class Summarize:
     focus: str | None = None
     summarizer: Summarizer | None = None
     stack: bool = DEFAULT_POLICY.stack_notes  # keep earlier notes byte for byte, the new one after them
-    # the extractive notes' ceiling, stacked or folded (0: max_note_tokens, an LLM note's): they
-    # cost nothing to write, and room for them means fewer, larger rounds and fewer fold-ups
+    # the extractive notes' ceiling when folded into one (0: max_note_tokens, an LLM note's):
+    # they cost nothing to write, and room for them means fewer, larger rounds and fewer fold-ups
     max_notes_tokens: int = 0
-    max_stack_tokens: int = 0  # the stacked notes' ceiling (0: the fold's, `ceiling`)
+    # their ceiling while stacked (0: the fold's): the room between is where the rounds after a
+    # fold-up stack instead of each folding (and rewriting the notes) again
+    max_stack_tokens: int = 0
 
     def __call__(self, t: Transcript) -> Transcript:
         if not self._due(t):
@@ -66,7 +68,7 @@ class Summarize:
         # a forced (/compact) round keeps the newest 10% of what is there, not of the whole budget
         keep = min(self.keep_tokens, t.tokens() // 10) if self.force else self.keep_tokens
         start, end = first_kept(t.turns), keep_start(t.turns, keep)
-        cut = self._cut(t.turns, start, end)
+        cut = self._cut(t.turns, start, end, self._notes_reserve(t.handoff))
         if cut <= start:
             return t
         span = t.turns[start:cut]
@@ -83,21 +85,39 @@ class Summarize:
 
     @property
     def ceiling(self) -> int:
-        """The handoff's ceiling: an LLM note's, or the extractive notes' together."""
+        """The handoff's ceiling: an LLM note's, or the extractive notes' folded into one."""
         return (
             (self.max_notes_tokens or self.max_note_tokens)
             if self.summarizer is None
             else self.max_note_tokens
         )
 
+    @property
+    def stack_ceiling(self) -> int:
+        """The notes' ceiling while a round stacks its note on the earlier ones (extractive notes
+        only); a fold-up writes them again within `ceiling`."""
+        if self.stack and self.summarizer is None:
+            return max(self.ceiling, self.max_stack_tokens)
+        return self.ceiling
+
     def _due(self, t: Transcript) -> bool:
         over_tokens = t.tokens() > self.trigger_tokens
         over_turns = self.turn_trigger > 0 and len(t.turns) > self.turn_trigger
         return self.force or over_tokens or over_turns
 
-    def _cut(self, turns: Sequence[Turn], start: int, end: int) -> int:
-        """The earliest cut point that brings tokens (and turns) under target; at most `end`."""
-        tokens = sum(t.tokens for t in turns) + self.ceiling
+    def _notes_reserve(self, prev: Handoff | None) -> int:
+        """The room the cut leaves for the notes after this round: the fold's ceiling, or, when the
+        earlier notes are already near it, what they take with a new note stacked in the room the
+        stacking ceiling adds (a fold-up is not expected at every round past the fold's ceiling)."""
+        room = self.stack_ceiling - self.ceiling
+        if prev is None or room <= 0:
+            return self.ceiling
+        return min(self.stack_ceiling, max(self.ceiling, prev.tokens + room))
+
+    def _cut(self, turns: Sequence[Turn], start: int, end: int, reserve: int) -> int:
+        """The earliest cut point that brings tokens (and turns) under target, `reserve` kept for
+        the notes; at most `end`."""
+        tokens = sum(t.tokens for t in turns) + reserve
         turn_goal = self.turn_trigger // 2 if self.turn_trigger else 0
         for i in range(start, end):
             tokens -= turns[i].tokens
@@ -152,7 +172,7 @@ class Summarize:
 
     def _stacked(self, prev: Handoff, span: Sequence[Turn], ref: str, new: F.Facts) -> Handoff | None:
         """The span's own note after the earlier ones (kept byte for byte), if it fits whole in
-        the room they leave under the note's ceiling; None: fold them all into one instead."""
+        the room they leave under `stack_ceiling`; None: fold them all into one instead."""
         header = _header(((span[0].seq, span[-1].seq),), (ref,), self.focus)
         facts = {**new, "task": ""}  # the first note states the task
         items = {k: list(facts.get(k, [])) for k, _ in SECTIONS}
@@ -160,7 +180,7 @@ class Summarize:
         # (or a search of the prompt) should not have to join paths across them
         text = _render(header, facts, items, dict.fromkeys(items, 0), shorten=False)
         tokens = count_text(text) + BLOCK_OVERHEAD_TOKENS
-        if prev.tokens + tokens > max(self.ceiling, self.max_stack_tokens):
+        if prev.tokens + tokens > self.stack_ceiling:
             return None
         return Handoff(text, (), (), prev.tokens + tokens, earlier=prev.notes)
 
