@@ -217,3 +217,42 @@ def test_the_status_note_shows_a_read_at_once(tmp_path: Path, redis_url: str) ->
     assert ref in orjson.dumps(unread["messages"]).decode()
     assert f"{ref} (offload, 6,000 lines; read: lines 10-12)" in texts(read)[-1]
     assert 'source="cache"} 2.0' in metrics and 'source="db"' not in metrics
+
+
+def test_a_fit_fallback_keeps_the_pinned_memory_block_and_notes_the_changes(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """No worker has run since a big tool result: the fetch's fit clips it and serves the memory
+    block the snapshot pinned (the start of the provider's cached prefix), with what changed
+    since in the status note, not a block rendered afresh (the worker's next epoch keeps the
+    pinned one too)."""
+    settings = make_settings(tmp_path, f"sqlite:///{tmp_path / 'c.db'}", redis_url)
+
+    def unit(n: int, output: str) -> list[dict]:
+        call = {"type": "tool_use", "id": f"toolu_{n}", "name": "Bash", "input": {"command": f"make step{n}"}}
+        done = {"type": "tool_result", "tool_use_id": f"toolu_{n}", "content": output}
+        return [{"role": "assistant", "content": [call]}, {"role": "user", "content": [done]}]
+
+    with open_app(settings, raise_server_exceptions=True) as api:
+        client, res, tid, auth = api.client, api.res, api.tenant, api.auth
+        first = {
+            "context_window": 8_000,
+            "messages": [{"role": "user", "content": "Fix the parser."}, *unit(0, "ok")],
+        }
+        assert client.post("/v1/sessions/s/turns", json=first, headers=auth).status_code == 200
+        ops = [{"op": "set", "section": "task", "value": "Fix the parser in src/parse.py"}]
+        assert client.patch("/v1/sessions/s/memory", json={"ops": ops}, headers=auth).status_code == 200
+        pk = get_session(res.engine, tid, "s").id
+        assert jobs.compact(tid, pk, 3, res) == "published"
+        pinned = client.get("/v1/sessions/s/prompt", headers=auth).json()["system"][-1]["text"]
+        ops = [{"op": "add", "section": "important_files", "value": "src/lexer.py", "seq": 3}]
+        assert client.patch("/v1/sessions/s/memory", json={"ops": ops}, headers=auth).status_code == 200
+        log = "\n".join(f"line {i}: checked token stream offset {i * 7}" for i in range(700))
+        later = [*unit(1, log), *unit(2, "ok"), *unit(3, "ok")]
+        assert client.post("/v1/sessions/s/turns", json={"messages": later}, headers=auth).status_code == 200
+        served = client.get("/v1/sessions/s/prompt", headers=auth).json()
+    assert served["fallback"] == "fit" and served["token_count"] <= served["budget_tokens"]
+    assert "src/parse.py" in pinned and "src/lexer.py" not in pinned
+    assert served["system"][-1]["text"] == pinned
+    status = served["messages"][-1]["content"][-1]["text"]
+    assert status.startswith("[compactd status]") and "src/lexer.py" in status

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from tests.strategies import PLANTED_SECRETS, conversations, planted_conversations
 from worker.compaction.assemble import assemble, turn_policy
+from worker.compaction.epochs import fit_fallback
 from worker.compaction.fit import fit
 from worker.compaction.model import Handoff, Policy, Transcript, canonical_json
 from worker.compaction.pipeline import compact
@@ -332,3 +333,49 @@ def test_fit_clips_the_task_only_when_the_rest_clipped_is_not_enough() -> None:
     assert clipped.turns[0] != huge.turns[0]
     # the newest turn only as clipped as the task's squeeze needed (400 tokens a block), not 20
     assert clipped.turns[-1].tokens >= 1_000
+
+
+def test_a_fetch_fit_keeps_the_pinned_memory_block_unless_its_summary_rewrites_the_top() -> None:
+    """fit_fallback follows the job's memory rule: the pinned block and the changes note stay
+    while the prompt's top stays; a fit whose summary writes the first note renders the block
+    afresh and empties the note (as the worker's next epoch will), with room kept for either."""
+
+    def unit(n: int) -> list[dict[str, Any]]:
+        return [
+            {
+                "role": "assistant",
+                "content": [
+                    {
+                        "type": "tool_use",
+                        "id": f"toolu_{n}",
+                        "name": "Bash",
+                        "input": {"command": f"make step{n}"},
+                    }
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": f"toolu_{n}", "content": f"step {n} output " * 300}
+                ],
+            },
+        ]
+
+    policy = policy_for(8_000)
+    pinned, fresh, note = (
+        "Task: fix the parser.",
+        "Task: fix the parser.\nFiles: src/parse.py (edited 2x)",
+        "+ Files: src/parse.py",
+    )
+    small = replace(
+        transcript([{"role": "user", "content": "Fix the parser."}, *unit(0)], policy), memory=pinned
+    )
+    kept, kept_note = fit_fallback(small, fresh, note, policy)
+    assert kept.memory == pinned and kept_note == note and kept.handoff is None
+    messages = [{"role": "user", "content": "Fix the parser."}]
+    for n in range(12):
+        messages += unit(n)
+    big = replace(transcript(messages, policy), memory=pinned)
+    fitted, fitted_note = fit_fallback(big, fresh, note, policy)
+    assert fitted.handoff is not None and fitted.memory == fresh and fitted_note == ""
+    assert count_request(assemble(fitted)) + count_text(note) <= policy.budget_tokens

@@ -14,7 +14,8 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-from worker.compaction.assemble import assemble, finish
+from worker.compaction.assemble import assemble, finish, prefix_tokens, turn_policy
+from worker.compaction.fit import fit
 from worker.compaction.model import FileWrite, Policy, StageReport, Transcript, Turn, canonical_json
 from worker.compaction.pipeline import compact, summarized
 from worker.compaction.ports import Summarizer
@@ -135,6 +136,20 @@ def stacks_notes(current: Transcript, publish: Transcript) -> bool:
     cached it, so a new epoch need not rewrite it from the top."""
     old, new = current.handoff, publish.handoff
     return old is not None and new is not None and new != old and new.notes[: len(old.notes)] == old.notes
+
+
+def fit_fallback(current: Transcript, fresh_memory: str, note: str, policy: Policy) -> tuple[Transcript, str]:
+    """A fetch's `fit` (the worker has not kept up) under the job's memory rule: `current` holds the
+    pinned block and `note` the changes since it; both stay unless the fit's summary rewrites the
+    prompt from the top (a first note or a fold-up), where the block is rendered afresh and the
+    note empties, as the worker's next epoch will do, so its prompt starts as this one did.
+    Room is kept for the larger of the two blocks and for the note. One rule for the service
+    (worker/flows/serve.py) and the replay simulator."""
+    larger = max(current, replace(current, memory=fresh_memory), key=prefix_tokens)
+    fitted = fit(current, turn_policy(policy, larger, note)).transcript
+    if fitted.handoff != current.handoff and not stacks_notes(current, fitted):
+        return replace(fitted, memory=fresh_memory), ""
+    return fitted, note
 
 
 def rewrites_top(current: Transcript, s: Step) -> bool:

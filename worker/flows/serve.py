@@ -30,10 +30,9 @@ from worker.compaction.assemble import (
     note_tokens,
     served_tokens,
     status_note,
-    turn_policy,
 )
 from worker.compaction.codec import transcript_from_json
-from worker.compaction.fit import fit
+from worker.compaction.epochs import fit_fallback
 from worker.compaction.model import Policy, Transcript, Turn
 from worker.store import fetch as reads
 from worker.store.db import read_tx
@@ -313,9 +312,18 @@ def fallback(
     if loaded is None or (loaded.session.tenant_id, loaded.session.client_id) != (tenant_id, client_id):
         return None
     row, snap = loaded.session, loaded.snapshot
-    current = loaded.current()
+    # the published prefix's memory block and the changes since, as a fetch from the snapshot
+    # serves them (a new system prompt rewrites the top anyway: then the block as it is now)
+    state = loaded.state()
+    pinned, pinned_version = loaded.pinned(state)
+    if snap is not None and state.system != row.system:
+        pinned, pinned_version = loaded.memory, row.memory_version
+    note = ""
+    if pinned_version != row.memory_version:
+        with read_tx(engine) as conn:
+            note = changes_since(conn, row.id, pinned_version, DB_NOTE_TOKENS)
     policy = policy_for(row.context_window, row.output_reserve)
-    fitted = fit(current, turn_policy(policy, current)).transcript
+    fitted, note = fit_fallback(loaded.current(state, memory=pinned), loaded.memory, note, policy)
     if fitted.files:
         save_files(engine, row.tenant_id, row.id, fitted.files)  # content-addressed: a repeat writes nothing
     with read_tx(engine) as conn:
@@ -329,6 +337,7 @@ def fallback(
         memver=row.memory_version,
         tokens=served_tokens(fitted),
         files=files,
+        memory_note=note,
     )
     return _served(client_id, row.version, entry, [], policy, "fit", "fit")
 

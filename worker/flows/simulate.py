@@ -32,10 +32,17 @@ from worker.compaction.assemble import (
     note_tokens,
     served_tokens,
     status_note,
-    turn_policy,
 )
-from worker.compaction.epochs import Decision, Step, Switch, extend, rewrites_top, served_request, step
-from worker.compaction.fit import fit
+from worker.compaction.epochs import (
+    Decision,
+    Step,
+    Switch,
+    extend,
+    fit_fallback,
+    rewrites_top,
+    served_request,
+    step,
+)
 from worker.compaction.model import FileWrite, Policy, Transcript, Turn
 from worker.compaction.normalize import normalize_message
 from worker.compaction.pricing import Billed, PromptCache, keeps_prefix, last_mark_key, total
@@ -416,9 +423,9 @@ def _serve(sim: _Sim) -> tuple[dict[str, Any], int, str | None]:
         if tokens <= budget:
             return request, tokens, "pending"
     current = extend(sim.snapshot, sim.tail)
-    policy = turn_policy(sim.policy, current, note)
-    fitted = replace(fit(current, policy).transcript, files=())
-    request, tokens = _rendered(fitted, [], budget, files, note)
+    fresh = render(sim.items, sim.policy.memory_budget_tokens)
+    fitted, note = fit_fallback(current, fresh, note, sim.policy)
+    request, tokens = _rendered(replace(fitted, files=()), [], budget, files, note)
     return request, tokens, "fit"
 
 
