@@ -246,6 +246,11 @@ def test_a_fit_fallback_keeps_the_pinned_memory_block_and_notes_the_changes(
         assert jobs.compact(tid, pk, 3, res) == "published"
         pinned = client.get("/v1/sessions/s/prompt", headers=auth).json()["system"][-1]["text"]
         ops = [{"op": "add", "section": "important_files", "value": "src/lexer.py", "seq": 3}]
+        # changes past the 200 tokens a fetch from the database notes, within the job's 800
+        ops += [
+            {"op": "add", "section": "decisions", "value": f"decision {i}: keep lexer rule {i} as it is"}
+            for i in range(20)
+        ]
         assert client.patch("/v1/sessions/s/memory", json={"ops": ops}, headers=auth).status_code == 200
         log = "\n".join(f"line {i}: checked token stream offset {i * 7}" for i in range(700))
         later = [*unit(1, log), *unit(2, "ok"), *unit(3, "ok")]
@@ -256,3 +261,4 @@ def test_a_fit_fallback_keeps_the_pinned_memory_block_and_notes_the_changes(
     assert served["system"][-1]["text"] == pinned
     status = served["messages"][-1]["content"][-1]["text"]
     assert status.startswith("[compactd status]") and "src/lexer.py" in status
+    assert "decision 19: keep lexer rule 19" in status

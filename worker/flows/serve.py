@@ -24,6 +24,7 @@ from worker.cache.cache import Cache
 from worker.cache.prompts import Entry
 from worker.compaction.assemble import (
     DB_NOTE_TOKENS,
+    MEMORY_NOTE_TOKENS,
     FileInfo,
     assemble,
     finish,
@@ -34,6 +35,8 @@ from worker.compaction.assemble import (
 from worker.compaction.codec import transcript_from_json
 from worker.compaction.epochs import fit_fallback
 from worker.compaction.model import Policy, Transcript, Turn
+from worker.compaction.tokens import count_text
+from worker.memory.model import clip_note
 from worker.store import fetch as reads
 from worker.store.db import read_tx
 from worker.store.files import file_infos, last_read_id, save_files
@@ -318,12 +321,13 @@ def fallback(
     pinned, pinned_version = loaded.pinned(state)
     if snap is not None and state.system != row.system:
         pinned, pinned_version = loaded.memory, row.memory_version
-    note = ""
+    changes = ""
     if pinned_version != row.memory_version:
         with read_tx(engine) as conn:
-            note = changes_since(conn, row.id, pinned_version, DB_NOTE_TOKENS)
+            changes = changes_since(conn, row.id, pinned_version, 1 << 30)
     policy = policy_for(row.context_window, row.output_reserve)
-    fitted, note = fit_fallback(loaded.current(state, memory=pinned), loaded.memory, note, policy)
+    current, note = fallback_memory(loaded.current(state, memory=pinned), loaded.memory, changes)
+    fitted, note = fit_fallback(current, loaded.memory, note, policy)
     if fitted.files:
         save_files(engine, row.tenant_id, row.id, fitted.files)  # content-addressed: a repeat writes nothing
     with read_tx(engine) as conn:
@@ -340,6 +344,15 @@ def fallback(
         memory_note=note,
     )
     return _served(client_id, row.version, entry, [], policy, "fit", "fit")
+
+
+def fallback_memory(current: Transcript, fresh_memory: str, changes: str) -> tuple[Transcript, str]:
+    """The memory a fetch's fit starts from, by the job's rule (`compact.refreshes_memory`): the
+    pinned block and the changes since it (`changes`, uncut) within the note's room, unless they
+    have outgrown it: then the block as it is now, and no note."""
+    if count_text(changes) > MEMORY_NOTE_TOKENS:
+        return replace(current, memory=fresh_memory), ""
+    return current, clip_note(changes, MEMORY_NOTE_TOKENS)
 
 
 def _from_db(conn: Connection, client_id: str, session: Any, policy: Policy) -> Served:

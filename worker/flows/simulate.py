@@ -50,6 +50,7 @@ from worker.compaction.quiet import is_quiet
 from worker.compaction.tokens import count_message, count_request, count_text
 from worker.compaction.validate import request_problems
 from worker.flows.compact import job_policy, refreshes_memory
+from worker.flows.serve import fallback_memory
 from worker.ingest import ingest
 from worker.memory.model import Event, Item, changes_note, clip_note, pushed_out, render
 from worker.memory.observe import observations
@@ -422,8 +423,14 @@ def _serve(sim: _Sim) -> tuple[dict[str, Any], int, str | None]:
         request, tokens = _rendered(sim.pending, newer, budget, files, note)
         if tokens <= budget:
             return request, tokens, "pending"
+    # the memory as the service's fit sees it: the changes since the pinned block up to now
     current = extend(sim.snapshot, sim.tail)
     fresh = render(sim.items, sim.policy.memory_budget_tokens)
+    if sim.pinned is None:
+        current, changes = replace(current, memory=fresh), ""
+    else:
+        changes = changes_note(sim.pinned, sim.items, 1 << 30, pushed_out(sim.events[sim.pinned_at :]))
+    current, note = fallback_memory(current, fresh, changes)
     fitted, note = fit_fallback(current, fresh, note, sim.policy)
     request, tokens = _rendered(replace(fitted, files=()), [], budget, files, note)
     return request, tokens, "fit"
