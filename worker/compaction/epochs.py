@@ -147,17 +147,22 @@ def fit_fallback(current: Transcript, fresh_memory: str, note: str, policy: Poli
     (worker/flows/serve.py) and the replay simulator."""
     larger = max(current, replace(current, memory=fresh_memory), key=prefix_tokens)
     fitted = fit(current, turn_policy(policy, larger, note)).transcript
-    if fitted.handoff != current.handoff and not stacks_notes(current, fitted):
+    if top_rewritten(current, fitted):
         return replace(fitted, memory=fresh_memory), ""
     return fitted, note
 
 
 def rewrites_top(current: Transcript, s: Step) -> bool:
-    """Whether a step's publish rewrites the prompt from its top: a new summary that does not
-    stack on the current notes, or a user's /compact (a clean slate, stacked or not). The job and
-    the replay simulator refresh the memory block by this one rule."""
-    summarized = s.publish.handoff != current.handoff
-    return summarized and (s.switch is Switch.FORCED or not stacks_notes(current, s.publish))
+    """Whether a step's publish rewrites the prompt from its top (`top_rewritten`; a user's
+    /compact is forced). The job and the replay simulator refresh the memory block by this rule."""
+    return top_rewritten(current, s.publish, forced=s.switch is Switch.FORCED)
+
+
+def top_rewritten(current: Transcript, publish: Transcript, *, forced: bool = False) -> bool:
+    """Whether `publish` rewrites the prompt from its top: a new summary that does not stack on
+    the current notes, or a forced one (a clean slate, stacked or not)."""
+    summarized = publish.handoff != current.handoff
+    return summarized and (forced or not stacks_notes(current, publish))
 
 
 def blocks_between(turns: Sequence[Turn], after: int, through: int) -> int:

@@ -27,10 +27,9 @@ from worker.compaction.epochs import Decision, Switch, common_prefix_bytes, rewr
 from worker.compaction.model import Policy, Transcript
 from worker.compaction.ports import SummaryResult
 from worker.compaction.quiet import why_not_quiet
-from worker.compaction.tokens import count_text
 from worker.errors import SessionLocked
 from worker.flows.observe import observe_memory
-from worker.flows.serve import entry_from_prompt, refresh_status_files, request_prefix
+from worker.flows.serve import entry_from_prompt, outgrows_note, refresh_status_files, request_prefix
 from worker.memory.model import clip_note
 from worker.metrics import epoch_cause, record_job, record_publish, record_usage
 from worker.resources import Resources
@@ -161,7 +160,7 @@ def load(
     if observe_memory(res, session_pk, loaded.current(state).turns, loaded.session.memory_observed_through):
         loaded = snapshots.with_fresh_memory(res.engine, loaded, res.settings.memory_budget_tokens)
     row = loaded.session
-    pinned_version = pinned_memory(loaded, state)[1]
+    pinned_version = loaded.pinned(state)[1]
     changes = ""
     if pinned_version < row.memory_version:  # else nothing changed since the pinned block
         with read_tx(res.engine) as conn:
@@ -206,14 +205,6 @@ class Plan:
         return snapshot_kind("new_epoch" if self.new_epoch else "", str(self.step.switch), self.summarized)
 
 
-def pinned_memory(loaded: snapshots.Loaded, state: Transcript) -> tuple[str, int]:
-    """The memory block the published prefix holds and the version it renders: the one pinned at
-    the epoch, until the system prompt changes (the prefix is rewritten from the top anyway)."""
-    if loaded.snapshot is not None and state.system != loaded.session.system:
-        return loaded.memory, loaded.session.memory_version
-    return loaded.pinned(state)
-
-
 def refreshes_memory(*, new_epoch: bool, rewrote_top: bool, system_changed: bool, changes: str) -> bool:
     """Whether a publish renders the pinned memory block afresh (and empties the changes note): when
     the prefix is rewritten from the top anyway (a new system prompt, a summary that folded or
@@ -221,7 +212,7 @@ def refreshes_memory(*, new_epoch: bool, rewrote_top: bool, system_changed: bool
     structural epoch, or a summary stacked on the earlier notes (`epochs.stacks_notes`), rewrites
     only after them: refreshing the block there makes the provider cache the whole prompt again.
     One rule for the job and the replay simulator (worker/flows/simulate.py)."""
-    return system_changed or (new_epoch and (rewrote_top or count_text(changes) > MEMORY_NOTE_TOKENS))
+    return system_changed or (new_epoch and (rewrote_top or outgrows_note(changes)))
 
 
 def job_policy(policy: Policy, current: Transcript, fresh_memory: str, note: str) -> Policy:
@@ -236,7 +227,7 @@ def plan_job(job: JobInput, summarizer: Watched | None = None) -> Plan:
     loaded, request = job.loaded, job.request
     row, snap, state = loaded.session, loaded.snapshot, job.state
     system_changed = snap is not None and state.system != row.system
-    pinned, pinned_version = pinned_memory(loaded, state)
+    pinned, pinned_version = loaded.pinned(state)
     current = loaded.current(state, memory=pinned)
     note = clip_note(job.memory_changes, MEMORY_NOTE_TOKENS)
     engine_policy = job_policy(job.policy, current, loaded.memory, note)

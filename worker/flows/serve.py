@@ -316,11 +316,9 @@ def fallback(
         return None
     row, snap = loaded.session, loaded.snapshot
     # the published prefix's memory block and the changes since, as a fetch from the snapshot
-    # serves them (a new system prompt rewrites the top anyway: then the block as it is now)
+    # serves them
     state = loaded.state()
     pinned, pinned_version = loaded.pinned(state)
-    if snap is not None and state.system != row.system:
-        pinned, pinned_version = loaded.memory, row.memory_version
     changes = ""
     if pinned_version != row.memory_version:
         with read_tx(engine) as conn:
@@ -350,9 +348,15 @@ def fallback_memory(current: Transcript, fresh_memory: str, changes: str) -> tup
     """The memory a fetch's fit starts from, by the job's rule (`compact.refreshes_memory`): the
     pinned block and the changes since it (`changes`, uncut) within the note's room, unless they
     have outgrown it: then the block as it is now, and no note."""
-    if count_text(changes) > MEMORY_NOTE_TOKENS:
+    if outgrows_note(changes):
         return replace(current, memory=fresh_memory), ""
     return current, clip_note(changes, MEMORY_NOTE_TOKENS)
+
+
+def outgrows_note(changes: str) -> bool:
+    """Whether the memory changes since the pinned block pass the status note's room: the block
+    is then rendered afresh (at a job's new epoch, or a fetch's fit) rather than noted."""
+    return count_text(changes) > MEMORY_NOTE_TOKENS
 
 
 def _from_db(conn: Connection, client_id: str, session: Any, policy: Policy) -> Served:

@@ -39,8 +39,10 @@ class Loaded:
         return transcript_from_json(orjson.loads(self.snapshot.state))
 
     def pinned(self, state: Transcript) -> tuple[str, int]:
-        """The memory block the published prefix holds, and the memory version it renders."""
-        if self.snapshot is None:
+        """The memory block the published prefix holds, and the memory version it renders: the one
+        pinned at the epoch, until the system prompt changes (the prefix is rewritten from the top
+        anyway: then the block as it is now)."""
+        if self.snapshot is None or state.system != self.session.system:
             return self.memory, self.session.memory_version
         return state.memory, self.snapshot.pinned_memory_version
 
