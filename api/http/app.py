@@ -11,17 +11,18 @@ from typing import Any
 
 import structlog
 from fastapi import FastAPI
-from starlette.concurrency import run_in_threadpool
 
 from api.http import errors
 from api.http.guard import Guard
 from api.http.middleware.bearer import BearerRequired
 from api.http.middleware.body_limit import BodyLimit
+from api.http.middleware.fast_paths import FastPaths
 from api.http.middleware.json_only import JsonOnly
 from api.http.middleware.request_log import RequestLog
 from api.http.prometheus import Metrics
 from api.http.replies import ReplyGrace
 from api.http.routes import files, health, memory, messages, prompt, sessions, turns, ui
+from api.http.threads import in_thread
 from api.http.upstream import upstream_client
 from worker.cache.prompts import EntryMemo
 from worker.contracts import Enqueue
@@ -77,7 +78,7 @@ def create_app(settings: Settings, *, enqueue: Enqueue | None = None, log_setup:
             finally:
                 flusher.cancel()
                 await _flush_once(app, res)
-                await run_in_threadpool(app.state.metrics.close)
+                await in_thread(app.state.metrics.close)
                 await app.state.upstream.aclose()
         finally:
             gc.unfreeze()
@@ -100,11 +101,10 @@ def create_app(settings: Settings, *, enqueue: Enqueue | None = None, log_setup:
     errors.install(app)
     for module in (turns, prompt, sessions, memory, files, health, ui, messages):
         app.include_router(module.router)
-    # innermost: the fetch's fast path still passes every check below it
-    prompt_route = next(
-        r for r in prompt.router.routes if getattr(r, "path", None) == "/v1/sessions/{sid}/prompt"
+    # innermost: a fetch or an append on its fast path still passes every check below it
+    app.add_middleware(
+        FastPaths, handlers=app.exception_handlers, paths=[prompt.fast_path(), turns.fast_path()]
     )
-    app.add_middleware(prompt.PromptFastPath, handlers=app.exception_handlers, route=prompt_route)
     app.add_middleware(JsonOnly)
     app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
     # outside the body limit: an anonymous request is a 401 whatever its size (it learns nothing)
@@ -187,4 +187,4 @@ async def flush_fetch_log(app: FastAPI, res: Resources) -> None:
 async def _flush_once(app: FastAPI, res: Resources) -> None:
     batch, app.state.fetch_log = app.state.fetch_log, []
     if batch:
-        await run_in_threadpool(res.cache.counters.record_fetches, batch)
+        await in_thread(res.cache.counters.record_fetches, batch)

@@ -8,12 +8,13 @@ from collections.abc import Callable, Sequence
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
-from starlette.concurrency import run_in_threadpool
 from structlog.contextvars import bind_contextvars
 
 from api.http.errors import TooManyRequests, Unauthorized
 from api.http.guard import Guard
+from api.http.threads import in_thread
 from worker.resources import Resources
+from worker.store.sessions import Appended
 from worker.store.tables import utcnow
 from worker.store.tenants import KeyGrant, grant_for_digest, hash_key
 
@@ -91,7 +92,7 @@ async def authorize_key(
     grant = cached_grant(keys, digest, verdict.stamp)
     if grant is None:
         res: Resources = request.app.state.resources
-        grant = await run_in_threadpool(grant_for_digest, res.engine, digest)
+        grant = await in_thread(grant_for_digest, res.engine, digest)
         if grant is None:
             keys.pop(digest, None)
             raise Unauthorized("unknown, revoked or expired API key")
@@ -107,6 +108,21 @@ async def authorize_key(
         )
     confirmed = reads and seen is not None and seen[0].tenant_id == grant.tenant_id
     return grant.tenant_id, verdict.replies if confirmed else None
+
+
+async def noted(request: Request, appended: Appended | None) -> bool:
+    """An acknowledged append's note_version, sent on the key check's connection: a Redis round trip
+    the event loop drives, no thread hop (before the answer: a fetch served from Redis alone, the
+    database down, must cover every append acknowledged). Best effort: False when Redis did not
+    take it."""
+    if appended is None or appended.replayed:
+        return True
+    res: Resources = request.app.state.resources
+    guard: Guard = request.app.state.guard
+    command = res.cache.prompts.note_version_command(
+        appended.session_pk, appended.version, appended.context_window, appended.output_reserve
+    )
+    return await guard.send([command])
 
 
 ResourcesDep = Annotated[Resources, Depends(get_resources)]

@@ -1,4 +1,4 @@
-"""The fetch's fast path (api/http/routes/prompt.py PromptFastPath) answers exactly as the routed endpoint
+"""The fast paths (api/http/middleware/fast_paths.py) answer exactly as the routed endpoints
 does: the same status, body and headers for a prompt, a missing session, a bad key, a rate limit
 and an id the route refuses."""
 
@@ -9,12 +9,14 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from api.http.app import create_app
-from api.http.routes.prompt import PromptFastPath
+from api.http.middleware.fast_paths import FastPaths
+from api.http.routes import prompt, turns
 from tests.integration.conftest import flush_prefix, make_settings
 from worker.flows import compact as jobs
 from worker.store.sessions import get_session
@@ -25,7 +27,7 @@ pytestmark = pytest.mark.services
 
 def routed_only(app: FastAPI) -> FastAPI:
     """The same app without the fast path (before its middleware stack is built)."""
-    app.user_middleware = [m for m in app.user_middleware if m.cls is not PromptFastPath]
+    app.user_middleware = [m for m in app.user_middleware if m.cls is not FastPaths]
     return app
 
 
@@ -95,3 +97,89 @@ def test_fast_path_is_rate_limited_like_the_route(clients: tuple[TestClient, Tes
     statuses = [answer(fast, "/v1/sessions/s1/prompt", key) for _ in range(60)]
     refused = next(s for s in statuses if s[0] == 429)
     assert refused[2]["content-type"] == "application/problem+json" and int(refused[2]["retry-after"]) >= 1
+
+
+def appended(client: TestClient, sid: str, key: str, body: bytes, **headers: str) -> tuple[int, Any, str]:
+    """An append's status, JSON answer with the session id made neutral, and content type."""
+    r = client.post(
+        f"/v1/sessions/{sid}/turns",
+        content=body,
+        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json", **headers},
+    )
+    text = r.text.replace(sid, "<sid>")
+    return r.status_code, orjson.loads(text) if text else None, r.headers.get("content-type", "")
+
+
+TURN = b'{"messages": [{"role": "user", "content": "run the tests"}]}'
+
+
+@pytest.mark.parametrize(
+    ("body", "headers", "key_of", "status"),
+    [
+        (TURN, {}, "tenant", 200),
+        (TURN, {"Idempotency-Key": "k1", "X-Compactd-Activity": "idle"}, "tenant", 200),
+        (b'{"messages": [', {}, "tenant", 400),  # not JSON
+        (b"", {}, "tenant", 422),  # no body: the route's "field required"
+        (b'{"messages": []}', {}, "tenant", 422),  # the schema
+        (b'{"messages": [{"role": "user", "content": "x"}], "extra": 1}', {}, "tenant", 422),
+        (TURN, {"Idempotency-Key": "k" * 201}, "tenant", 422),  # a header the route refuses
+        (TURN, {"X-Compactd-Activity": "asleep"}, "tenant", 422),
+        (b'{"messages": [{"role": "user", "content": [{"type": "tool_result"}]}]}', {}, "tenant", 422),
+        (TURN, {}, "cpd_unknown", 401),
+        (b'{"messages": [', {}, "cpd_unknown", 400),  # malformed JSON comes first, as on the route
+    ],
+)
+def test_append_fast_path_answers_as_the_routed_endpoint(
+    clients: tuple[TestClient, TestClient, str],
+    body: bytes,
+    headers: dict[str, str],
+    key_of: str,
+    status: int,
+) -> None:
+    """An append taken by the fast path and one the route answers: the same status and answer
+    (each on a session of its own), valid or not."""
+    fast, routed, key = clients
+    used = key if key_of == "tenant" else key_of
+    got = appended(fast, "fast-a", used, body, **headers)
+    expected = appended(routed, "routed-a", used, body, **headers)
+    assert got[0] == status and got == expected
+
+
+def test_append_fast_path_stores_what_the_route_stores(clients: tuple[TestClient, TestClient, str]) -> None:
+    """The same turns appended on each path read back the same from the session's prompt."""
+    fast, routed, key = clients
+    body = b'{"messages": [{"role": "user", "content": "token=ghp_' + b"a1B2" * 9 + b'"}]}'
+    assert appended(fast, "fast-b", key, body)[0] == appended(routed, "routed-b", key, body)[0] == 200
+    auth = {"Authorization": f"Bearer {key}"}
+    prompts = [
+        c.get(f"/v1/sessions/{s}/prompt", headers=auth).json()
+        for c, s in ((fast, "fast-b"), (routed, "routed-b"))
+    ]
+    assert prompts[0]["messages"] == prompts[1]["messages"] and "ghp_" not in str(prompts[0])
+
+
+def test_valid_fetches_and_appends_take_the_fast_path(
+    tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The handlers the fast paths run answer a valid fetch and append themselves (not the route)."""
+    taken: list[str] = []
+
+    def spy(name: str, handler: Any) -> Any:
+        async def handle(*args: Any) -> Any:
+            answer = await handler(*args)
+            taken.append(name if answer is not None else f"{name} passed on")
+            return answer
+
+        return handle
+
+    monkeypatch.setattr(turns, "append_fast", spy("append", turns.append_fast))
+    monkeypatch.setattr(prompt, "prompt_body", spy("fetch", prompt.prompt_body))
+    settings = make_settings(tmp_path, f"sqlite:///{tmp_path / 't.db'}", redis_url)
+    with TestClient(create_app(settings, enqueue=lambda *a: None)) as client:
+        _, key = create_tenant(client.app.state.resources.engine, "taken")  # type: ignore[attr-defined]
+        auth = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+        assert client.post("/v1/sessions/t/turns", content=TURN, headers=auth).status_code == 200
+        assert client.get("/v1/sessions/t/prompt", headers=auth).status_code == 200
+        assert client.post("/v1/sessions/t/turns", content=b"{}", headers=auth).status_code == 422
+    assert taken == ["append", "fetch", "append passed on"]
+    flush_prefix(redis_url, settings.redis_prefix)

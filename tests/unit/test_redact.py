@@ -306,6 +306,9 @@ DETECTOR_CASES = [
         'GRANT_TYPE_JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"',
     ),
     ("password", 'password := "hunter2xyz"', "hunter2xyz", 'password := "my_dummy_pass"'),
+    # a keyboard run people choose is a password in a password's position; a run stays a made-up
+    # example where only looks would say "token"
+    ("password", "DB_PASSWORD=qwertyuiop1", "qwertyuiop1", "API_KEY=abcdefghijklmnop1234"),
     ("token", 'token = "Zq8vN3kLp2Wx"', "Zq8vN3kLp2Wx", 'token.markup = "linkify"'),
     (
         "api_key_header",

@@ -72,6 +72,10 @@ SECRETS = {
         st.sampled_from(["hunter2", "letmein", "password", "Summer2024", "changeme1"]),
         lambda b: f"postgres://user:{b}@db.example.com/app",
     ),
+    "keyboard_password": (
+        st.sampled_from(["qwertyuiop1", "abcdefghijk123", "Qwertyuiop!", "1qwertyuiop"]),
+        lambda b: f"DB_PASSWORD={b}",
+    ),
     "mongodb_password": (
         _random(ALNUM, 12),
         lambda b: f"mongodb+srv://app:{b}%21@cluster0.ab1cd.mongodb.net/db",

@@ -84,11 +84,13 @@ def append_messages(
     activity: str | None,
     enqueue: Enqueue,
     locked: Callable[[Any, Any], None] | None = None,
+    note: bool = True,
 ) -> Outcome:
     """Ingest, validate and store one append in one transaction, then make sure a job is pending.
 
     `locked(conn, session row)` runs inside that transaction with the session locked (the proxy's
-    reconcile record moves there); whatever it raises aborts the append.
+    reconcile record moves there); whatever it raises aborts the append. `note`: False when the
+    caller notes the version itself (the API, on its event loop's Redis connection: note_version).
 
     Raises InvalidTranscript (a message cannot be read), BrokenConversation (tool pairing would
     break) or IdempotencyMismatch (the key was used with another body); nothing is written then.
@@ -96,7 +98,9 @@ def append_messages(
     prepared = prepare_append(res, tenant_id, session_id, body, idempotency_key, activity)
     for attempt in range(1, READ_ATTEMPTS + 1):
         try:
-            return store_prepared(res, prepared, enqueue, locked, last_try=attempt == READ_ATTEMPTS)
+            return store_prepared(
+                res, prepared, enqueue, locked, last_try=attempt == READ_ATTEMPTS, note=note
+            )
         except StaleRead:
             log.info("append.reread", session_id=session_id, tenant_id=tenant_id, attempt=attempt)
             prepared = replace(prepared, read=_after_stored(res, tenant_id, session_id, body))

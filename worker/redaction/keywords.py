@@ -297,7 +297,10 @@ def is_assigned_secret(
     `Password=`), where an unquoted word is a literal value, not a variable of some program.
     """
     v = value.strip()
-    if is_placeholder(v) or echoes_key(key_hint, v) or _ARN.match(v) or _CONCATENATION.match(v):
+    # structure before looks: a password is spared only when it visibly stands in for one
+    if is_placeholder(v, runs=kind != "password") or echoes_key(key_hint, v):
+        return False
+    if _ARN.match(v) or _CONCATENATION.match(v):
         return False
     if is_file_path(v) or _URL_PATH.match(v) or _COLOR.match(v) or _REGEX.search(v):
         return False

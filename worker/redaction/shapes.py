@@ -105,14 +105,16 @@ def char_classes(value: str) -> int:
     )
 
 
-def is_placeholder(value: str) -> bool:
-    """True for template variables, fillers, masks and already-redacted placeholders."""
+def is_placeholder(value: str, runs: bool = True) -> bool:
+    """True for template variables, fillers, masks and already-redacted placeholders; with `runs`,
+    values holding an alphabet or keyboard run too (a made-up token; not a password's position:
+    people choose `qwertyuiop1` as theirs)."""
     v = value.strip()
     if not v or PLACEHOLDER_MARK in v:
         return True
     if v.lower().strip("_-'\"") in _FILLER or _TEMPLATE.match(v) or _MADE_UP.match(v):
         return True
-    return len(set(v)) <= 2 or any(s in v for s in _SEQUENTIAL) or not any(c.isalnum() for c in v)
+    return len(set(v)) <= 2 or (runs and any(s in v for s in _SEQUENTIAL)) or not any(c.isalnum() for c in v)
 
 
 def is_code(value: str) -> bool:

@@ -24,14 +24,13 @@ from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel, Field
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.background import BackgroundTask
-from starlette.concurrency import run_in_threadpool
 from starlette.types import Receive, Scope, Send
 
-from api.http.deps import Reads, TenantDep, authorize_key
+from api.http.deps import Reads, TenantDep, authorize_key, noted
 from api.http.errors import ApiError, NotFound, TooManyRequests
-from api.http.guard import Guard
 from api.http.replies import ReplyGrace, may_wait
 from api.http.routes.prompt import count_served, serve_prompt
+from api.http.threads import in_thread
 from api.http.upstream import (
     AUTH_HEADERS,
     Upstream,
@@ -71,7 +70,6 @@ from worker.proxy.sse import EventSplitter, Relay, encode_event
 from worker.resources import Resources, redaction_key
 from worker.settings import Settings
 from worker.store.proxy import load_records, provider_key_id
-from worker.store.sessions import Appended
 from worker.store.tenants import hash_key
 
 router = APIRouter(tags=["messages"])
@@ -181,7 +179,7 @@ async def authenticate(
         held: HeldKeys = request.app.state.provider_keys
         found, key = held.cached(tenant)
         try:
-            key = key if found else await run_in_threadpool(held.get, tenant)
+            key = key if found else await in_thread(held.get, tenant)
         except ProviderKeyUnreadable:
             raise ProxyError(
                 500, "the provider key held for this tenant cannot be read; set it again"
@@ -431,7 +429,7 @@ async def _reconcile_and_build(call: Call, jobs: HeldJobs, prefetched: Prefetche
     chains: list[str] = []
     chained = partial(_chained, call.request.app.state, call.read)
     # one thread hop: the hashing, the ingest, the render and the upstream body
-    ahead = await run_in_threadpool(_served_ahead, call.proxied, chained, chains)
+    ahead = await in_thread(_served_ahead, call.proxied, chained, chains)
     if ahead is not None:
         done, (call.upstream_raw, call.hidden) = ahead
         call.session_id = done.plan.session_id
@@ -450,7 +448,7 @@ async def _reconcile_in_order(call: Call, chains: list[str]) -> None:
     for missing in (False, True):
         try:
             # one thread hop for the hashing and the append
-            reconciled = await run_in_threadpool(_reconciled, proxied, memo, chains, missing)
+            reconciled = await in_thread(_reconciled, proxied, memo, chains, missing)
             call.reconciled = reconciled
             _stored(call)
         except (InvalidTranscript, BrokenConversation) as exc:
@@ -479,7 +477,7 @@ def _settle_soon(call: Call, ahead: Ahead, chains: list[str]) -> None:
 
     async def settling() -> bool:
         try:
-            reconciled, stopped = await run_in_threadpool(settle, ahead, chains)
+            reconciled, stopped = await in_thread(settle, ahead, chains)
         except Exception as exc:
             # the client still gets its answer; its next request carries this history and stores it
             # (the ordinary way: settle forgot what this process last wrote); an error of no known
@@ -499,21 +497,9 @@ def _settle_soon(call: Call, ahead: Ahead, chains: list[str]) -> None:
             log.info("proxy.ahead_failed", session_id=ahead.plan.session_id, error=type(stopped).__name__)
         call.reconciled = reconciled
         _stored(call)
-        return await _noted(call, reconciled.unnoted)
+        return await noted(call.request, reconciled.unnoted)
 
     call.settling = asyncio.ensure_future(settling())
-
-
-async def _noted(call: Call, appended: Appended | None) -> bool:
-    """note_version on the key check's connection: a Redis round trip the event loop drives (no
-    thread hop). Best effort, as note_version: False when Redis did not take it."""
-    if appended is None:
-        return True
-    guard: Guard = call.request.app.state.guard
-    command = call.res.cache.prompts.note_version_command(
-        appended.session_pk, appended.version, appended.context_window, appended.output_reserve
-    )
-    return await guard.send([command])
 
 
 def _stored(call: Call) -> None:
@@ -653,7 +639,7 @@ async def _rounds(call: Call, relay: Relay, response: UpstreamResponse) -> Async
                 return
             if not relay.should_continue(settings.proxy_tool_rounds):
                 break
-            answered = await run_in_threadpool(
+            answered = await in_thread(
                 proxy_tools.answer_calls,
                 call.res,
                 call.tenant,
@@ -724,7 +710,7 @@ async def _record(call: Call) -> None:
         log.debug("proxy.reply_superseded", tenant_id=call.tenant, session_id=plan_.session_id)
         return
     try:
-        await run_in_threadpool(
+        await in_thread(
             record_reply,
             call.proxied,  # type: ignore[arg-type]
             plan_,
@@ -761,7 +747,7 @@ async def put_provider_key(request: Request, tenant: TenantDep, body: ProviderKe
 async def get_provider_key(request: Request, tenant: TenantDep) -> ProviderKeyOut:
     """Whether compactd holds a provider key for the calling tenant: its public id, never the key."""
     res: Resources = request.app.state.resources
-    return ProviderKeyOut(key_id=await run_in_threadpool(provider_key_id, res.engine, tenant))
+    return ProviderKeyOut(key_id=await in_thread(provider_key_id, res.engine, tenant))
 
 
 @router.delete("/v1/provider-key", include_in_schema=False, status_code=204)
@@ -774,7 +760,7 @@ async def delete_provider_key(request: Request, tenant: TenantDep) -> Response:
 async def _set_provider_key(request: Request, tenant: int, key: str | None) -> str | None:
     res: Resources = request.app.state.resources
     master = redaction_key(res.settings)
-    kid = await run_in_threadpool(set_provider_key, res.engine, master, tenant, key)
+    kid = await in_thread(set_provider_key, res.engine, master, tenant, key)
     request.app.state.provider_keys.forget(tenant)
     log.info("proxy.provider_key_set" if key else "proxy.provider_key_cleared", tenant_id=tenant, key_id=kid)
     return kid
@@ -813,8 +799,8 @@ async def _as_sent(call: Call, conversation: Conversation) -> dict[str, Any] | N
     (it is counted as the client sent it)."""
     res, body = call.res, call.body
     memo: fingerprints.ChainMemo = call.request.app.state.proxy_chains
-    chains = await run_in_threadpool(memo.chains, (call.tenant, conversation.key), body["messages"])
-    records = await run_in_threadpool(load_records, res.engine, call.tenant, conversation.key)
+    chains = await in_thread(memo.chains, (call.tenant, conversation.key), body["messages"])
+    records = await in_thread(load_records, res.engine, call.tenant, conversation.key)
     p = plan(records, chains, conversation.key)
     if p.kind not in ("same", "extend"):
         return None

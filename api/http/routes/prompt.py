@@ -2,31 +2,31 @@
 
 from __future__ import annotations
 
-import inspect
 import re
 from typing import Any
 
 import structlog
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
-from starlette.concurrency import run_in_threadpool
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.http.deps import authorize
 from api.http.errors import NotFound, Unavailable
+from api.http.middleware.fast_paths import SESSION, FastPath
 from api.http.routes.paths import SessionId
 from api.http.schemas import PromptResponse
+from api.http.threads import in_thread
 from worker.cache.prompts import EntryMemo
 from worker.flows.serve import Served, fallback, fetch_ready
 from worker.resources import Resources
 from worker.store.db import is_sqlite
 
 router = APIRouter(tags=["prompt"])
+FETCH = "/v1/sessions/{sid}/prompt"
 log = structlog.get_logger("compactd.api")
 
 
 @router.get(
-    "/v1/sessions/{sid}/prompt",
+    FETCH,
     response_class=Response,
     responses={200: {"model": PromptResponse, "content": {"application/json": {}}}},
 )
@@ -37,8 +37,8 @@ async def get_prompt(sid: SessionId, request: Request) -> Response:
     return Response(await prompt_body(sid, request), media_type="application/json")
 
 
-async def prompt_body(sid: str, request: Request) -> bytes:
-    """get_prompt's answer: the response body (also sent as is by PromptFastPath)."""
+async def prompt_body(sid: str, request: Request, _body: bytes = b"") -> bytes:
+    """get_prompt's answer: the response body (also sent as is by the fast path: FAST_PATH)."""
     # the hot path: auth and resources without FastAPI's dependency solver (a third of the request's CPU)
     res: Resources = request.app.state.resources
     cache = res.cache
@@ -76,15 +76,13 @@ async def serve_prompt(
         # a local file read (the Redis read came with the key check): cheaper inline than a thread hop
         served = fetch_ready(res.engine, cache, tenant, sid, res.policy_for, prefetched)
     else:
-        served = await run_in_threadpool(
-            fetch_ready, res.engine, cache, tenant, sid, res.policy_for, prefetched
-        )
+        served = await in_thread(fetch_ready, res.engine, cache, tenant, sid, res.policy_for, prefetched)
     if served is None:
         raise NotFound("no such session")
     if not served.fits:
         # the worker is down or behind: the pending summary or a fit, computed off the event loop
         try:
-            served = await run_in_threadpool(fallback, res.engine, res.cache, tenant, sid, res.policy_for)
+            served = await in_thread(fallback, res.engine, res.cache, tenant, sid, res.policy_for)
         except Exception as exc:
             log.error("prompt.fallback_failed", error=type(exc).__name__)
             raise Unavailable(
@@ -102,7 +100,7 @@ async def serve_prompt(
         log.warning(
             "prompt.fallback_served", fallback=served.fallback, tokens=served.tokens, epoch=served.epoch
         )
-        await run_in_threadpool(_after_fallback, request, res, tenant, pk, served)
+        await in_thread(_after_fallback, request, res, tenant, pk, served)
     return served
 
 
@@ -123,59 +121,7 @@ def _after_fallback(request: Request, res: Resources, tenant: int, pk: int | Non
         request.app.state.enqueue(tenant, pk, served.version)
 
 
-# the session ids the route's SessionId accepts: anything else goes the full way (and gets its 422)
-_PROMPT_PATH = re.compile(r"/v1/sessions/([A-Za-z0-9._:@-]{1,200})/prompt")
-
-
-class PromptFastPath:
-    """GET /v1/sessions/{sid}/prompt without FastAPI's routing, dependency solving and exception
-    middleware: on a fetch those cost more CPU than the fetch itself (~0.25 of ~0.45 ms here).
-
-    The same handler runs (`get_prompt`'s body, sent without building a Response), its errors go to the app's own exception handlers, and the
-    route is put in the scope for the request log and metrics; the OpenAPI document still comes from
-    the registered route. A request this path does not take whole (another method or path, an id
-    the route would refuse, a body) goes on to the app unchanged. Installed innermost of the
-    middlewares, so authentication, body and media-type checks and the request log still apply.
-    """
-
-    def __init__(self, app: ASGIApp, handlers: dict[Any, Any], route: Any) -> None:
-        self.app, self.handlers, self.route = app, handlers, route
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        match = _PROMPT_PATH.fullmatch(scope["path"]) if scope["type"] == "http" else None
-        if match is None or scope["method"] != "GET" or _has_body(scope):
-            return await self.app(scope, receive, send)
-        sid = match.group(1)
-        scope["path_params"] = {"sid": sid}
-        scope["route"] = self.route
-        request = Request(scope, receive)
-        try:
-            body = await prompt_body(sid, request)
-        except Exception as exc:
-            handler = next((self.handlers[c] for c in _specific(type(exc)) if c in self.handlers), None)
-            if handler is None:
-                raise  # the app's last resort (a logged 500), as on the full path
-            response = handler(request, exc)
-            if inspect.isawaitable(response):
-                response = await response
-            return await response(scope, receive, send)
-        # the stored bytes as they are, with the headers Response(body, media_type=...) would send
-        await send({"type": "http.response.start", "status": 200, "headers": _headers(len(body))})
-        await send({"type": "http.response.body", "body": body})
-
-
-def _headers(length: int) -> list[tuple[bytes, bytes]]:
-    return [(b"content-length", b"%d" % length), (b"content-type", b"application/json")]
-
-
-def _specific(kind: type[BaseException]) -> tuple[type, ...]:
-    """An exception's classes below Exception: the ones the exception middleware would handle (a
-    handler for Exception itself runs outermost, after which the error is raised on, as here)."""
-    return tuple(c for c in kind.__mro__ if c not in (Exception, BaseException, object))
-
-
-def _has_body(scope: Scope) -> bool:
-    for name, value in scope["headers"]:
-        if name == b"transfer-encoding" or (name == b"content-length" and value != b"0"):
-            return True
-    return False
+def fast_path() -> FastPath:
+    """A fetch without FastAPI's routing (api/http/middleware/fast_paths.py)."""
+    route = next(r for r in router.routes if getattr(r, "path", None) == FETCH)
+    return FastPath("GET", re.compile(f"/v1/sessions/{SESSION}/prompt"), route, prompt_body)

@@ -3,16 +3,19 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
 import structlog
-from fastapi import APIRouter, BackgroundTasks, Header, Request, Response
-from starlette.concurrency import run_in_threadpool
+from fastapi import APIRouter, Header, Request, Response
+from starlette.background import BackgroundTask
 
-from api.http.deps import ResourcesDep, SenderDep, TenantDep
+from api.http.deps import TenantDep, authorize, noted
 from api.http.errors import InvalidAppend
+from api.http.middleware.fast_paths import SESSION, FastPath
 from api.http.routes.paths import SessionId
 from api.http.schemas import AppendResponse
+from api.http.threads import in_thread
 from worker.compaction.profiles import known_profile
 from worker.contracts import Activity, AppendRequest
 from worker.flows.append import BrokenConversation, Outcome, append_messages
@@ -22,36 +25,67 @@ from worker.resources import Resources
 from worker.store.sessions import Appended, Profile
 
 router = APIRouter(tags=["turns"])
+APPEND = "/v1/sessions/{sid}/turns"
+IDEMPOTENCY_KEY_MAX = 200
+ACTIVITIES = frozenset(a.value for a in Activity)
 log = structlog.get_logger("compactd.api")
 
 
-@router.post("/v1/sessions/{sid}/turns", response_model=AppendResponse)
+@router.post(APPEND, response_model=AppendResponse)
 async def append(
     sid: SessionId,
     body: AppendRequest,
     request: Request,
-    background: BackgroundTasks,
-    res: ResourcesDep,
     tenant: TenantDep,
-    enqueue: SenderDep,
-    idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+    idempotency_key: Annotated[str | None, Header(max_length=IDEMPOTENCY_KEY_MAX)] = None,
     x_compactd_activity: Annotated[Activity | None, Header()] = None,
 ) -> Response:
     """Append messages; the session is created on first append. Retries with the same Idempotency-Key are safe."""
+    activity = x_compactd_activity.value if x_compactd_activity else None
+    return await appended(request, tenant, sid, body, idempotency_key, activity)
+
+
+async def append_fast(sid: str, request: Request, raw: bytes) -> Response | None:
+    """The route without FastAPI (api/http/middleware/fast_paths.py); None when the request is not
+    valid as it stands: the route then answers it, with its own errors."""
+    key = request.headers.get("idempotency-key")
+    activity = request.headers.get("x-compactd-activity")
+    if (key is not None and len(key) > IDEMPOTENCY_KEY_MAX) or (
+        activity is not None and activity not in ACTIVITIES
+    ):
+        return None
+    try:
+        body = AppendRequest.model_validate_json(raw)
+    except ValueError:
+        return None
+    tenant, _ = await authorize(request)
+    return await appended(request, tenant, sid, body, key, activity)
+
+
+async def appended(
+    request: Request, tenant: int, sid: str, body: AppendRequest, key: str | None, activity: str | None
+) -> Response:
+    """The append's answer, on either path: stored, its version noted, its job sent after the answer."""
+    res: Resources = request.app.state.resources
     # the compaction job goes out after the response (a Redis claim, now and then a broker publish):
     # the turns are committed first, and a job never sent is the beat sweep's (worker/flows/sweep.py)
-    jobs = HeldJobs(enqueue)
-    activity = x_compactd_activity.value if x_compactd_activity else None
+    jobs = HeldJobs(request.app.state.enqueue)
     # one thread hop for the whole append (the database and Redis block); the answer is built here
-    outcome = await run_in_threadpool(_store, res, tenant, sid, body, idempotency_key, activity, jobs)
+    outcome = await in_thread(_store, res, tenant, sid, body, key, activity, jobs)
     done = outcome.appended
-    if jobs.holding:
-        background.add_task(jobs.release)
+    await noted(request, done)
     if not done.replayed:
         request.app.state.metrics.record_append(outcome.turns, outcome.redactions)
     answer = _answer(sid, tenant, body, outcome.profile, done, res.settings.context_window)
     # already validated: sent as is, not validated and encoded again by FastAPI (another thread hop)
-    return Response(answer.model_dump_json(), media_type="application/json")
+    after = BackgroundTask(in_thread, jobs.release) if jobs.holding else None
+    return Response(answer.model_dump_json(), media_type="application/json", background=after)
+
+
+def fast_path() -> FastPath:
+    """An append without FastAPI's routing (api/http/middleware/fast_paths.py)."""
+    route = next(r for r in router.routes if getattr(r, "path", None) == APPEND)
+    return FastPath("POST", re.compile(f"/v1/sessions/{SESSION}/turns"), route, append_fast, body=True)
 
 
 def _store(
@@ -67,7 +101,14 @@ def _store(
     check_turn_sizes(body.messages, res.settings.max_turn_bytes)
     try:
         return append_messages(
-            res, tenant, sid, body, idempotency_key=idempotency_key, activity=activity, enqueue=jobs
+            res,
+            tenant,
+            sid,
+            body,
+            idempotency_key=idempotency_key,
+            activity=activity,
+            enqueue=jobs,
+            note=False,
         )
     except BrokenConversation as exc:
         raise InvalidAppend(str(exc), problems=exc.problems) from None
