@@ -14,7 +14,7 @@ from worker.compaction.model import Policy
 from worker.compaction.ports import Summarizer
 from worker.keyfile import redaction_key
 from worker.redaction import Redactor, kingfisher
-from worker.redaction.scanner import ALL, STRICT
+from worker.redaction.scanner import ALL, strict_rules
 from worker.settings import Settings
 from worker.store.db import engine_for as engine_for  # where callers have always found it
 from worker.store.db import migrate
@@ -24,7 +24,7 @@ log = structlog.get_logger("compactd.resources")
 
 def redactor_for(settings: Settings) -> Redactor:
     """The deployment's Redactor: its key, and the strict rules when COMPACTD_REDACTION=strict."""
-    return Redactor(redaction_key(settings), STRICT if settings.redaction == "strict" else ALL)
+    return Redactor(redaction_key(settings), strict_rules() if settings.redaction == "strict" else ALL)
 
 
 def redis_url(settings: Settings) -> str:

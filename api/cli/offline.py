@@ -127,9 +127,9 @@ def policy_from(args: argparse.Namespace) -> Policy:
 
 def rules_from(args: argparse.Namespace) -> Ruleset:
     """The --redaction profile's rules."""
-    from worker.redaction.scanner import ALL, STRICT
+    from worker.redaction.scanner import ALL, strict_rules
 
-    return STRICT if args.redaction == "strict" else ALL
+    return strict_rules() if args.redaction == "strict" else ALL
 
 
 def _load(args: argparse.Namespace) -> Any:

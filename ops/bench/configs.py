@@ -21,7 +21,7 @@ from typing import Any
 
 from ops.bench.common import table
 from worker.redaction import Redactor
-from worker.redaction.scanner import ALL, CONFIG_POSITIONS, STRICT, Ruleset
+from worker.redaction.scanner import ALL, CONFIG_POSITIONS, Ruleset, strict_rules
 
 # the rules as they were before config positions (issue 25): everything else
 BEFORE = Ruleset.without(frozenset({CONFIG_POSITIONS}))
@@ -118,7 +118,7 @@ def score(rules: Ruleset, files: list[ConfigFile] | None = None) -> list[dict[st
 def main() -> dict[str, Any]:
     files = load()
     result: dict[str, Any] = {}
-    for name, rules in (("before", BEFORE), ("standard", ALL), ("strict", STRICT)):
+    for name, rules in (("before", BEFORE), ("standard", ALL), ("strict", strict_rules())):
         result[name] = score(rules, files)
     merged = [
         {

@@ -19,7 +19,7 @@ from ops.bench.common import data_dir, table
 from ops.bench.held_out import HELD_OUT, held_out_redactors, known_families, score_held_out
 from ops.bench.secrets_scoring import CORPORA, _caught, _false_positive, _secrets_of, overall, score_corpus
 from worker.redaction import Redactor
-from worker.redaction.scanner import ALL, STRICT
+from worker.redaction.scanner import ALL, strict_rules
 
 TRANSCRIPT = "transcripts/claude-code/spotter/fa812bfe-b295-4cca-9c2f-fdf01028cb46.jsonl"
 
@@ -81,7 +81,7 @@ def profiles(root: Path) -> list[dict[str, Any]]:
     texts = [p.read_text(errors="replace") for p in files]
     size_mb = sum(len(t.encode()) for t in texts) / 1e6
     out = []
-    for name, rules in (("standard", ALL), ("strict", STRICT)):
+    for name, rules in (("standard", ALL), ("strict", strict_rules())):
         redactor = Redactor(b"bench", rules)
         caught = sum(_caught(r["text"], redactor.redact_text(r["text"]), _secrets_of(r)) for r in positives)
         flagged = sum(_false_positive(r, redactor) for r in negatives)

@@ -16,9 +16,10 @@ from hypothesis import strategies as st
 from tests.strategies import PLANTED_SECRETS, pieced
 from tests.unit.test_scanner_lanes import planted_texts
 from worker.redaction.needs import PREFILTER_STRINGS, prefilter, required
-from worker.redaction.scanner import ALL, STRICT, Ruleset, scan_bytes
+from worker.redaction.scanner import ALL, Ruleset, scan_bytes, strict_rules
 from worker.redaction.search import leftmost
 
+STRICT = strict_rules()
 LANES = STRICT.lanes
 B = "\ue000"  # how required() writes a `\b` inside a string
 

@@ -22,7 +22,7 @@ REGEXES = {
     "base64_run_strict": scanner._BASE64_RUN_STRICT,
     **{
         f"lane {i} part {j}": part.regex
-        for i, lane in enumerate(scanner.STRICT.lanes)
+        for i, lane in enumerate(scanner.strict_rules().lanes)
         for j, part in enumerate(lane.parts)
     },
 }
@@ -67,7 +67,7 @@ def test_the_escape_hint_answers_as_pythons_re(data: bytes) -> None:
 
 OWN = {
     f"{d.name} {i}": own
-    for lane in scanner.STRICT.lanes
+    for lane in scanner.strict_rules().lanes
     for part in lane.parts
     for i, (d, own) in enumerate(zip(part.detectors, part.own, strict=True))
 }

@@ -13,11 +13,11 @@ from pydantic import ValidationError
 from worker.compaction.model import Policy
 from worker.flows.simulate import replay
 from worker.redaction import Redactor
-from worker.redaction.scanner import STRICT
+from worker.redaction.scanner import strict_rules
 from worker.settings import Settings
 
 STANDARD = Redactor(b"strict-test")
-STRICT_R = Redactor(b"strict-test", STRICT)
+STRICT_R = Redactor(b"strict-test", strict_rules())
 
 
 @pytest.mark.parametrize(
@@ -127,7 +127,7 @@ def test_replay_stores_what_the_profile_given_redacts() -> None:
     policy = Policy(context_window=16_000)
     system = "You deploy. The registry is at 9.9.9.8."
     standard = orjson.dumps(replay(system, messages, policy, job_seconds=0.01).final_request).decode()
-    strict = replay(system, messages, policy, job_seconds=0.01, redactor=Redactor(b"k", STRICT))
+    strict = replay(system, messages, policy, job_seconds=0.01, redactor=Redactor(b"k", strict_rules()))
     served = orjson.dumps(strict.final_request).decode()
     assert "$DB_PASS" in standard and "9.9.9.9" in standard and "9.9.9.8" in standard
     assert "$DB_PASS" not in served and "9.9.9.9" not in served and "[REDACTED:ip_address:" in served

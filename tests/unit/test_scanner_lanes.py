@@ -19,10 +19,10 @@ from hypothesis import strategies as st
 from tests.integration.test_planted_corpus import SAMPLES
 from tests.strategies import PLANTED_SECRETS, pieced
 from worker.redaction.rules import Detector
-from worker.redaction.scanner import STRICT, _detector_at, _Lane, _next_start
+from worker.redaction.scanner import _detector_at, _Lane, _next_start, strict_rules
 
 # every lane of both profiles (the strict profile's list starts with the standard lanes)
-LANES = STRICT.lanes
+LANES = strict_rules().lanes
 # (start, which detector, its groups' spans) at one candidate
 Candidate = tuple[int, str, tuple[tuple[int, int], ...]]
 

@@ -128,13 +128,13 @@ def test_what_a_value_shown_whole_takes_of_the_next_message() -> None:
     ends one message with no space after it takes the next message's first word along; under the
     strict profile a value to the line's end takes the next message's first line (a message
     boundary is no line end), never its later lines; quoted values end at their quote."""
-    from worker.redaction.scanner import STRICT
+    from worker.redaction.scanner import strict_rules
 
     def second(first: str, then: str, redactor: Redactor) -> str:
         msgs = [{"role": "user", "content": first}, {"role": "assistant", "content": then}]
         return ingest(msgs, first_seq=1, redactor=redactor, policy=Policy()).turns[1].content[0]["text"]
 
-    strict = Redactor(b"seam-key", STRICT)
+    strict = Redactor(b"seam-key", strict_rules())
     assert second(f"export GITHUB_TOKEN={KEY}", "ok, now run the tests", R).endswith("], now run the tests")
     taken = second("set API_KEY=abc123 please", "Done. Running the tests.\nAll passed.", strict)
     assert taken.startswith("[REDACTED:") and taken.endswith("]\nAll passed.")
@@ -220,10 +220,10 @@ def test_the_last_resort_redacts_the_halves_as_each_was_redacted_alone() -> None
 )
 def test_a_half_recognised_alone_takes_the_rest_of_its_token(left: str, right: str, kept: str) -> None:
     """Both profiles: neither half of the secret is left on its side."""
-    from worker.redaction.scanner import STRICT
+    from worker.redaction.scanner import strict_rules
 
     left_half, right_half = re.split(r'[="]', left)[-1], right[: len(right) - len(kept)]
-    for redactor in (R, Redactor(b"seam-key", STRICT)):
+    for redactor in (R, Redactor(b"seam-key", strict_rules())):
         new_left, new_right = _across_appends(left, right, redactor)
         assert left_half not in new_left and right_half not in new_right, (new_left, new_right)
         assert new_right.startswith("[REDACTED:") and new_right.endswith(kept)
@@ -266,8 +266,8 @@ def test_a_quoted_passphrase_the_stored_half_shows_redacted_goes_to_its_closing_
 ) -> None:
     """The stored half already redacted the value's first words (`"[REDACTED:…]`): its rest, spaces
     and all, goes up to the closing quote, in both profiles, as it would within one append."""
-    from worker.redaction.scanner import STRICT
+    from worker.redaction.scanner import strict_rules
 
-    for redactor in (R, Redactor(b"seam-key", STRICT)):
+    for redactor in (R, Redactor(b"seam-key", strict_rules())):
         _, new_right = _across_appends(left, right, redactor)
         assert rest not in new_right and new_right.startswith("[REDACTED:"), new_right

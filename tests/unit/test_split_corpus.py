@@ -30,7 +30,7 @@ from tests.integration.test_planted_corpus import (
 from worker.compaction.model import Block, Policy
 from worker.ingest import ingest
 from worker.redaction import Redactor
-from worker.redaction.scanner import ALL, STRICT
+from worker.redaction.scanner import ALL, strict_rules
 
 pytestmark = [pytest.mark.data, pytest.mark.slow]  # ~20 s per case
 
@@ -61,7 +61,7 @@ def _two_appends(left: str, right: str, redactor: Redactor) -> list[tuple[Block,
 
 
 def _leaks(profile: str, split: Any) -> dict[str, list[int]]:
-    redactor = Redactor(b"split-corpus-key", STRICT if profile == "strict" else ALL)
+    redactor = Redactor(b"split-corpus-key", strict_rules() if profile == "strict" else ALL)
     known = json.loads(KNOWN_LEAKS.read_text()) if KNOWN_LEAKS.exists() else {}
     undetected = set(known.get("standard", {}).get("plain", {})) if profile == "standard" else set()
     context = context_windows(SAMPLES)
