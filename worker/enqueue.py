@@ -8,6 +8,8 @@ nothing more. A failed send releases the claim and is logged; the beat sweep cat
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
+from typing import Any
 
 import structlog
 
@@ -30,6 +32,14 @@ def enqueue_compaction(
 ) -> None:
     """Claim the session's pending job and `send()` it; nothing when a job is pending already."""
     claimed = cache.claims.claim_job(session_pk, JOB_CLAIM_SECONDS)
+    send_if_claimed(cache, session_pk, claimed, send, shared_broker=shared_broker)
+
+
+def send_if_claimed(
+    cache: Cache, session_pk: int, claimed: bool | None, send: Callable[[], object], *, shared_broker: bool
+) -> None:
+    """enqueue_compaction once its claim is answered: True, claimed here (sent); False, a job is
+    pending already (nothing); None, Redis did not answer (sent, unless Redis is the broker too)."""
     if claimed is None and shared_broker:
         # Redis is down and it is the broker too: sending would only wait out its timeouts.
         # The turns are committed; the beat sweep compacts the session once Redis is back.
@@ -56,17 +66,28 @@ class CeleryEnqueue:
         self.shared_broker = shares_broker(settings)
 
     def __call__(self, tenant_id: int, session_pk: int, version: int) -> None:
-        def send() -> None:
-            with self.pool.acquire(block=True) as connection:
-                self.celery.send_task(
-                    "compactd.compact",
-                    args=[tenant_id, session_pk, version],
-                    queue=self.settings.queue,
-                    retry=False,
-                    connection=connection,
-                )
-
+        send = partial(self._send, tenant_id, session_pk, version)
         enqueue_compaction(self.res.cache, session_pk, send, shared_broker=self.shared_broker)
+
+    def claim_command(self, session_pk: int) -> tuple[Any, ...]:
+        """The job's claim as one Redis command, for a caller that sends it itself (the API, on its
+        event loop's connection); then `after_claim` with the answer."""
+        return self.res.cache.claims.claim_job_command(session_pk, JOB_CLAIM_SECONDS)
+
+    def after_claim(self, tenant_id: int, session_pk: int, version: int, claimed: bool | None) -> None:
+        """What __call__ does once claim_command is answered (see send_if_claimed)."""
+        send = partial(self._send, tenant_id, session_pk, version)
+        send_if_claimed(self.res.cache, session_pk, claimed, send, shared_broker=self.shared_broker)
+
+    def _send(self, tenant_id: int, session_pk: int, version: int) -> None:
+        with self.pool.acquire(block=True) as connection:
+            self.celery.send_task(
+                "compactd.compact",
+                args=[tenant_id, session_pk, version],
+                queue=self.settings.queue,
+                retry=False,
+                connection=connection,
+            )
 
     def close(self) -> None:
         self.pool.force_close_all()

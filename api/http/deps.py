@@ -14,7 +14,6 @@ from api.http.errors import TooManyRequests, Unauthorized
 from api.http.guard import Guard
 from api.http.threads import in_thread
 from worker.resources import Resources
-from worker.store.sessions import Appended
 from worker.store.tables import utcnow
 from worker.store.tenants import KeyGrant, grant_for_digest, hash_key
 
@@ -108,21 +107,6 @@ async def authorize_key(
         )
     confirmed = reads and seen is not None and seen[0].tenant_id == grant.tenant_id
     return grant.tenant_id, verdict.replies if confirmed else None
-
-
-async def noted(request: Request, appended: Appended | None) -> bool:
-    """An acknowledged append's note_version, sent on the key check's connection: a Redis round trip
-    the event loop drives, no thread hop (before the answer: a fetch served from Redis alone, the
-    database down, must cover every append acknowledged). Best effort: False when Redis did not
-    take it."""
-    if appended is None or appended.replayed:
-        return True
-    res: Resources = request.app.state.resources
-    guard: Guard = request.app.state.guard
-    command = res.cache.prompts.note_version_command(
-        appended.session_pk, appended.version, appended.context_window, appended.output_reserve
-    )
-    return await guard.send([command])
 
 
 ResourcesDep = Annotated[Resources, Depends(get_resources)]

@@ -110,10 +110,15 @@ class Guard:
     async def send(self, commands: Sequence[tuple[Any, ...]]) -> bool:
         """Best effort: `commands` sent on this connection (no key check, no thread), their replies
         awaited; False when Redis did not answer them all without an error. Never raises."""
-        if not commands or not self.breaker.allow():
-            return False
-        results = await self._replies([_pack(c) for c in commands])
+        results = await self.replies(commands)
         return results is not None and not any(isinstance(r, redis.ResponseError) for r in results)
+
+    async def replies(self, commands: Sequence[tuple[Any, ...]]) -> list[Any] | None:
+        """`commands` sent on this connection, their replies (an error reply as a
+        redis.ResponseError value); None when Redis did not answer. Never raises."""
+        if not commands or not self.breaker.allow():
+            return None
+        return await self._replies([_pack(c) for c in commands])
 
     async def _replies(self, packed: list[bytes]) -> list[Any] | None:
         """The replies to the packed commands; None when Redis did not answer (the breaker told)."""

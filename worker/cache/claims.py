@@ -4,6 +4,7 @@ waiting per session (`job:`)."""
 from __future__ import annotations
 
 import secrets
+from typing import Any
 
 from worker.cache.client import GuardedRedis
 
@@ -43,9 +44,17 @@ class Claims:
         the latest version when it runs. The claim expires, so a lost message costs at most
         `ttl_seconds` (and the beat sweep finds the session anyway). None: Redis is unreachable.
         """
-        key = f"{self.r.prefix}job:{session_pk}"
+        key = self._job_key(session_pk)
         return self.r.call(lambda: bool(self.r.client.set(key, 1, nx=True, px=int(ttl_seconds * 1000))), None)
+
+    def claim_job_command(self, session_pk: int, ttl_seconds: float) -> tuple[Any, ...]:
+        """claim_job as one Redis command, for a caller that sends it on a connection of its own (the
+        API's event loop: api/http/guard.py); its reply is OK when claimed, nil when a job waits."""
+        return ("SET", self._job_key(session_pk), 1, "NX", "PX", int(ttl_seconds * 1000))
+
+    def _job_key(self, session_pk: int) -> str:
+        return f"{self.r.prefix}job:{session_pk}"
 
     def release_job_claim(self, session_pk: int) -> None:
         """A job has started: the next append must send a new one (it would see a newer version)."""
-        self.r.call(lambda: self.r.client.delete(f"{self.r.prefix}job:{session_pk}"), 0)
+        self.r.call(lambda: self.r.client.delete(self._job_key(session_pk)), 0)

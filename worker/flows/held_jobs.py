@@ -39,12 +39,16 @@ class HeldJobs:
     def holding(self) -> bool:
         return bool(self._held)
 
-    def release(self) -> None:
-        """Send the held jobs (in order) and stop holding; an enqueue that fails is logged, not raised."""
+    def take(self) -> list[tuple[int, int, int]]:
+        """Stop holding: the held jobs (tenant, session pk, version), in order, for the caller to send."""
         with self._lock:
             self._released = True
             held, self._held = self._held, []
-        for tenant_id, session_pk, version in held:
+        return held
+
+    def release(self) -> None:
+        """Send the held jobs (in order) and stop holding; an enqueue that fails is logged, not raised."""
+        for tenant_id, session_pk, version in self.take():
             try:
                 self._enqueue(tenant_id, session_pk, version)
             except Exception as exc:

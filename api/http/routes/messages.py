@@ -26,8 +26,10 @@ from sqlalchemy.exc import SQLAlchemyError
 from starlette.background import BackgroundTask
 from starlette.types import Receive, Scope, Send
 
-from api.http.deps import Reads, TenantDep, authorize_key, noted
+from api.http.deps import Reads, TenantDep, authorize_key
 from api.http.errors import ApiError, NotFound, TooManyRequests
+from api.http.guard import Guard
+from api.http.jobs import note_command
 from api.http.replies import ReplyGrace, may_wait
 from api.http.routes.prompt import count_served, serve_prompt
 from api.http.threads import in_thread
@@ -70,6 +72,7 @@ from worker.proxy.sse import EventSplitter, Relay, encode_event
 from worker.resources import Resources, redaction_key
 from worker.settings import Settings
 from worker.store.proxy import load_records, provider_key_id
+from worker.store.sessions import Appended
 from worker.store.tenants import hash_key
 
 router = APIRouter(tags=["messages"])
@@ -497,9 +500,18 @@ def _settle_soon(call: Call, ahead: Ahead, chains: list[str]) -> None:
             log.info("proxy.ahead_failed", session_id=ahead.plan.session_id, error=type(stopped).__name__)
         call.reconciled = reconciled
         _stored(call)
-        return await noted(call.request, reconciled.unnoted)
+        return await _noted(call, reconciled.unnoted)
 
     call.settling = asyncio.ensure_future(settling())
+
+
+async def _noted(call: Call, appended: Appended | None) -> bool:
+    """note_version on the key check's connection: a Redis round trip the event loop drives (no
+    thread hop). Best effort, as note_version: False when Redis did not take it."""
+    if appended is None:
+        return True
+    guard: Guard = call.request.app.state.guard
+    return await guard.send([note_command(call.res, appended)])
 
 
 def _stored(call: Call) -> None:

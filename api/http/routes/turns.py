@@ -8,10 +8,10 @@ from typing import Annotated
 
 import structlog
 from fastapi import APIRouter, Header, Request, Response
-from starlette.background import BackgroundTask
 
-from api.http.deps import TenantDep, authorize, noted
+from api.http.deps import TenantDep, authorize
 from api.http.errors import InvalidAppend
+from api.http.jobs import settle
 from api.http.middleware.fast_paths import SESSION, FastPath
 from api.http.routes.paths import SessionId
 from api.http.schemas import AppendResponse
@@ -73,12 +73,11 @@ async def appended(
     # one thread hop for the whole append (the database and Redis block); the answer is built here
     outcome = await in_thread(_store, res, tenant, sid, body, key, activity, jobs)
     done = outcome.appended
-    await noted(request, done)
+    after = await settle(request, done, jobs)
     if not done.replayed:
         request.app.state.metrics.record_append(outcome.turns, outcome.redactions)
     answer = _answer(sid, tenant, body, outcome.profile, done, res.settings.context_window)
     # already validated: sent as is, not validated and encoded again by FastAPI (another thread hop)
-    after = BackgroundTask(in_thread, jobs.release) if jobs.holding else None
     return Response(answer.model_dump_json(), media_type="application/json", background=after)
 
 
