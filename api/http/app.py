@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio.to_thread
 import structlog
 from fastapi import FastAPI
 
@@ -22,7 +23,7 @@ from api.http.middleware.request_log import RequestLog
 from api.http.prometheus import Metrics
 from api.http.replies import ReplyGrace
 from api.http.routes import files, health, memory, messages, prompt, sessions, turns, ui
-from api.http.threads import in_thread
+from api.http.threads import ANYIO_THREADS, in_thread
 from api.http.upstream import upstream_client
 from worker.cache.prompts import EntryMemo
 from worker.contracts import Enqueue
@@ -47,6 +48,7 @@ def create_app(settings: Settings, *, enqueue: Enqueue | None = None, log_setup:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         res = Resources.build(settings)
+        anyio.to_thread.current_default_thread_limiter().total_tokens = ANYIO_THREADS
         owned = CeleryEnqueue(settings, res) if enqueue is None else None
         try:
             app.state.resources = res

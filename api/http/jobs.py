@@ -2,7 +2,14 @@
 version noted before the answer and, in the same round trip, the compaction job it asks for
 claimed; the job is sent after the answer, and only when claimed here (a broker publish, in a
 thread). Measured on an append of a typical turn: the claim in a thread after the answer was a
-fifth of the API's CPU (BENCHMARKS.md, session 11)."""
+quarter of the API's CPU (BENCHMARKS.md, session 11).
+
+A claim taken here whose send never runs (the process ends between the answer and the send, or
+Redis, broker too, stops answering after it took the claim) holds the session's job for
+JOB_CLAIM_SECONDS; the beat sweep and the next append after it catch up, as for any job never
+sent. Over TLS the guard's round trips block the event loop (guard.py): on an append, the key
+check's and this one.
+"""
 
 from __future__ import annotations
 

@@ -1,10 +1,11 @@
 """in_thread(fn, *args): a blocking call (the database, redis-py) off the event loop.
 
 Starlette's run_in_threadpool goes through anyio: a capacity limiter, run-vars and a cancel scope on
-every call, which cost an append about as much CPU as storing its turn (BENCHMARKS.md, session 11).
-This is the event loop's own executor hop with what the routes relied on kept: the caller's context
-variables (structlog's bound session and tenant ids) are seen in the thread, and at most THREADS
-calls run at once (anyio's default, the API's limit before).
+every call (~3% of an append's CPU, BENCHMARKS.md session 11). This is the event loop's own
+executor hop with what the routes relied on kept: the caller's context
+variables (structlog's bound session and tenant ids) are seen in the thread, a cancelled caller
+waits for its call to end, and at most THREADS + ANYIO_THREADS calls run at once (anyio's default
+of 40, the API's limit before: the database pool is sized for it).
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import ParamSpec, TypeVar
 
-THREADS = 40
+THREADS = 32
+# the sync routes (files, memory, health) still run in anyio's threads: together as many as before
+ANYIO_THREADS = 8
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -25,6 +28,13 @@ _pool = ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="compactd-api
 
 
 async def in_thread(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-    """fn(*args, **kwargs) in the API's thread pool, in a copy of the caller's context."""
+    """fn(*args, **kwargs) in the API's thread pool, in a copy of the caller's context. Cancelled,
+    it waits for the call to end before the cancellation goes on (as anyio's did): no caller's
+    cleanup runs beside a call still writing."""
     call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
-    return await asyncio.get_running_loop().run_in_executor(_pool, call)
+    running = asyncio.get_running_loop().run_in_executor(_pool, call)
+    try:
+        return await asyncio.shield(running)
+    except asyncio.CancelledError:
+        await asyncio.wait([running])
+        raise

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import ExitStack
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+import redis
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
@@ -124,6 +126,8 @@ TURN = b'{"messages": [{"role": "user", "content": "run the tests"}]}'
         (b'{"messages": [{"role": "user", "content": "x"}], "extra": 1}', {}, "tenant", 422),
         (TURN, {"Idempotency-Key": "k" * 201}, "tenant", 422),  # a header the route refuses
         (TURN, {"X-Compactd-Activity": "asleep"}, "tenant", 422),
+        (TURN, {"Content-Type": "application/vnd.api+json"}, "tenant", 200),  # the route's, as JSON
+        (TURN, {"Content-Type": "application/json; charset=utf-8"}, "tenant", 200),
         (b'{"messages": [{"role": "user", "content": [{"type": "tool_result"}]}]}', {}, "tenant", 422),
         (TURN, {}, "cpd_unknown", 401),
         (b'{"messages": [', {}, "cpd_unknown", 400),  # malformed JSON comes first, as on the route
@@ -172,8 +176,10 @@ def test_valid_fetches_and_appends_take_the_fast_path(
 
         return handle
 
-    monkeypatch.setattr(turns, "append_fast", spy("append", turns.append_fast))
-    monkeypatch.setattr(prompt, "prompt_body", spy("fetch", prompt.prompt_body))
+    # the handlers the middleware holds (the routes call their own functions, not these)
+    for module, name in ((turns, "append"), (prompt, "fetch")):
+        path = module.fast_path()
+        monkeypatch.setattr(module, "fast_path", lambda p=path, n=name: replace(p, handler=spy(n, p.handler)))
     settings = make_settings(tmp_path, f"sqlite:///{tmp_path / 't.db'}", redis_url)
     with TestClient(create_app(settings, enqueue=lambda *a: None)) as client:
         _, key = create_tenant(client.app.state.resources.engine, "taken")  # type: ignore[attr-defined]
@@ -182,4 +188,28 @@ def test_valid_fetches_and_appends_take_the_fast_path(
         assert client.get("/v1/sessions/t/prompt", headers=auth).status_code == 200
         assert client.post("/v1/sessions/t/turns", content=b"{}", headers=auth).status_code == 422
     assert taken == ["append", "fetch", "append passed on"]
+    flush_prefix(redis_url, settings.redis_prefix)
+
+
+def test_an_append_sends_its_job_only_when_it_claims_it(tmp_path: Path, redis_url: str) -> None:
+    """The job an append asks for is claimed with its note and sent once: appends while it waits
+    send nothing; once a job has started (its claim released), the next append sends another."""
+    settings = make_settings(tmp_path, f"sqlite:///{tmp_path / 'j.db'}", redis_url)
+    broker = redis.Redis.from_url(redis_url)
+    try:
+        with TestClient(create_app(settings)) as client:  # the Celery sender, on this test's queue
+            res = client.app.state.resources  # type: ignore[attr-defined]
+            tid, key = create_tenant(res.engine, "jobs")
+            auth = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+            queued = []
+            for i in range(3):
+                if i == 2:  # a worker took the job: the claim goes
+                    res.cache.claims.release_job_claim(get_session(res.engine, tid, "j").id)
+                assert client.post("/v1/sessions/j/turns", content=TURN, headers=auth).status_code == 200
+                queued.append(broker.llen(settings.queue))  # background tasks ran before post returned
+            assert queued == [1, 1, 2]
+    finally:
+        flush_prefix(redis_url, settings.redis_prefix)
+        broker.delete(settings.queue)
+        broker.close()
     flush_prefix(redis_url, settings.redis_prefix)

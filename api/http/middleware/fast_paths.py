@@ -6,7 +6,8 @@ go to the app's exception handlers, and the route is put in the scope for the re
 metrics; the OpenAPI document still comes from the registered route. A request a path does not take
 whole (another method or path, an id the route would refuse, a fetch with a body, an append its
 handler will not take as it stands) goes on to the app unchanged, the body it read replayed, so
-every refusal is the route's own. Installed innermost of the middlewares: authentication, body and
+every refusal is the route's own. (One answer differs on purpose: a chunked body past
+max_request_bytes is the 413 BodyLimit raises here, where the route turns it into a 400.) Installed innermost of the middlewares: authentication, body and
 media-type checks and the request log still apply.
 """
 
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastapi import Request
+from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -60,6 +62,8 @@ class FastPaths:
         try:
             body = await request.body() if path.body else b""
             answer = await path.handler(sid, request, body)
+        except ClientDisconnect:
+            return  # the client left while sending: no one to answer
         except Exception as exc:
             handler = next((self.handlers[c] for c in _specific(type(exc)) if c in self.handlers), None)
             if handler is None:

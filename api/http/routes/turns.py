@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 from typing import Annotated
 
 import structlog
 from fastapi import APIRouter, Header, Request, Response
+from starlette.background import BackgroundTask
 
 from api.http.deps import TenantDep, authorize
 from api.http.errors import InvalidAppend
@@ -48,11 +50,15 @@ async def append(
 async def append_fast(sid: str, request: Request, raw: bytes) -> Response | None:
     """The route without FastAPI (api/http/middleware/fast_paths.py); None when the request is not
     valid as it stands: the route then answers it, with its own errors."""
-    key = request.headers.get("idempotency-key")
-    activity = request.headers.get("x-compactd-activity")
+    headers = request.headers
+    key, activity = headers.get("idempotency-key"), headers.get("x-compactd-activity")
     if (key is not None and len(key) > IDEMPOTENCY_KEY_MAX) or (
         activity is not None and activity not in ACTIVITIES
     ):
+        return None
+    # the route reads a body as JSON by the first Content-Type header (JsonOnly lets a +json
+    # subtype, or a later header, through): anything but plain application/json is the route's
+    if headers.get("content-type", "").partition(";")[0].strip().lower() != "application/json":
         return None
     try:
         body = AppendRequest.model_validate_json(raw)
@@ -67,13 +73,14 @@ async def appended(
 ) -> Response:
     """The append's answer, on either path: stored, its version noted, its job sent after the answer."""
     res: Resources = request.app.state.resources
-    # the compaction job goes out after the response (a Redis claim, now and then a broker publish):
-    # the turns are committed first, and a job never sent is the beat sweep's (worker/flows/sweep.py)
+    # the compaction job is claimed with the note, and sent after the response (now and then a
+    # broker publish): the turns are committed first, and a job never sent is the beat sweep's
     jobs = HeldJobs(request.app.state.enqueue)
-    # one thread hop for the whole append (the database and Redis block); the answer is built here
-    outcome = await in_thread(_store, res, tenant, sid, body, key, activity, jobs)
+    # stored and noted whole even if the request is cancelled meanwhile (a shutdown's timeout): an
+    # append committed is an append noted
+    stored = asyncio.ensure_future(_store_and_settle(request, res, tenant, sid, body, key, activity, jobs))
+    outcome, after = await asyncio.shield(stored)
     done = outcome.appended
-    after = await settle(request, done, jobs)
     if not done.replayed:
         request.app.state.metrics.record_append(outcome.turns, outcome.redactions)
     answer = _answer(sid, tenant, body, outcome.profile, done, res.settings.context_window)
@@ -85,6 +92,21 @@ def fast_path() -> FastPath:
     """An append without FastAPI's routing (api/http/middleware/fast_paths.py)."""
     route = next(r for r in router.routes if getattr(r, "path", None) == APPEND)
     return FastPath("POST", re.compile(f"/v1/sessions/{SESSION}/turns"), route, append_fast, body=True)
+
+
+async def _store_and_settle(
+    request: Request,
+    res: Resources,
+    tenant: int,
+    sid: str,
+    body: AppendRequest,
+    key: str | None,
+    activity: str | None,
+    jobs: HeldJobs,
+) -> tuple[Outcome, BackgroundTask | None]:
+    # one thread hop for the whole append (the database and Redis block); the answer is built here
+    outcome = await in_thread(_store, res, tenant, sid, body, key, activity, jobs)
+    return outcome, await settle(request, outcome.appended, jobs)
 
 
 def _store(
