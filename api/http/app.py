@@ -78,6 +78,9 @@ def create_app(settings: Settings, *, enqueue: Enqueue | None = None, log_setup:
             try:
                 yield
             finally:
+                # appends in flight (their requests cancelled by the server's shutdown): stored and
+                # noted before anything closes
+                await asyncio.gather(*app.state.appending, return_exceptions=True)
                 flusher.cancel()
                 await _flush_once(app, res)
                 await in_thread(app.state.metrics.close)
@@ -99,6 +102,7 @@ def create_app(settings: Settings, *, enqueue: Enqueue | None = None, log_setup:
     )
     app.openapi = lambda: documented_errors(app)  # type: ignore[method-assign]
     app.state.keys = {}
+    app.state.appending = set()  # api/http/routes/turns.py
     app.state.metrics = Metrics()
     errors.install(app)
     for module in (turns, prompt, sessions, memory, files, health, ui, messages):

@@ -11,15 +11,17 @@ of 40, the API's limit before: the database pool is sized for it).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import ParamSpec, TypeVar
 
-THREADS = 32
-# the sync routes (files, memory, health) still run in anyio's threads: together as many as before
-ANYIO_THREADS = 8
+THREADS = 24
+# the sync routes (sessions, files, memory, health, ui, metrics) still run in anyio's threads:
+# together as many as before
+ANYIO_THREADS = 16
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -36,5 +38,9 @@ async def in_thread(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     try:
         return await asyncio.shield(running)
     except asyncio.CancelledError:
-        await asyncio.wait([running])
+        while not running.done():  # however often the cancellation is repeated (anyio's scopes do)
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait([running])
+        if not running.cancelled():
+            running.exception()  # retrieved: the caller that would have seen it is gone
         raise

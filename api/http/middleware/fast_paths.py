@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastapi import Request
+from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -63,15 +64,11 @@ class FastPaths:
             body = await request.body() if path.body else b""
             answer = await path.handler(sid, request, body)
         except ClientDisconnect:
-            return  # the client left while sending: no one to answer
+            # the client left while sending: answered (to no one) and counted as the route does
+            exc: Exception = HTTPException(400, "There was an error parsing the body")
+            return await self._error(request, exc, send)
         except Exception as exc:
-            handler = next((self.handlers[c] for c in _specific(type(exc)) if c in self.handlers), None)
-            if handler is None:
-                raise  # the app's last resort (a logged 500), as on the full path
-            response = handler(request, exc)
-            if inspect.isawaitable(response):
-                response = await response
-            return await response(scope, receive, send)
+            return await self._error(request, exc, send)
         if answer is None:
             return await self.app(scope, _replay(body, receive) if path.body else receive, send)
         if isinstance(answer, Response):
@@ -79,6 +76,17 @@ class FastPaths:
         # the bytes as they are, with the headers Response(body, media_type=...) would send
         await send({"type": "http.response.start", "status": 200, "headers": _headers(len(answer))})
         await send({"type": "http.response.body", "body": answer})
+
+    async def _error(self, request: Request, exc: Exception, send: Send) -> None:
+        """The app's own handler's answer to `exc`; with none, raised on (a logged 500, as on the
+        full path)."""
+        handler = next((self.handlers[c] for c in _specific(type(exc)) if c in self.handlers), None)
+        if handler is None:
+            raise exc
+        response = handler(request, exc)
+        if inspect.isawaitable(response):
+            response = await response
+        await response(request.scope, request.receive, send)
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import re
-from typing import Annotated
+from functools import partial
+from typing import Annotated, Any
 
 import structlog
 from fastapi import APIRouter, Header, Request, Response
@@ -77,8 +78,11 @@ async def appended(
     # broker publish): the turns are committed first, and a job never sent is the beat sweep's
     jobs = HeldJobs(request.app.state.enqueue)
     # stored and noted whole even if the request is cancelled meanwhile (a shutdown's timeout): an
-    # append committed is an append noted
+    # append committed is an append noted (the lifespan waits for these before it closes anything)
     stored = asyncio.ensure_future(_store_and_settle(request, res, tenant, sid, body, key, activity, jobs))
+    in_flight: set[asyncio.Future[Any]] = request.app.state.appending
+    in_flight.add(stored)
+    stored.add_done_callback(partial(_landed, in_flight))
     outcome, after = await asyncio.shield(stored)
     done = outcome.appended
     if not done.replayed:
@@ -92,6 +96,12 @@ def fast_path() -> FastPath:
     """An append without FastAPI's routing (api/http/middleware/fast_paths.py)."""
     route = next(r for r in router.routes if getattr(r, "path", None) == APPEND)
     return FastPath("POST", re.compile(f"/v1/sessions/{SESSION}/turns"), route, append_fast, body=True)
+
+
+def _landed(in_flight: set[asyncio.Future[Any]], stored: asyncio.Future[Any]) -> None:
+    in_flight.discard(stored)
+    if not stored.cancelled():
+        stored.exception()  # retrieved: a request cancelled meanwhile no longer awaits it
 
 
 async def _store_and_settle(
