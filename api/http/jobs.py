@@ -34,13 +34,16 @@ async def settle(request: Request, appended: Appended, jobs: HeldJobs) -> Backgr
     """The note and the claims before the answer; what runs after it (None: nothing). A sender
     that does not claim (a test's, an embedded one) gets the held jobs after the answer, as is."""
     res: Resources = request.app.state.resources
-    enqueue = request.app.state.enqueue
+    sender = request.app.state.enqueue
+    celery = sender if isinstance(sender, CeleryEnqueue) else None
     commands = [] if appended.replayed else [note_command(res, appended)]
-    held = jobs.take() if isinstance(enqueue, CeleryEnqueue) else []
-    commands += [enqueue.claim_command(pk) for _, pk, _ in held]
+    held: list[tuple[int, int, int]] = []
+    if celery is not None:
+        held = jobs.take()
+        commands += [celery.claim_command(pk) for _, pk, _ in held]
     guard: Guard = request.app.state.guard
     replies = await guard.replies(commands) if commands else []
-    if not isinstance(enqueue, CeleryEnqueue):
+    if celery is None:
         return BackgroundTask(in_thread, jobs.release) if jobs.holding else None
     answers = (
         [None] * len(held) if replies is None else [_claimed(r) for r in replies[len(replies) - len(held) :]]
@@ -48,7 +51,7 @@ async def settle(request: Request, appended: Appended, jobs: HeldJobs) -> Backgr
     sends: list[Send] = [
         (*job, claimed) for job, claimed in zip(held, answers, strict=True) if claimed is not False
     ]
-    return BackgroundTask(in_thread, _send, enqueue, sends) if sends else None
+    return BackgroundTask(in_thread, _send, celery, sends) if sends else None
 
 
 def note_command(res: Resources, appended: Appended) -> tuple[Any, ...]:

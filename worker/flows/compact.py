@@ -29,12 +29,18 @@ from worker.compaction.ports import SummaryResult
 from worker.compaction.quiet import why_not_quiet
 from worker.errors import SessionLocked
 from worker.flows.observe import observe_memory
-from worker.flows.serve import entry_from_prompt, outgrows_note, refresh_status_files, request_prefix
+from worker.flows.serve import (
+    changes_after,
+    entry_from_prompt,
+    outgrows_note,
+    refresh_status_files,
+    request_prefix,
+)
 from worker.memory.model import clip_note
 from worker.metrics import epoch_cause, record_job, record_publish, record_usage
 from worker.resources import Resources
 from worker.session_stats import snapshot_kind
-from worker.store import memory, snapshots
+from worker.store import snapshots
 from worker.store.db import read_tx
 from worker.store.files import FileInfo, file_infos, save_files
 from worker.summarizers import Backoff, Watched, cost_usd
@@ -160,11 +166,7 @@ def load(
     if observe_memory(res, session_pk, loaded.current(state).turns, loaded.session.memory_observed_through):
         loaded = snapshots.with_fresh_memory(res.engine, loaded, res.settings.memory_budget_tokens)
     row = loaded.session
-    pinned_version = loaded.pinned(state)[1]
-    changes = ""
-    if pinned_version < row.memory_version:  # else nothing changed since the pinned block
-        with read_tx(res.engine) as conn:
-            changes = memory.changes_since(conn, session_pk, pinned_version, 1 << 30)
+    changes = changes_after(res.engine, row, loaded.pinned(state)[1])
     raw = res.cache.pending.state(session_pk)
     return JobInput(
         loaded=loaded,

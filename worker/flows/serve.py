@@ -319,10 +319,7 @@ def fallback(
     # serves them
     state = loaded.state()
     pinned, pinned_version = loaded.pinned(state)
-    changes = ""
-    if pinned_version != row.memory_version:
-        with read_tx(engine) as conn:
-            changes = changes_since(conn, row.id, pinned_version, 1 << 30)
+    changes = changes_after(engine, row, pinned_version)
     policy = policy_for(row.context_window, row.output_reserve)
     current, note = fallback_memory(loaded.current(state, memory=pinned), loaded.memory, changes)
     fitted, note = fit_fallback(current, loaded.memory, note, policy)
@@ -342,6 +339,15 @@ def fallback(
         memory_note=note,
     )
     return _served(client_id, row.version, entry, [], policy, "fit", "fit")
+
+
+def changes_after(engine: Engine, session: Any, pinned_version: int) -> str:
+    """The working-memory changes since the pinned block's version, uncut; "" (no read) when the
+    session's memory is still at that version. The job's and a fetch's fit start from them."""
+    if pinned_version >= session.memory_version:
+        return ""
+    with read_tx(engine) as conn:
+        return changes_since(conn, session.id, pinned_version, 1 << 30)
 
 
 def fallback_memory(current: Transcript, fresh_memory: str, changes: str) -> tuple[Transcript, str]:

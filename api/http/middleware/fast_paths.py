@@ -7,8 +7,9 @@ metrics; the OpenAPI document still comes from the registered route. A request a
 whole (another method or path, an id the route would refuse, a fetch with a body, an append its
 handler will not take as it stands) goes on to the app unchanged, the body it read replayed, so
 every refusal is the route's own. (One answer differs on purpose: a chunked body past
-max_request_bytes is the 413 BodyLimit raises here, where the route turns it into a 400.) Installed innermost of the middlewares: authentication, body and
-media-type checks and the request log still apply.
+max_request_bytes is the 413 BodyLimit raises here, where the route turns it into a 400.)
+Installed innermost of the middlewares: authentication, body and media-type checks and the
+request log still apply.
 """
 
 from __future__ import annotations

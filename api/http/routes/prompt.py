@@ -38,7 +38,7 @@ async def get_prompt(sid: SessionId, request: Request) -> Response:
 
 
 async def prompt_body(sid: str, request: Request, _body: bytes = b"") -> bytes:
-    """get_prompt's answer: the response body (also sent as is by the fast path: FAST_PATH)."""
+    """get_prompt's answer: the response body (also sent as is by its fast path, `fast_path`)."""
     # the hot path: auth and resources without FastAPI's dependency solver (a third of the request's CPU)
     res: Resources = request.app.state.resources
     cache = res.cache
