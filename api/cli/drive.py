@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from worker.compaction.pricing import PromptCache
+from worker.compaction.pricing import PromptCache, keeps_prefix, last_mark_key
 from worker.compaction.tokens import count_request
 from worker.compaction.validate import request_problems
 from worker.flows.simulate import Fetch, Pace, RawHistory, ReplayReport
@@ -46,6 +46,7 @@ def replay_http(
     fetches: list[Fetch] = []
     epochs: set[int] = set()
     request: dict[str, Any] = {}
+    previous_mark: tuple[int, bytes] | None = None
     headers = {"Authorization": f"Bearer {api_key}"}
     started = time.monotonic()
     with httpx.Client(base_url=base_url, headers=headers, timeout=30.0) as client:
@@ -71,6 +72,7 @@ def replay_http(
                 request = {"system": served["system"], "messages": served["messages"]}
                 now = time.monotonic() - started
                 epochs.add(served["epoch"])
+                kept, previous_mark = keeps_prefix(previous_mark, request), last_mark_key(request)
                 fetches.append(
                     Fetch(
                         turn=i + 1,
@@ -85,6 +87,7 @@ def replay_http(
                         billed=provider.bill(request, now),
                         raw_billed=raw_provider.bill(raw.request(), now),
                         latency_ms=round(ms, 3),
+                        kept_prefix=kept,
                     )
                 )
         switches = _switches(client, sid)

@@ -44,3 +44,10 @@ async def in_thread(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         if not running.cancelled():
             running.exception()  # retrieved: the caller that would have seen it is gone
         raise
+
+
+def in_background(fn: Callable[[], None]) -> None:
+    """fn() in the API's thread pool, in a copy of the caller's context (its log lines keep the
+    request's session and tenant ids), not awaited: for work that follows an answer and reports its
+    own failures (HeldJobs.release logs an enqueue that failed)."""
+    _pool.submit(contextvars.copy_context().run, fn)

@@ -4,7 +4,8 @@
 Run: python -m ops.bench.paced [--paces 0.25,1,recordedx0.1] [--windows 200000,64000,32000]
 Every (session, window, pace) replay runs at once, each in its own session of one service, as
 concurrent agents would. Per replay: fetches over budget (must be 0), validity, fetch p50/p99,
-epochs, deadline switches, fallbacks served, the provider cache's read share and the cost under
+epochs, the share of later fetches that read the cache (`hit`) and that start with the previous
+prompt through its last breakpoint (`prefix`), deadline switches, fallbacks served, the provider cache's read share and the cost under
 cache pricing against the uncompacted history, and the fidelity of the final prompt.
 """
 
@@ -84,7 +85,16 @@ def _one(path: Path, window: int, pace: str, port: int) -> dict[str, Any]:
     )
     summary = report.summary()
     fidelity = final_fidelity(imported.system, imported.messages, report.final_request)
-    return {"session": path.name[:8], "window": window, **summary, "final_fidelity": fidelity["all"]}
+    return {
+        "session": path.name[:8],
+        "window": window,
+        **summary,
+        # the policy bench's names (ops/bench/policy.py): fetches that read the cache at all, and
+        # those that start with the previous prompt through its last breakpoint
+        "hit": summary["fetches_reading_cache"],
+        "prefix": summary["fetches_keeping_prefix"],
+        "final_fidelity": fidelity["all"],
+    }
 
 
 COLUMNS = [
@@ -99,6 +109,8 @@ COLUMNS = [
     "fetch_p50_ms",
     "fetch_p99_ms",
     "epochs",
+    "hit",
+    "prefix",
     "deadline_switches",
     "fallbacks_pending",
     "fallbacks_fit",

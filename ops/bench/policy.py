@@ -105,6 +105,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "fold-at-ceiling": {"notes_stack_share": 0.0},
     "stack0.35": {"notes_stack_share": 0.35},
     "stack0.50": {"notes_stack_share": 0.50},
+    # session 12 (64k prefix): fewer structural rounds that each pay back more
+    "shrink5k+worth0.5": {"shrink_min_tokens": 5_000, "worth_it_share": 0.5},
 }
 
 # `<variant>+memory-at-summary`: the variant with the pinned working-memory block refreshed only

@@ -1,5 +1,6 @@
 """in_thread (api/http/threads.py): the caller's context in the thread, and a cancelled caller that
-waits for its call to end, however often it is cancelled (as anyio's thread hop did)."""
+waits for its call to end, however often it is cancelled (as anyio's thread hop did); in_background:
+the same pool and context, not awaited."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import time
 
 import pytest
 
-from api.http.threads import in_thread
+from api.http.threads import in_background, in_thread
 
 TENANT: contextvars.ContextVar[int] = contextvars.ContextVar("tenant", default=0)
 
@@ -21,6 +22,23 @@ def test_the_call_sees_the_callers_context_variables() -> None:
         return await in_thread(TENANT.get)
 
     assert asyncio.run(main()) == 7
+
+
+def test_a_call_in_the_background_runs_in_the_pool_with_the_callers_context() -> None:
+    seen: list[tuple[int, str]] = []
+    done = threading.Event()
+
+    def record() -> None:
+        seen.append((TENANT.get(), threading.current_thread().name))
+        done.set()
+
+    async def main() -> None:
+        TENANT.set(9)
+        in_background(record)  # not awaited
+
+    asyncio.run(main())
+    assert done.wait(5)
+    assert seen[0][0] == 9 and seen[0][1].startswith("compactd-api")
 
 
 def test_a_cancelled_caller_goes_on_only_once_its_call_has_ended() -> None:

@@ -32,7 +32,7 @@ from api.http.guard import Guard
 from api.http.jobs import note_command
 from api.http.replies import ReplyGrace, may_wait
 from api.http.routes.prompt import count_served, serve_prompt
-from api.http.threads import in_thread
+from api.http.threads import in_background, in_thread
 from api.http.upstream import (
     AUTH_HEADERS,
     Upstream,
@@ -348,7 +348,7 @@ def _release_soon(jobs: HeldJobs | None) -> None:
     if jobs is None:
         return
     if jobs.holding:
-        asyncio.get_running_loop().run_in_executor(None, jobs.release)
+        in_background(jobs.release)
     else:
         jobs.release()
 
