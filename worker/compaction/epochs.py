@@ -50,7 +50,7 @@ def decide(current: Transcript, compacted: Transcript, policy: Policy) -> Verdic
     # `shrink_min_tokens` waits for the summary the next quiet point switches in, unless past
     # the deadline (each rewrite loses the previous fetch's cached prefix); `step` sets the
     # minimum to 0 when no summary is pending
-    # (at most a tenth of the budget: at small windows 2,000 tokens is much of the room)
+    # (at most a tenth of the budget: at small windows 5,000 tokens is much of the room)
     least = min(policy.shrink_min_tokens, policy.budget_tokens // 10)
     gain = saved >= least or before > policy.deadline_tokens
     must_shrink = before > policy.summarize_trigger_tokens and saved > 0 and gain
