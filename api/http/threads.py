@@ -15,13 +15,17 @@ import contextlib
 import contextvars
 import functools
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import ParamSpec, TypeVar
+
+import structlog
 
 THREADS = 24
 # the sync routes (sessions, files, memory, health, ui, metrics) still run in anyio's threads:
 # together as many as before
 ANYIO_THREADS = 16
+
+log = structlog.get_logger("compactd.api")
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -49,5 +53,11 @@ async def in_thread(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
 def in_background(fn: Callable[[], None]) -> None:
     """fn() in the API's thread pool, in a copy of the caller's context (its log lines keep the
     request's session and tenant ids), not awaited: for work that follows an answer and reports its
-    own failures (HeldJobs.release logs an enqueue that failed)."""
-    _pool.submit(contextvars.copy_context().run, fn)
+    own failures (HeldJobs.release logs an enqueue that failed); an error it raises anyway is logged."""
+    _pool.submit(contextvars.copy_context().run, fn).add_done_callback(_log_failure)
+
+
+def _log_failure(done: Future[None]) -> None:
+    """An in_background call's error, logged (nobody awaits it to see it)."""
+    if not done.cancelled() and (error := done.exception()) is not None:
+        log.error("api.background_call_failed", error=type(error).__name__, exc_info=error)

@@ -5,8 +5,9 @@ Run: python -m ops.bench.paced [--paces 0.25,1,recordedx0.1] [--windows 200000,6
 Every (session, window, pace) replay runs at once, each in its own session of one service, as
 concurrent agents would. Per replay: fetches over budget (must be 0), validity, fetch p50/p99,
 epochs, the share of later fetches that read the cache (`hit`) and that start with the previous
-prompt through its last breakpoint (`prefix`), deadline switches, fallbacks served, the provider cache's read share and the cost under
-cache pricing against the uncompacted history, and the fidelity of the final prompt.
+prompt through its last breakpoint (`prefix`), deadline switches, fallbacks served, the provider
+cache's read share and the cost under cache pricing against the uncompacted history, and the
+fidelity of the final prompt.
 """
 
 from __future__ import annotations

@@ -96,7 +96,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "clip1500+struct0.3+no-stack": {"clip_tokens": 1_500, "structural_trigger": 0.3, "stack_notes": False},
     # fourth pass (issue 27, 32k): the rewrite past the trigger for any saving (the default before)
     "shrink0": {"shrink_min_tokens": 0},
-    "shrink5k": {"shrink_min_tokens": 5_000},
+    "shrink5k": {"shrink_min_tokens": 5_000},  # the default since session 12
+    "shrink2k": {"shrink_min_tokens": 2_000},  # the default before it
     # fewer, larger steps: a smaller headroom (later summaries), no worth-it structural rounds
     "struct0.6": {"structural_trigger": 0.6},
     "no-worth-it": {"worth_it_tokens": 10**9},

@@ -86,9 +86,12 @@ def test_a_growing_prompt_keeps_every_prefix(service: Service) -> None:
 
 def test_a_summary_switched_in_between_fetches_loses_the_prefix_once(service: Service) -> None:
     compact_after = 8  # a user turn: the next message is the model's, so a fetch follows
-    # a 20k window: a keep window of ~1k tokens, so the summary has turns to take
+    # a 20k window: a forced round keeps at most a tenth of the prompt, so every turn but the
+    # task and the last is archived and summarized
     report = _replay(service, _turns(6), compact_after, context_window=20_000)
     kept = {f.turn: f.kept_prefix for f in report.fetches}
+    tokens = {f.turn: f.request_tokens for f in report.fetches}
     assert kept[compact_after + 1] is False  # the summary rewrote what the previous fetch cached
+    assert tokens[compact_after + 1] < tokens[compact_after - 1]  # served instead of the turns
     assert all(k for turn, k in kept.items() if turn not in (1, compact_after + 1))
     assert report.summary()["fetches_keeping_prefix"] == round(1 - 1 / (len(kept) - 1), 3)

@@ -226,3 +226,20 @@ def test_a_pending_summary_catches_up_with_the_turns_appended_since() -> None:
     assert s.switch is Switch.QUIET and s.publish.handoff == pending.handoff
     assert [t.seq for t in s.publish.turns][-40:] == [t.seq for t in later.turns][-40:]
     assert request_problems(assemble(s.publish), allow_pending_tool_use=True) == []
+
+
+def test_a_forced_summary_that_keeps_no_turn_serves_none_of_those_it_archived() -> None:
+    """A /compact whose keep window holds no whole turn (the last one is larger than it) archives
+    every turn after the task: the summary is served instead of them, not beside them."""
+    policy = Policy(context_window=20_000, output_reserve=1_000)
+    turns = [Turn(1, "user", ({"type": "text", "text": "Fix the date parser."},), 6)]
+    for seq in range(2, 12):  # text turns, no tool units; the last one the largest
+        block = ({"type": "text", "text": text_of(seq, 300 if seq == 11 else 60)},)
+        turns.append(Turn(seq, "assistant" if seq % 2 == 0 else "user", block, count_message(block)))
+    t = Transcript("s", tuple(turns))
+    s = step(t, policy, quiet=True, force=True)
+    assert s.switch is Switch.FORCED and s.publish.handoff is not None
+    archived = {seq for a, b in s.publish.handoff.archived_seqs for seq in range(a, b + 1)}
+    assert archived and not archived & {turn.seq for turn in s.publish.turns}
+    assert s.publish.tokens() < t.tokens()
+    assert request_problems(assemble(s.publish), allow_pending_tool_use=True) == []

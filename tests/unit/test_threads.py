@@ -59,3 +59,19 @@ def test_a_cancelled_caller_goes_on_only_once_its_call_has_ended() -> None:
         return ended.is_set()
 
     assert asyncio.run(main())
+
+
+def test_a_call_in_the_background_that_fails_is_logged(capsys: pytest.CaptureFixture[str]) -> None:
+    done = threading.Event()
+
+    def fails() -> None:
+        done.set()
+        raise RuntimeError("broker gone")
+
+    in_background(fails)
+    assert done.wait(5)
+    for _ in range(100):  # the done callback runs just after the call, in its thread
+        if "api.background_call_failed" in capsys.readouterr().out:
+            return
+        time.sleep(0.01)
+    raise AssertionError("no api.background_call_failed line")

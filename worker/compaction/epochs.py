@@ -312,8 +312,11 @@ def advances(pending: Transcript, current: Transcript) -> bool:
 
 
 def catch_up(pending: Transcript, current: Transcript) -> Transcript:
-    """A summary prepared earlier, plus the turns appended since, with the current system and memory."""
-    last = pending.turns[-1].seq if pending.turns else archived_through(pending)
+    """A summary prepared earlier, plus the turns appended since, with the current system and memory.
+
+    "Since" is after the newest turn it keeps or archives: a summary that keeps no turn but the
+    task (a keep window smaller than the last turn) must not have its archived turns added back."""
+    last = max(pending.turns[-1].seq if pending.turns else 0, archived_through(pending))
     newer = tuple(t for t in current.turns if t.seq > last)
     return replace(
         pending, system=current.system, memory=current.memory, turns=pending.turns + newer, files=()
