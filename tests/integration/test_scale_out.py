@@ -281,6 +281,12 @@ class Host:
     def signal(self, role: str, sig: signal.Signals) -> None:
         os.killpg(self.procs[role].pid, sig)
 
+    def signal_all(self, sig: signal.Signals) -> None:
+        """sig to every process of the host (API, worker and its pool children, beat)."""
+        for role in self.procs:
+            with contextlib.suppress(ProcessLookupError):
+                self.signal(role, sig)
+
     def kill(self) -> None:
         """kill -9 every process of the host (API, worker and its pool children, beat)."""
         for proc in self.procs.values():
@@ -440,6 +446,23 @@ def _held_locks(r: redis.Redis, prefix: str) -> set[str]:
     return {str(v) for k in r.scan_iter(f"{prefix}lock:*") if (v := r.get(k))}
 
 
+def _frozen_inside_a_job(host: Host, r: redis.Redis, prefix: str, timeout: float = 10) -> set[str]:
+    """Freeze every process of `host` (SIGSTOP) while it holds a compaction lock: the locks it
+    holds then (empty if its jobs all ended first). A job holds its lock for a few milliseconds on
+    a fast machine, less than the look and a kill can take, so the kill that follows lands on
+    processes frozen inside the job; a lock released between the look and the freeze is let go
+    (SIGCONT) and the next one waited for."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if _held_locks(r, prefix):
+            host.signal_all(signal.SIGSTOP)
+            if held := _held_locks(r, prefix):
+                return held
+            host.signal_all(signal.SIGCONT)
+        time.sleep(0.002)
+    return set()
+
+
 def _sessions(db_url: str) -> dict[str, tuple[int, int, int]]:
     """client id -> (pk, version, compacted_through)."""
     engine = make_engine(db_url)
@@ -517,20 +540,22 @@ def test_two_hosts_compact_one_dies_mid_run_and_nothing_is_lost_or_compacted_twi
         wait_for(lambda: both <= lock_addresses(), timeout=60)
 
         # Kill host a mid-compaction. So that the kill lands inside a job, host b's worker is paused
-        # (SIGSTOP) for this round: every lock seen is then host a's, and a job holds its lock for
-        # tens of milliseconds while the kill takes one. Host b resumes after the kill.
-        # Paused only when idle: a worker frozen inside a job holds its session's row lock in
-        # PostgreSQL, and appends to that session wait for it.
+        # (SIGSTOP) for these rounds: every lock seen is then host a's; host a is frozen while it
+        # holds one, then killed (a round whose jobs all end first is followed by another). Host b
+        # resumes after the kill. Paused only when idle: a worker frozen inside a job holds its
+        # session's row lock in PostgreSQL, and appends to that session wait for it.
         wait_for(
             lambda: _all_compacted(private_postgres, 1 + 2 * ROUNDS_BEFORE_KILL), timeout=60, interval=0.3
         )
         hosts["b"].signal("worker", signal.SIGSTOP)
-        _append_round(clients, ROUNDS_BEFORE_KILL)
-        wait_for(lambda: _held_locks(r, settings.redis_prefix), timeout=30, interval=0.002)
+        rounds, held = ROUNDS_BEFORE_KILL, set[str]()
+        while not held and rounds < ROUNDS_BEFORE_KILL + 3:
+            _append_round(clients, rounds)
+            rounds += 1
+            held = _frozen_inside_a_job(hosts["a"], r, settings.redis_prefix)
         hosts["a"].kill()
         killed_at = r.time()
         killed = killed_at[0] + killed_at[1] / 1e6
-        held = _held_locks(r, settings.redis_prefix)
         net.remove_host("a")
         hosts["b"].signal("worker", signal.SIGCONT)
         a_tokens = {c.words[2] for c in monitor.commands if c.address == net.hosts["a"] and len(c.words) > 2}
@@ -538,9 +563,9 @@ def test_two_hosts_compact_one_dies_mid_run_and_nothing_is_lost_or_compacted_twi
         clients[0].close()
 
         # host b alone takes the rest: more turns through its API, compacted by its worker
-        for round_no in range(ROUNDS_BEFORE_KILL + 1, ROUNDS_BEFORE_KILL + 1 + ROUNDS_AFTER_KILL):
+        for round_no in range(rounds, rounds + ROUNDS_AFTER_KILL):
             _append_round(clients[1:], round_no)
-        expected_turns = 1 + 2 * (ROUNDS_BEFORE_KILL + 1 + ROUNDS_AFTER_KILL)
+        expected_turns = 1 + 2 * (rounds + ROUNDS_AFTER_KILL)
 
         wait_for(lambda: _all_compacted(private_postgres, expected_turns), timeout=90, interval=0.5)
         prompts = [clients[1].get(f"/v1/sessions/s{i}/prompt").json() for i in range(SESSIONS)]
