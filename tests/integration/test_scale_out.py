@@ -281,7 +281,7 @@ class Host:
     def signal(self, role: str, sig: signal.Signals) -> None:
         os.killpg(self.procs[role].pid, sig)
 
-    def signal_all(self, sig: signal.Signals) -> None:
+    def signal_all(self, sig: int) -> None:
         """sig to every process of the host (API, worker and its pool children, beat)."""
         for role in self.procs:
             with contextlib.suppress(ProcessLookupError):
