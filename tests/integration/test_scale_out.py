@@ -283,9 +283,9 @@ class Host:
 
     def signal_all(self, sig: int) -> None:
         """sig to every process of the host (API, worker and its pool children, beat)."""
-        for role in self.procs:
+        for proc in self.procs.values():
             with contextlib.suppress(ProcessLookupError):
-                self.signal(role, sig)
+                os.killpg(proc.pid, sig)
 
     def kill(self) -> None:
         """kill -9 every process of the host (API, worker and its pool children, beat)."""
