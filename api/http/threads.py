@@ -15,7 +15,7 @@ import contextlib
 import contextvars
 import functools
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from typing import ParamSpec, TypeVar
 
 import structlog
@@ -51,13 +51,14 @@ async def in_thread(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
 
 
 def in_background(fn: Callable[[], None]) -> None:
-    """fn() in the API's thread pool, in a copy of the caller's context (its log lines keep the
-    request's session and tenant ids), not awaited: for work that follows an answer and reports its
-    own failures (HeldJobs.release logs an enqueue that failed); an error it raises anyway is logged."""
-    _pool.submit(contextvars.copy_context().run, fn).add_done_callback(_log_failure)
+    """fn() in the API's thread pool, in a copy of the caller's context (its log lines, an error
+    it raises included, keep the request's session and tenant ids), not awaited: for work that
+    follows an answer and reports its own failures (HeldJobs.release logs an enqueue that failed)."""
+    _pool.submit(contextvars.copy_context().run, _logged, fn)
 
 
-def _log_failure(done: Future[None]) -> None:
-    """An in_background call's error, logged (nobody awaits it to see it)."""
-    if not done.cancelled() and (error := done.exception()) is not None:
+def _logged(fn: Callable[[], None]) -> None:
+    try:
+        fn()
+    except Exception as error:  # nobody awaits the call to see it
         log.error("api.background_call_failed", error=type(error).__name__, exc_info=error)

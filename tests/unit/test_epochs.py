@@ -13,6 +13,7 @@ from worker.compaction.assemble import assemble
 from worker.compaction.epochs import (
     Decision,
     Switch,
+    catch_up,
     decide,
     extend,
     request_bytes,
@@ -99,7 +100,7 @@ def test_past_the_trigger_a_rewrite_must_save_the_minimum_or_be_past_the_deadlin
 
 
 def test_at_a_small_window_the_minimum_is_a_tenth_of_the_budget() -> None:
-    """The minimum gain is capped at a tenth of the budget (2,000 tokens is much of a 12k window's
+    """The minimum gain is capped at a tenth of the budget (5,000 tokens is much of a 12k window's
     room): a saving above the cap is published even when the minimum is larger."""
     t = Transcript("s", turns_of(*[text_of(n, 60) for n in range(8)]))
     out = compact(t, Policy(context_window=4_000, output_reserve=500), summarize=True).transcript
@@ -228,18 +229,65 @@ def test_a_pending_summary_catches_up_with_the_turns_appended_since() -> None:
     assert request_problems(assemble(s.publish), allow_pending_tool_use=True) == []
 
 
-def test_a_forced_summary_that_keeps_no_turn_serves_none_of_those_it_archived() -> None:
-    """A /compact whose keep window holds no whole turn (the last one is larger than it) archives
-    every turn after the task: the summary is served instead of them, not beside them."""
-    policy = Policy(context_window=20_000, output_reserve=1_000)
+def _text_session(sizes: list[int]) -> Transcript:
+    """The task, then text turns (no tool units) of about `sizes` lines each, roles alternating."""
     turns = [Turn(1, "user", ({"type": "text", "text": "Fix the date parser."},), 6)]
-    for seq in range(2, 12):  # text turns, no tool units; the last one the largest
-        block = ({"type": "text", "text": text_of(seq, 300 if seq == 11 else 60)},)
+    for seq, lines in enumerate(sizes, start=2):
+        block = ({"type": "text", "text": text_of(seq, lines)},)
         turns.append(Turn(seq, "assistant" if seq % 2 == 0 else "user", block, count_message(block)))
-    t = Transcript("s", tuple(turns))
+    return Transcript("s", tuple(turns))
+
+
+def _served_once(t: Transcript, seqs: set[int]) -> None:
+    """Every seq appended is served verbatim or covered by the note, never both; in order; the
+    newest verbatim (what the model answers next)."""
+    kept = [turn.seq for turn in t.turns]
+    archived = {seq for seq in seqs if t.handoff is not None and t.handoff.covers(seq)}
+    assert kept == sorted(set(kept)) and set(kept) <= seqs
+    assert not archived & set(kept), sorted(archived & set(kept))
+    assert seqs == archived | set(kept), sorted(seqs - archived - set(kept))
+    assert kept[-1] == max(seqs)
+
+
+def test_a_forced_summary_whose_keep_window_holds_no_whole_turn_keeps_the_newest() -> None:
+    """A /compact whose keep window is smaller than the last turn archives every turn between the
+    task and the newest, keeps the newest verbatim, and serves the note instead of the others."""
+    policy = Policy(context_window=20_000, output_reserve=1_000)
+    t = _text_session([60] * 9 + [300])
     s = step(t, policy, quiet=True, force=True)
     assert s.switch is Switch.FORCED and s.publish.handoff is not None
-    archived = {seq for a, b in s.publish.handoff.archived_seqs for seq in range(a, b + 1)}
-    assert archived and not archived & {turn.seq for turn in s.publish.turns}
+    _served_once(s.publish, {turn.seq for turn in t.turns})
+    assert [turn.seq for turn in s.publish.turns] == [1, 11]
     assert s.publish.tokens() < t.tokens()
     assert request_problems(assemble(s.publish), allow_pending_tool_use=True) == []
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    sizes=st.lists(st.integers(1, 400), min_size=4, max_size=50),
+    window=st.sampled_from([8_000, 20_000, 64_000]),
+    rounds=st.integers(1, 8),
+    flags=st.lists(st.tuples(st.booleans(), st.booleans()), min_size=8, max_size=8),
+    stack=st.booleans(),
+)
+def test_jobs_over_text_turns_serve_every_turn_once(
+    sizes: list[int], window: int, rounds: int, flags: list[tuple[bool, bool]], stack: bool
+) -> None:
+    """Jobs in rounds over a text-only session (no tool unit, so a keep window may hold only the
+    newest turn), quiet or busy, forced or not, notes stacked or folded: what each publishes, and a
+    summary kept pending once caught up, serves every turn once (`_served_once`)."""
+    policy = Policy(context_window=window, output_reserve=window // 20, stack_notes=stack)
+    turns = _text_session(sizes).turns
+    size = max(1, len(turns) // rounds)
+    state, pending, seen = Transcript("s", ()), None, set[int]()
+    for k, start in enumerate(range(0, len(turns), size)):
+        new = turns[start : start + size]
+        seen |= {t.seq for t in new}
+        current = extend(state, new)
+        if pending is not None:
+            _served_once(catch_up(pending, current), seen)
+        quiet, force = flags[k % len(flags)]
+        s = step(current, policy, pending=pending, quiet=quiet, force=force)
+        _served_once(s.publish, seen)
+        assert request_problems(assemble(s.publish), allow_pending_tool_use=True) == []
+        state, pending = s.publish, s.pending

@@ -311,13 +311,15 @@ def advances(pending: Transcript, current: Transcript) -> bool:
     return archived_through(pending) > archived_through(current) and last <= newest
 
 
-def catch_up(pending: Transcript, current: Transcript) -> Transcript:
-    """A summary prepared earlier, plus the turns appended since, with the current system and memory.
+def covered_through(t: Transcript) -> int:
+    """The newest seq a compacted transcript stands for, kept or archived: the turns after it are
+    the ones appended since (a summary that keeps no turn but the task covers its archive)."""
+    return max(t.turns[-1].seq if t.turns else 0, archived_through(t))
 
-    "Since" is after the newest turn it keeps or archives: a summary that keeps no turn but the
-    task (a keep window smaller than the last turn) must not have its archived turns added back."""
-    last = max(pending.turns[-1].seq if pending.turns else 0, archived_through(pending))
-    newer = tuple(t for t in current.turns if t.seq > last)
+
+def catch_up(pending: Transcript, current: Transcript) -> Transcript:
+    """A summary prepared earlier, plus the turns appended since, with the current system and memory."""
+    newer = tuple(t for t in current.turns if t.seq > covered_through(pending))
     return replace(
         pending, system=current.system, memory=current.memory, turns=pending.turns + newer, files=()
     )

@@ -184,10 +184,10 @@ class Policy:
     # less waits for the summary the next quiet point switches in. Issue 27, 32k: 0 (any saving)
     # made 18-65 epochs instead of 16-57 and cost 1-4% more (BENCHMARKS "Fewer rewrites at 32k").
     # Measured at 32k-200k; below, the deadline (not this) bounds how long a rewrite waits.
-    # Session 12: 5,000 (was 2,000; epochs.decide caps it at a tenth of the budget) cost 0-12% less
-    # at 64k on every policy session, 0-2% less at 32k, 200k unchanged; at 0.05 s and 1 s and at
-    # 16k and 100k never more but once (+1.6%, gen3 at 100k). Tuned on fa812bfe (BENCHMARKS
-    # "Session 12")
+    # Session 12: 5,000 (was 2,000; epochs.decide caps it at a tenth of the budget) cost 0.1-12%
+    # less at 64k on 8 of 15 policy sessions and 0.8-1.9% less at 32k on 3, the rest unchanged
+    # (200k in every cell); at 0.05 s and 1 s and at 16k and 100k never more but once (+1.6%,
+    # gen3 at 100k). Tuned on fa812bfe (BENCHMARKS "Session 12")
     shrink_min_tokens: int = 5_000
     turn_trigger: int = 0  # summarize past this many turns (0: off)
     pretrigger_share: float = 0.8  # prepare the summary ahead from this share of the summarize trigger

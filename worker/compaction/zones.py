@@ -22,7 +22,8 @@ def is_cut_point(turns: Sequence[Turn], i: int) -> bool:
 
 def keep_start(turns: Sequence[Turn], keep_tokens: int) -> int:
     """Index of the first turn of the keep window: the newest ~keep_tokens, whole units, and at
-    least the last full tool unit (assistant call plus its results) when there is one."""
+    least the last full tool unit (assistant call plus its results) when there is one, else the
+    newest turn (what the model answers next stays verbatim, however large)."""
     if not turns:
         return 0
     total, i = 0, len(turns)
@@ -30,7 +31,7 @@ def keep_start(turns: Sequence[Turn], keep_tokens: int) -> int:
         i -= 1
         total += turns[i].tokens
     last_unit = _last_unit_start(turns)
-    i = min(i, last_unit) if last_unit is not None else i
+    i = min(i, last_unit if last_unit is not None else len(turns) - 1)
     while i > 1 and not is_cut_point(turns, i):
         i -= 1
     return max(i, 1) if len(turns) > 1 else 0

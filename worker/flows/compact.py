@@ -23,7 +23,7 @@ from worker.cache.prompts import Entry
 from worker.compaction import epochs
 from worker.compaction.assemble import MEMORY_NOTE_TOKENS, assemble, prefix_tokens, served_tokens, turn_policy
 from worker.compaction.codec import transcript_from_json, transcript_to_json
-from worker.compaction.epochs import Decision, Switch, common_prefix_bytes, rewrites_top
+from worker.compaction.epochs import Decision, Switch, common_prefix_bytes, covered_through, rewrites_top
 from worker.compaction.model import Policy, Transcript
 from worker.compaction.ports import SummaryResult
 from worker.compaction.quiet import why_not_quiet
@@ -371,7 +371,7 @@ def _keep_pending(
     entry = entry_from_prompt(
         assemble(pending),
         epoch=plan.epoch + 1,
-        through=pending.turns[-1].seq if pending.turns else 0,
+        through=covered_through(pending),
         memver=memver,
         tokens=served_tokens(pending),
         files=files,

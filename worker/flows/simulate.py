@@ -37,6 +37,7 @@ from worker.compaction.epochs import (
     Decision,
     Step,
     Switch,
+    covered_through,
     extend,
     fit_fallback,
     rewrites_top,
@@ -418,7 +419,7 @@ def _serve(sim: _Sim) -> tuple[dict[str, Any], int, str | None]:
     if tokens <= budget:
         return request, tokens, None
     if sim.pending is not None:
-        last = sim.pending.turns[-1].seq if sim.pending.turns else 0
+        last = covered_through(sim.pending)
         newer = [t for t in extend(sim.snapshot, sim.tail).turns if t.seq > last]
         request, tokens = _rendered(sim.pending, newer, budget, files, note)
         if tokens <= budget:
