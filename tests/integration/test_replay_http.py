@@ -4,14 +4,13 @@ prefix (`pricing.keeps_prefix`, the issue-27 measure the offline replay prints t
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import httpx
 import pytest
 
 from api.cli.drive import replay_http
-from tests.integration.conftest import Service
+from tests.integration.conftest import Service, wait_for
 from worker.flows.simulate import parse_pace
 
 pytestmark = [pytest.mark.services]
@@ -31,23 +30,18 @@ def _memory_in_place(client: httpx.Client, sid: str) -> None:
     """Wait for the worker's first job: it puts the working-memory block (the task) into the system
     prompt, a rewrite from the top that happens once, while the prompt is still under the provider's
     1,024-token cache minimum; the tests look at what follows it."""
-    deadline = time.monotonic() + 60
-    while "<working_memory>" not in str(client.get(f"/v1/sessions/{sid}/prompt").json()["system"]):
-        assert time.monotonic() < deadline, "no working-memory block after 60 s"
-        time.sleep(0.05)
+    wait_for(
+        lambda: "<working_memory>" in str(client.get(f"/v1/sessions/{sid}/prompt").json()["system"]),
+        timeout=60,
+        interval=0.05,
+    )
 
 
 def _compact_now(client: httpx.Client, sid: str) -> None:
     """POST /compact and wait until its summary is switched in (a new epoch)."""
     before = client.get(f"/v1/sessions/{sid}").json()["epoch"]
     assert client.post(f"/v1/sessions/{sid}/compact").status_code == 202
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        info = client.get(f"/v1/sessions/{sid}").json()
-        if info["epoch"] > before:
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"no new epoch after /compact: {info.get('compact_request')}")
+    wait_for(lambda: client.get(f"/v1/sessions/{sid}").json()["epoch"] > before, timeout=60)
 
 
 def _replay(

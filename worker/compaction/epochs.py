@@ -319,7 +319,8 @@ def covered_through(t: Transcript) -> int:
 
 def catch_up(pending: Transcript, current: Transcript) -> Transcript:
     """A summary prepared earlier, plus the turns appended since, with the current system and memory."""
-    newer = tuple(t for t in current.turns if t.seq > covered_through(pending))
+    last = covered_through(pending)
+    newer = tuple(t for t in current.turns if t.seq > last)
     return replace(
         pending, system=current.system, memory=current.memory, turns=pending.turns + newer, files=()
     )
