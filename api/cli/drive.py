@@ -15,10 +15,11 @@ from typing import Any
 
 import httpx
 
+from worker.compaction.prefixes import extends
 from worker.compaction.pricing import PromptCache, keeps_prefix, last_mark_key
 from worker.compaction.tokens import count_request
 from worker.compaction.validate import request_problems
-from worker.flows.simulate import Fetch, Pace, RawHistory, ReplayReport
+from worker.flows.simulate import Fetch, Pace, RawHistory, ReplayReport, ThinkingModel, epoch_label
 
 
 class ReplayError(Exception):
@@ -37,9 +38,12 @@ def replay_http(
     session_id: str | None = None,
     price_per_mtok: float = 3.0,
     after_append: Callable[[httpx.Client, str, int], None] | None = None,
+    thinking: ThinkingModel | None = None,
 ) -> ReplayReport:
     """Replay `messages` into a new session of a running service; returns what it served.
-    `after_append(client, session_id, i)` runs after message i is appended (checkpoints)."""
+    `after_append(client, session_id, i)` runs after message i is appended (checkpoints);
+    `thinking` plays a model with preserved thinking (each assistant message gets a thinking block
+    bound to the prompt fetched before it, and every fetch is checked as the provider checks it)."""
     sid = session_id or f"replay-{uuid.uuid4().hex[:12]}"
     times = pace.times(timestamps, len(messages))
     raw, provider, raw_provider = RawHistory(system), PromptCache(), PromptCache()
@@ -47,6 +51,7 @@ def replay_http(
     epochs: set[int] = set()
     request: dict[str, Any] = {}
     previous_mark: tuple[int, bytes] | None = None
+    label = "0"  # the epoch (or fallback) of the last fetch: what an assistant turn answers
     headers = {"Authorization": f"Bearer {api_key}"}
     started = time.monotonic()
     with httpx.Client(base_url=base_url, headers=headers, timeout=30.0) as client:
@@ -54,6 +59,8 @@ def replay_http(
             delay = started + times[i] - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
+            if thinking is not None and message["role"] == "assistant" and request:
+                message = thinking.answer(request, message, label)
             body: dict[str, Any] = {"messages": [message]}
             if i == 0:
                 body["system"] = system or None
@@ -69,10 +76,12 @@ def replay_http(
                 ms = (time.perf_counter() - t0) * 1000
                 _check(r, f"fetch before message {i + 1}")
                 served = r.json()
-                request = {"system": served["system"], "messages": served["messages"]}
+                previous, request = request, {"system": served["system"], "messages": served["messages"]}
                 now = time.monotonic() - started
                 epochs.add(served["epoch"])
                 kept, previous_mark = keeps_prefix(previous_mark, request), last_mark_key(request)
+                label = epoch_label(served["epoch"], served.get("fallback"))
+                checked = thinking.observe(request, label) if thinking is not None else (True, 0, 0)
                 fetches.append(
                     Fetch(
                         turn=i + 1,
@@ -88,12 +97,23 @@ def replay_http(
                         raw_billed=raw_provider.bill(raw.request(), now),
                         latency_ms=round(ms, 3),
                         kept_prefix=kept,
+                        extended=not previous or extends(previous, request),
+                        thinking_valid=checked[0],
+                        thinking_due=checked[1],
+                        thinking_kept=checked[2],
                     )
                 )
         switches = _switches(client, sid)
     budget = fetches[-1].budget_tokens if fetches else 0
     return ReplayReport(
-        tuple(fetches), max(epochs, default=0), budget, price_per_mtok, str(pace), switches, request
+        tuple(fetches),
+        max(epochs, default=0),
+        budget,
+        price_per_mtok,
+        str(pace),
+        switches,
+        request,
+        turns=len(messages),
     )
 
 

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from itertools import groupby
-from typing import Any
+from typing import Any, Protocol
 
 from worker.compaction.assemble import (
     MEMORY_NOTE_TOKENS,
@@ -123,6 +123,34 @@ class Fetch:
     latency_ms: float = 0.0  # over HTTP: the fetch's round trip
     # the request starts with the previous one through its last breakpoint (pricing.keeps_prefix)
     kept_prefix: bool = False
+    # the request repeats the previous one whole and only adds at the end (prefixes.extends): a
+    # fetch that does not is a rewrite
+    extended: bool = True
+    # with a model that signs its thinking (`ThinkingModel`): every thinking block passed the
+    # provider's prefix check; of the blocks produced in this fetch's epoch before it, how many
+    # were due and how many it served on their own prefix
+    thinking_valid: bool = True
+    thinking_due: int = 0
+    thinking_kept: int = 0
+
+
+class ThinkingModel(Protocol):
+    """The model's side of a replay with preserved thinking: it answers each fetch with a signed
+    thinking block bound to the request it was served, and checks every request it gets."""
+
+    def answer(self, request: dict[str, Any], message: dict[str, Any], epoch: str) -> dict[str, Any]:
+        """The transcript's assistant `message` as this model returns it for `request`."""
+        ...
+
+    def observe(self, request: dict[str, Any], epoch: str) -> tuple[bool, int, int]:
+        """(every block valid, blocks produced in `epoch` so far, of them served on their own prefix)."""
+        ...
+
+
+def epoch_label(epoch: int, fallback: str | None) -> str:
+    """What a fetch's prompt belongs to: its epoch, or the fallback it served instead (a rewrite
+    of its own)."""
+    return f"{epoch}" if fallback is None else f"{epoch}:{fallback}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +163,7 @@ class ReplayReport:
     switches: dict[str, int] = field(default_factory=dict)
     final_request: dict[str, Any] = field(default_factory=dict)
     archive_refs: tuple[str, ...] = ()
+    turns: int = 0  # messages replayed
 
     @property
     def max_prompt_tokens(self) -> int:
@@ -175,10 +204,29 @@ class ReplayReport:
             "input_tokens_uncompacted": raw_bill.input_tokens,
             "price_per_mtok": self.price_per_mtok,
         }
+        out |= self.rewrites_summary()
         latencies = sorted(f.latency_ms for f in self.fetches if f.latency_ms)
         if latencies:
             out["fetch_p50_ms"] = round(latencies[len(latencies) // 2], 2)
             out["fetch_p99_ms"] = round(latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))], 2)
+        return out
+
+    def rewrites_summary(self) -> dict[str, Any]:
+        """Rewrites (fetches that do not extend the one before) per 100 turns, and with a thinking
+        model, the share of fetches whose thinking passed the prefix check and of the thinking
+        produced in each epoch that its later fetches served on its own prefix."""
+        later = self.fetches[1:]
+        rewrites = sum(not f.extended for f in later)
+        out: dict[str, Any] = {
+            "rewrites": rewrites,
+            "rewrites_per_100_turns": round(100 * rewrites / max(1, self.turns), 2),
+        }
+        due = sum(f.thinking_due for f in self.fetches)
+        if due or any(not f.thinking_valid for f in self.fetches):
+            out["thinking_valid_fetches"] = round(
+                sum(f.thinking_valid for f in self.fetches) / max(1, len(self.fetches)), 3
+            )
+            out["thinking_own_prefix"] = round(sum(f.thinking_kept for f in self.fetches) / max(1, due), 3)
         return out
 
     def rows(self) -> list[dict[str, Any]]:
