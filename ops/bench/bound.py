@@ -33,7 +33,6 @@ from typing import Any
 
 from ops.bench.common import data_dir, table
 from ops.bench.policy import SESSIONS
-from worker.compaction.assemble import FILES_NOTE_TOKENS
 from worker.compaction.model import Policy, Turn
 from worker.compaction.tokens import count_text
 from worker.ingest import ingest
@@ -74,7 +73,7 @@ def bound(turns: Sequence[Turn], system_tokens: int, policy: Policy) -> dict[str
     if new:
         new[0] += system_tokens
     budget, task = policy.budget_tokens, turns[0].tokens if turns else 0
-    service = budget - FILES_NOTE_TOKENS - policy.memory_budget_tokens
+    service = budget - policy.memory_budget_tokens
     base = system_tokens + task
     floors = {  # room, floor, the newest tokens kept verbatim (the keep window holds the new turns)
         "any": (budget, base, 0),

@@ -62,7 +62,10 @@ def running_up(key: str) -> Iterator[int]:
         up.terminate()
         up.wait(timeout=60)
         log.close()
-        shutil.rmtree(workdir, ignore_errors=True)
+        if os.environ.get("COMPACTD_BENCH_KEEP"):
+            print(f"kept the service's directory and log: {workdir}", file=sys.stderr)
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
 
 
 def run(paces: list[str], windows: list[int]) -> list[dict[str, Any]]:

@@ -11,7 +11,7 @@ from fastapi import FastAPI
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from tests.factories import assistant_tool, result, user
+from tests.factories import assistant, assistant_tool, result, user
 from tests.integration.conftest import AppClient, make_settings, open_app
 from tests.integration.conftest import assert_problem as problem
 from worker.compaction.validate import request_problems
@@ -69,7 +69,10 @@ def test_append_then_fetch_returns_every_turn_as_a_valid_request(api: AppClient)
     assert (p["version"], p["epoch"], p["compacted_through"]) == (3, 0, 0)
     assert p["system"][0]["text"] == "You are helpful."
     assert [m["role"] for m in p["messages"]] == ["user", "assistant", "user"]
-    assert p["messages"][-1]["content"][-1]["text"].startswith("[compactd status]")
+    # nothing of the fetch's own but its breakpoint on the newest block
+    assert p["messages"][-1]["content"] == [
+        {**result("toolu_01")["content"][0], "cache_control": {"type": "ephemeral"}}
+    ]
     assert p["budget_tokens"] == 50_000 - 8_192 and p["token_count"] > 0
     assert request_problems({"system": p["system"], "messages": p["messages"]}) == []
     assert [e[2] for e in api.enqueued] == [2, 3]
@@ -255,7 +258,8 @@ def test_activity_header_and_resource(api: AppClient) -> None:
 
 
 def test_memory_is_rendered_into_the_prompt_and_capped(api: AppClient) -> None:
-    """Memory items show in the prompt's system blocks; past the hard cap the PUT is a 422 problem."""
+    """Memory items show in the prompt (in the next user turn's memory note, until a rewrite from
+    the top renders them into the block); past the hard cap the PUT is a 422 problem."""
     api.append("s", user("go"))
     r = api.client.put(
         "/v1/sessions/s/memory",
@@ -263,8 +267,9 @@ def test_memory_is_rendered_into_the_prompt_and_capped(api: AppClient) -> None:
         headers=api.auth,
     )
     assert r.status_code == 200 and r.json()["items"][0]["key"] == "goal"
-    system = api.get("/v1/sessions/s/prompt").json()["system"]
-    assert "- goal: ship it" in system[-1]["text"]
+    api.append("s", assistant("ok"), user("go on"))
+    messages = api.get("/v1/sessions/s/prompt").json()["messages"]
+    assert "goal: ship it" in messages[-1]["content"][-1]["text"]
     too_big = {"items": [{"key": "k", "value": f"{MARKER} " * 2_000}]}
     assert_problem(api.client.put("/v1/sessions/s/memory", json=too_big, headers=api.auth), 422)
     api.client.delete("/v1/sessions/s/memory?key=goal", headers=api.auth)

@@ -76,8 +76,9 @@ def test_a_held_entry_is_served_until_a_new_one_is_published(
 
 def test_the_stamp_check_runs_in_redis(redis_url: str) -> None:
     """The memo's conditional read against real Redis: 1 while the entry keeps the held copy's
-    stamp; the whole entry once any write moved it (a publish, a file-list refresh, a writer that
-    predates the rev and left it as it was); every field nil once the entry is gone."""
+    stamp (a claim of `served_from` leaves it: the copy learns the value); the whole entry once any
+    write moved it (a publish, a reset of `served_from`, a writer that predates the rev and left it
+    as it was); every field nil once the entry is gone."""
     cache = Cache(make_redis(redis_url), f"test-memo-{uuid.uuid4().hex[:8]}:")
     memo, prompts, r = EntryMemo(1 << 20), cache.prompts, cache.client
     key = prompts.key(1)
@@ -87,13 +88,16 @@ def test_the_stamp_check_runs_in_redis(redis_url: str) -> None:
         return memo.answer(1, reply)
 
     try:
-        first = Entry(1, 2, 0, b"[]", b'{"a":1}', b"", 10, b"[]")
+        first = Entry(1, 2, 0, b"[]", b'{"a":1}', b"", 10)
         assert prompts.put(1, first)
         assert ask() == first and r.execute_command(*memo.read(prompts, 1)) == 1
-        assert prompts.refresh_files(1, (1, 2, 0), b'[["f", "text", 3, []]]', 1)
-        assert ask() == replace(first, files=b'[["f", "text", 3, []]]')
+        assert prompts.claim_served_from(1, 1, 5) == 5
+        assert r.execute_command(*memo.read(prompts, 1)) == 1  # the stamp held
+        prompts.reset_served_from(1, 1)
+        assert ask() == first  # read again whole: its served_from gone
+        assert prompts.claim_served_from(1, 1, 6) == 6
         r.hset(key, mapping={"through": 4, "head": b'{"b":2}'})  # an older worker: rev untouched
-        assert ask() == replace(first, through=4, head=b'{"b":2}', files=b'[["f", "text", 3, []]]')
+        assert ask() == replace(first, through=4, head=b'{"b":2}', served_from=6)
         r.delete(key)
         assert ask() is None and memo.read(prompts, 1)[0] == "HMGET"
     finally:

@@ -50,10 +50,11 @@ def _model(fake: FakeMessagesAPI) -> Any:
 
 def _check_requests(fake: FakeMessagesAPI, cpd: Compactd, sid: str) -> None:
     first, second = fake.bodies
-    # compactd's system prompt and its status note: the model saw the served prompt, not the state
+    # compactd's system prompt and its breakpoint on the newest block: the model saw the served
+    # prompt, not the state
     for body in (first, second):
         assert SYSTEM in str(body["system"])
-        assert "[compactd status]" in str(body["messages"][-1]["content"])
+        assert "cache_control" in body["messages"][-1]["content"][-1]
     assert [m["role"] for m in second["messages"]] == ["user", "assistant", "user"]
     (call,) = [b for b in second["messages"][1]["content"] if b["type"] == "tool_use"]
     assert (call["id"], call["name"], call["input"]) == ("toolu_w1", "weather", {"city": "Oslo"})
@@ -92,9 +93,9 @@ def test_pre_model_hook_serves_compactds_prompt_to_an_unchanged_react_agent(serv
         state = graph.invoke(
             {"messages": [("user", "Weather in Oslo?")]}, {"configurable": {"thread_id": sid}}
         )
-        # the graph's own state is untouched: its four messages, no status note
+        # the graph's own state is untouched: its four messages, nothing of compactd's
         assert [m.type for m in state["messages"]] == ["human", "ai", "tool", "ai"]
-        assert "[compactd status]" not in str([m.content for m in state["messages"]])
+        assert "cache_control" not in str([m.content for m in state["messages"]])
         _check_requests(fake, cpd, sid)
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from sqlalchemy import inspect, text
 
-from tests.factories import user
+from tests.factories import assistant, user
 from tests.integration.conftest import AppClient
 from tests.integration.test_api import MARKER, assert_problem
 from worker.store import memory, sessions
@@ -35,7 +35,9 @@ BLOCKER = {
 
 
 def test_patch_applies_ops_and_get_shows_sections_rendered_block_and_version(api: AppClient) -> None:
-    """PATCH applies set/add/resolve; GET shows each section's items, the rendered block and the version; the prompt carries it."""
+    """PATCH applies set/add/resolve; GET shows each section's items, the rendered block and the
+    version; the prompt carries the change in the next user turn's memory note (the prompt before
+    it is left as it was served)."""
     api.append("s", user("go"))
     appended = len(api.enqueued)
     r = patch(api, [TASK, FILE, BLOCKER])
@@ -48,8 +50,15 @@ def test_patch_applies_ops_and_get_shows_sections_rendered_block_and_version(api
     assert body["rendered"].startswith("Task:\n- Fix the failing test") and body["tokens"] > 0
     assert body["items"] == []  # no notes
     assert len(api.enqueued) == appended + 1  # republished
-    system = api.get("/v1/sessions/s/prompt").json()["system"]
-    assert "Important files:\n- src/app.py" in system[-1]["text"]
+    before = api.get("/v1/sessions/s/prompt").json()["messages"]
+    assert "src/app.py" not in str(before)  # a fetch adds nothing of its own
+    api.append("s", assistant("Looking."), user("go on"))
+    after = api.get("/v1/sessions/s/prompt").json()["messages"]
+    assert after[: len(before)] == before
+    note = after[-1]["content"][-1]["text"]
+    assert note.startswith("<compactd-memory>\nWorking memory changed since it was last shown:")
+    assert "+ Important files: src/app.py" in note and "Fix the failing test" in note
+    appended = len(api.enqueued) - 1  # the append's job
     resolved = patch(
         api, [{"op": "resolve", "section": "blockers", "key": "pytest tests/test_app.py"}]
     ).json()
@@ -202,7 +211,8 @@ def test_the_tenant_scope_is_shared_with_provenance(api: AppClient) -> None:
     assert shared["scope"] == "tenant" and shared["version"] == 1
     b = api.get("/v1/sessions/b/memory").json()
     assert "- style: tabs, not spaces" in b["rendered"] and b["items"] == []  # rendered, not b's own
-    assert "tabs, not spaces" in api.get("/v1/sessions/b/prompt").text
+    # b's prompt shows it when b's block is next rendered (a rewrite from the top): a shared
+    # scope's change is not one of b's own, which its memory notes carry (docs/memory.md)
     (event,) = api.get("/v1/sessions/b/memory/history?scope=tenant").json()["versions"][0]["events"]
     assert event["written_by"] == "a"
     assert assert_problem(api.get("/v1/sessions/b/memory?scope=global"), 422)["field"] == "scope"

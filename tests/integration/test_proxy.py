@@ -123,7 +123,7 @@ def test_non_streaming_and_streaming_replies_are_relayed_and_stored(proxy: Proxy
         "grep",
         "update_working_memory",
     ]
-    assert "[compactd status]" in str(sent[1].body["messages"])
+    assert "cache_control" in sent[1].body["messages"][-1]["content"][-1]  # compactd's breakpoint
     assert sent[1].headers["x-api-key"] == PROVIDER_KEY
     # the thinking block went back upstream with its signature intact
     thinking = [b for m in sent[1].body["messages"] for b in m["content"] if b.get("type") == "thinking"]
@@ -657,7 +657,7 @@ def test_the_docs_example_agent_runs_through_compactd(proxy: Proxy, tmp_path: Pa
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == "There are 2 Python files."
     bodies = proxy.upstream.bodies
-    assert len(bodies) == 2 and "[compactd status]" in str(bodies[1]["messages"])
+    assert len(bodies) == 2 and "cache_control" in bodies[1]["messages"][-1]["content"][-1]
     (result,) = [b for b in bodies[1]["messages"][-1]["content"] if b.get("type") == "tool_result"]
     assert result["tool_use_id"] == "toolu_ex1" and result["content"].strip() == "2"
     assert [t["name"] for t in bodies[1]["tools"]] == ["bash", "read_file", "grep", "update_working_memory"]

@@ -129,8 +129,9 @@ def test_an_item_changed_after_the_plan_is_not_pruned(
 
 
 def test_a_pruned_session_is_republished(res: Resources) -> None:
-    """Pruning drops the session's cached prompt and prepared summary and sends a compaction at the
-    new memory version, as a memory change through the API does; an unpruned session is left alone."""
+    """Pruning leaves the session's served prompt as it is (its next user turn notes the change, as
+    for a memory change through the API) and sends a compaction at the new memory version; an
+    unpruned session is left alone."""
     pk = session_with_memory(res)
     tid = sessions.get_session_by_pk(res.engine, pk).tenant_id
     turn = Turn(seq=0, role="user", content=({"type": "text", "text": "hi"},), tokens=1)  # type: ignore[arg-type]
@@ -147,7 +148,7 @@ def test_a_pruned_session_is_republished(res: Resources) -> None:
     report = pruning.prune_now(res, enqueue=lambda t, s, v: sent.append((t, s, v)))
     assert report["sessions"] == 1
     assert sent == [(tid, pk, memory.version_of(res.engine, pk))]
-    assert [bool(res.cache.client.exists(k)) for k in keys] == [False, False, True]
+    assert [bool(res.cache.client.exists(k)) for k in keys] == [True, True, True]
 
 
 def test_memory_of_gone_sessions_is_swept(res: Resources) -> None:

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import orjson
@@ -143,24 +144,25 @@ def test_a_task_whose_worker_process_dies_is_redelivered_and_completes(
     assert "WorkerLostError" in worker.log.read_text()
 
 
-def test_a_status_file_list_never_goes_back(res: Resources) -> None:
-    """Refreshes of the cached file list (after reads) apply only at the entry they were computed
-    against and only when they saw more reads; a publish starts the count again."""
-    tid = create_tenant(res.engine, "files")[0]
+def test_the_version_an_epoch_was_first_served_at_is_claimed_once(res: Resources) -> None:
+    """The first fetch of an epoch claims `served_from` (later claims read it); an extend keeps it,
+    a new epoch clears it, a fallback resets it; epoch 0 rewrote nothing: 0."""
+    tid = create_tenant(res.engine, "served")[0]
     a = sessions.append_turns(res.engine, tid, "s", [text_turn("user", "first")])
     assert jobs.compact(tid, a.session_pk, a.version, res) == "published"
-    cache, pk = res.cache, a.session_pk
-    seen = cache.prompts.position(pk)
-    assert seen is not None
-    assert cache.prompts.refresh_files(pk, seen, b"[[5 reads]]", 5)
-    # an older computation finishing late: refused
-    assert not cache.prompts.refresh_files(pk, seen, b"[[3 reads]]", 3)
-    assert not cache.prompts.refresh_files(pk, (seen[0], seen[1] - 1, seen[2]), b"[[9 reads]]", 9)
-    assert cache.prompts.get(pk).files == b"[[5 reads]]"
-    b = sessions.append_turns(res.engine, tid, "s", [text_turn("assistant", "second")])
-    assert jobs.compact(tid, b.session_pk, b.version, res) == "published"
-    assert cache.prompts.get(pk).files == b"[]"
-    assert cache.prompts.refresh_files(pk, cache.prompts.position(pk), b"[[1 read]]", 1)
+    prompts, pk = res.cache.prompts, a.session_pk
+    assert prompts.get(pk).served_from == 0 and prompts.served_from(pk, 0) == 0
+    entry = prompts.get(pk)
+    later = replace(entry, epoch=1, through=entry.through + 1, served_from=None)
+    assert prompts.put(pk, later)
+    assert prompts.served_from(pk, 1) is None and prompts.get(pk).served_from is None  # a new epoch
+    assert prompts.claim_served_from(pk, 1, 7) == 7
+    assert prompts.claim_served_from(pk, 1, 9) == 7  # the first claim stands
+    assert prompts.claim_served_from(pk, 0, 9) is None  # the entry is at another epoch
+    assert prompts.put(pk, replace(later, through=later.through + 1))  # an extend of the same epoch
+    assert prompts.served_from(pk, 1) == 7
+    prompts.reset_served_from(pk, 1)  # a fallback was served
+    assert prompts.served_from(pk, 1) is None and prompts.claim_served_from(pk, 1, 11) == 11
 
 
 def test_a_late_result_never_overwrites_a_newer_snapshot(settings: Settings, res: Resources) -> None:

@@ -8,11 +8,12 @@ from typing import Any
 import orjson
 import pytest
 
-from worker.compaction.assemble import FILES_NOTE_TOKENS, MEMORY_NOTE_TOKENS, prefix_tokens, turn_policy
+from worker.compaction.assemble import prefix_tokens, turn_policy
 from worker.compaction.codec import transcript_to_json
 from worker.compaction.epochs import Decision
 from worker.compaction.model import Policy, Transcript, Turn
 from worker.compaction.quiet import is_quiet, why_not_quiet
+from worker.compaction.thinking import has_thinking
 from worker.compaction.tokens import count_message, count_text
 from worker.flows.compact import JobInput, plan_job
 from worker.store.snapshots import Loaded
@@ -60,8 +61,9 @@ def job(
     memory: str = "",
     memory_version: int = 0,
     pinned_version: int = 0,
-    changes: str = "",
     request: Any = None,
+    model: str = "claude-opus-5-5",
+    served_from: int | None = 0,
 ) -> JobInput:
     row = SimpleNamespace(
         tenant_id=1,
@@ -71,6 +73,7 @@ def job(
         system=system,
         context_window=None,
         output_reserve=None,
+        model=model,
     )
     snap = None
     if snapshot_state is not None:
@@ -84,7 +87,7 @@ def job(
         )
     loaded = Loaded(session=row, snapshot=snap, tail=tail, memory=memory)
     return JobInput(
-        loaded=loaded, state=loaded.state(), policy=POLICY, request=request, memory_changes=changes
+        loaded=loaded, state=loaded.state(), policy=POLICY, request=request, served_from=served_from
     )
 
 
@@ -147,38 +150,25 @@ def test_plan(name: str, given: JobInput, decision: Decision | None, epoch: int,
 
 
 def test_a_new_system_prompt_refreshes_the_pinned_memory() -> None:
-    """When the system prompt changed, the published block is the memory as rendered now, with no note."""
+    """When the system prompt changed, the published block is the memory as rendered now, and the
+    next memory note starts from it."""
     state = Transcript(system="old", turns=tuple(chat(1)), memory="## memory v1")
     plan = plan_job(
-        job(
-            chat(2)[3:],
-            snapshot_state=state,
-            memory="## memory v2",
-            memory_version=2,
-            pinned_version=1,
-            changes="goal: ship it",
-        )
+        job(chat(2)[3:], snapshot_state=state, memory="## memory v2", memory_version=2, pinned_version=1)
     )
     assert plan.system_changed and plan.new_epoch
-    assert plan.publish.memory == "## memory v2" and plan.pinned_version == 2 and plan.memory_note == ""
+    assert plan.publish.memory == "## memory v2" and plan.pinned_version == 2 and plan.noted_version == 2
 
 
-def test_memory_changes_since_the_pinned_block_go_to_the_note() -> None:
-    """Without a new epoch the pinned block stays and the changes since it become the status note."""
+def test_without_a_rewrite_from_the_top_the_pinned_block_stays() -> None:
+    """Without a new epoch the pinned block stays: the changes since it ride in the user turns'
+    memory notes (the append's), and what the prompt shows is not reset."""
     state = Transcript(system="you are helpful", turns=tuple(chat(1)), memory="## memory v1")
     plan = plan_job(
-        job(
-            chat(2)[3:],
-            snapshot_state=state,
-            memory="## memory v2",
-            memory_version=2,
-            pinned_version=1,
-            changes="goal: ship it",
-        )
+        job(chat(2)[3:], snapshot_state=state, memory="## memory v2", memory_version=2, pinned_version=1)
     )
     assert not plan.new_epoch
-    assert plan.publish.memory == "## memory v1" and plan.pinned_version == 1
-    assert "ship it" in plan.memory_note
+    assert plan.publish.memory == "## memory v1" and plan.pinned_version == 1 and plan.noted_version is None
 
 
 def test_a_compact_request_waits_for_a_quiet_point() -> None:
@@ -189,51 +179,92 @@ def test_a_compact_request_waits_for_a_quiet_point() -> None:
     assert plan.step.switch.value != "forced"
 
 
-def changes_of(tokens: int) -> str:
-    """A changes note of about `tokens` tokens, as memory.model.changes_note writes one."""
-    lines = [f"- Decisions (added): use plan {i} for module {i}" for i in range(tokens // 12)]
-    return "Working memory changed since the block at the top:\n" + "\n".join(lines)
+def test_a_structural_epoch_keeps_the_pinned_block() -> None:
+    """A new epoch from clipping (no summary) leaves the pinned block, and the cached prefix it
+    starts, alone however much memory changed: the changes are in the turns' memory notes."""
+    rounds = chat(4, big=True)
+    state = Transcript(system="you are helpful", turns=tuple(rounds[:1]), memory="## memory v1")
+    plan = plan_job(
+        job(rounds[1:], snapshot_state=state, memory="## memory v2", memory_version=9, pinned_version=1)
+    )
+    assert plan.new_epoch and not plan.summarized
+    assert plan.publish.memory == "## memory v1" and plan.pinned_version == 1 and plan.noted_version is None
+
+
+def test_the_turns_budget_keeps_room_for_the_system_prompt_and_memory_block() -> None:
+    """turn_policy takes the system prompt and the memory block from the turns' budget, nothing
+    more: a fetch adds no note of its own."""
+    t = Transcript(system="you are helpful", turns=tuple(chat(2)), memory="## memory")
+    assert POLICY.budget_tokens - turn_policy(POLICY, t).budget_tokens == prefix_tokens(t)
+
+
+def thinking(text_: str) -> dict[str, Any]:
+    return {"type": "thinking", "thinking": text_, "signature": f"sig-{text_}"}
+
+
+def thoughtful(n: int, *, first_seq: int = 2, big: bool = False) -> list[Turn]:
+    """n tool rounds whose assistant turns start with thinking."""
+    body = " ".join(f"line{j} of output with some words in it" for j in range(900 if big else 3))
+    turns: list[Turn] = []
+    for i in range(n):
+        seq = first_seq + 2 * i
+        turns.append(turn(seq, "assistant", thinking(f"step {i}"), text("running"), tool_use(i)))
+        turns.append(turn(seq + 1, "user", tool_result(i, body)))
+    return turns
 
 
 @pytest.mark.parametrize(
-    ("changes_tokens", "refreshed"), [(MEMORY_NOTE_TOKENS // 2, False), (2 * MEMORY_NOTE_TOKENS, True)]
+    ("served_from", "kept"),
+    [(0, [2, 4, 6]), (3, [4, 6]), (7, []), (None, [])],
 )
-def test_a_structural_epoch_refreshes_the_pinned_block_only_when_the_changes_outgrow_the_note(
-    changes_tokens: int, refreshed: bool
+def test_an_extend_keeps_the_thinking_produced_since_the_epoch_was_first_served(
+    served_from: int | None, kept: list[int]
 ) -> None:
-    """A new epoch from clipping (no summary) leaves the pinned block, and the cached prefix it
-    starts, alone while every change since fits the note (up to MEMORY_NOTE_TOKENS, well over
-    the old cap of 200 that refreshed it here): the note carries them whole instead."""
-    rounds = chat(4, big=True)
-    state = Transcript(system="you are helpful", turns=tuple(rounds[:1]), memory="## memory v1")
-    changes = changes_of(changes_tokens)
-    assert count_text(changes) > 200
-    plan = plan_job(
-        job(
-            rounds[1:],
-            snapshot_state=state,
-            memory="## memory v2",
-            memory_version=2,
-            pinned_version=1,
-            changes=changes,
-        )
-    )
+    """The snapshot takes the tail as the epoch serves it: thinking only in the turns after the
+    version it was first served at (None: not known, none)."""
+    task = turn(1, "user", text("fix the build"))
+    state = Transcript(system="you are helpful", turns=(task,))
+    plan = plan_job(job(thoughtful(3), snapshot_state=state, epoch=2, served_from=served_from))
+    assert plan.step.verdict.decision is not Decision.NEW_EPOCH
+    assert [t.seq for t in plan.publish.turns if has_thinking(t)] == kept
+
+
+def test_a_rewrite_drops_the_thinking_from_its_first_change_on() -> None:
+    """A structural epoch keeps the thinking before its first clipped output, as served (the
+    snapshot's, and the tail's after the version the epoch was first served at), and drops every
+    block from there on: no kept block is left after a dropped one."""
+    task = turn(1, "user", text("fix the build"))
+    small = thoughtful(2)  # turns 2-5, nothing to clip
+    rounds = thoughtful(6, first_seq=6, big=True)
+    state = Transcript(system="you are helpful", turns=(task, *small))
+    plan = plan_job(job(rounds, snapshot_state=state, epoch=1, served_from=7))
     assert plan.new_epoch and not plan.summarized
-    if refreshed:
-        assert plan.publish.memory == "## memory v2" and plan.pinned_version == 2 and plan.memory_note == ""
-    else:
-        assert plan.publish.memory == "## memory v1" and plan.pinned_version == 1
-        assert plan.memory_note == changes
+    given = {t.seq: t for t in rounds}
+    # the first output the epoch clipped
+    first = next(
+        t.seq for t in plan.publish.turns if t.role == "user" and t.seq in given and t != given[t.seq]
+    )
+    served = [2, 4, *(t.seq for t in rounds if t.role == "assistant" and t.seq > 7)]
+    assert [t.seq for t in plan.publish.turns if has_thinking(t)] == [s for s in served if s < first]
 
 
-def test_the_turns_budget_keeps_room_for_the_note_the_fetches_carry() -> None:
-    """turn_policy takes the memory changes note's tokens from the turns' budget, on top of the
-    room for the budget line and file lines."""
-    t = Transcript(system="you are helpful", turns=tuple(chat(2)), memory="## memory")
-    note = changes_of(300)
-    without, with_note = turn_policy(POLICY, t), turn_policy(POLICY, t, note)
-    assert without.budget_tokens - with_note.budget_tokens == count_text("\n" + note)
-    assert POLICY.budget_tokens - without.budget_tokens == prefix_tokens(t) + FILES_NOTE_TOKENS
+def test_a_model_that_does_not_bind_thinking_keeps_it_all() -> None:
+    """An older model checks no prefix: nothing is dropped, before or after a rewrite."""
+    task = turn(1, "user", text("fix the build"))
+    rounds = thoughtful(6, big=True)
+    state = Transcript(system="you are helpful", turns=(task,))
+    plan = plan_job(job(rounds, snapshot_state=state, epoch=1, served_from=None, model="claude-sonnet-4-5"))
+    assert plan.new_epoch
+    assert [t.seq for t in plan.publish.turns if has_thinking(t)] == [
+        t.seq for t in rounds if has_thinking(t)
+    ]
+
+
+def test_a_new_system_prompt_drops_every_thinking_block() -> None:
+    """A changed system prompt changes every block's prefix."""
+    state = Transcript(system="old", turns=(turn(1, "user", text("fix the build")), *thoughtful(2)))
+    plan = plan_job(job(thoughtful(1, first_seq=6), snapshot_state=state, epoch=1, served_from=0))
+    assert plan.system_changed and not any(has_thinking(t) for t in plan.publish.turns)
 
 
 def _rounds_after(first_seq: int, n: int) -> list[Turn]:
@@ -251,15 +282,15 @@ def test_a_summary_stacked_on_the_earlier_notes_keeps_the_pinned_block(
     earlier_notes: bool, forced: bool
 ) -> None:
     """A summary round that keeps the earlier notes byte for byte (stacked) leaves the pinned block,
-    and the prompt through those notes that the provider cached, alone: the note carries the
-    changes. The first summary (no notes to keep) and a user's /compact render it afresh."""
+    and the prompt through those notes that the provider cached, alone; the next memory note
+    starts from that block (the notes it archived are gone). The first summary (no notes to keep)
+    and a user's /compact render it afresh."""
     from worker.compaction.model import Handoff
 
     task = turn(1, "user", text("fix the build"))
     note = "[compactd handoff note] Turns 2-3 are archived.\n## Files read\n- /src/a.py"
     handoff = Handoff(note, ("archive-1",), ((2, 3),), count_text(note)) if earlier_notes else None
     state = Transcript(system="you are helpful", turns=(task,), memory="## memory v1", handoff=handoff)
-    changes = changes_of(100)
     plan = plan_job(
         job(
             _rounds_after(4, 30),
@@ -267,7 +298,6 @@ def test_a_summary_stacked_on_the_earlier_notes_keeps_the_pinned_block(
             memory="## memory v2",
             memory_version=2,
             pinned_version=1,
-            changes=changes,
             request=SimpleNamespace(focus="") if forced else None,
         )
     )
@@ -276,7 +306,6 @@ def test_a_summary_stacked_on_the_earlier_notes_keeps_the_pinned_block(
     if earlier_notes:
         assert plan.publish.handoff.earlier == (note,)  # stacked, forced or not
     if earlier_notes and not forced:
-        assert plan.publish.memory == "## memory v1" and plan.pinned_version == 1
-        assert plan.memory_note == changes
+        assert plan.publish.memory == "## memory v1" and plan.pinned_version == 1 and plan.noted_version == 1
     else:
-        assert plan.publish.memory == "## memory v2" and plan.pinned_version == 2 and plan.memory_note == ""
+        assert plan.publish.memory == "## memory v2" and plan.pinned_version == 2 and plan.noted_version == 2

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.strategies import PLANTED_SECRETS, conversations, planted_conversations
-from worker.compaction.assemble import assemble, note_tokens, served_tokens, status_note, turn_policy
+from worker.compaction.assemble import assemble, served_tokens, turn_policy
 from worker.compaction.epochs import fit_fallback
 from worker.compaction.fit import fit
 from worker.compaction.model import Handoff, Policy, Transcript, canonical_json
@@ -336,40 +336,34 @@ def test_fit_clips_the_task_only_when_the_rest_clipped_is_not_enough() -> None:
 
 
 def test_a_fetch_fit_keeps_the_pinned_memory_block_unless_its_summary_rewrites_the_top() -> None:
-    """fit_fallback follows the job's memory rule: a fit that only clips keeps the pinned block and
-    the changes note (the prompt's top stays); one whose summary writes the first note renders the
-    block afresh and empties the note. Either way the served prompt, status note included, is
-    within the budget with room for the larger block."""
+    """fit_fallback follows the job's memory rule: a fit that only clips keeps the pinned block (the
+    prompt's top stays); one whose summary writes the first note renders the block afresh. Either
+    way the served prompt is within the budget with room for the larger block."""
 
     def unit(n: int, output: str) -> list[dict[str, Any]]:
         call = {"type": "tool_use", "id": f"toolu_{n}", "name": "Bash", "input": {"command": f"make step{n}"}}
         done = {"type": "tool_result", "tool_use_id": f"toolu_{n}", "content": output}
         return [{"role": "assistant", "content": [call]}, {"role": "user", "content": [done]}]
 
-    def served(t: Transcript, note: str, policy: Policy) -> int:
-        tokens = served_tokens(t)
-        return tokens + note_tokens(status_note(tokens, policy.budget_tokens, 0, (), note))
-
     policy = policy_for(8_000)
     pinned = "Task: fix the parser."
     fresh = "Task: fix the parser.\nDecisions:\n" + "\n".join(
         f"- keep rule {i} of the lexer stable" for i in range(60)
     )
-    note = "+ Decisions: keep rule 0 of the lexer stable"
     task = [{"role": "user", "content": "Fix the parser."}]
     log = "\n".join(f"line {i}: checked token stream offset {i * 7}" for i in range(620))
     clipped = replace(
         transcript([*task, *unit(0, log), *unit(1, "ok"), *unit(2, "ok")], policy), memory=pinned
     )
-    assert served(clipped, note, policy) > policy.budget_tokens
-    kept, kept_note = fit_fallback(clipped, fresh, note, policy)
-    assert kept.memory == pinned and kept_note == note and kept.handoff is None
-    assert served(kept, kept_note, policy) <= policy.budget_tokens
-    assert served(replace(kept, memory=fresh), kept_note, policy) <= policy.budget_tokens  # room for either
+    assert served_tokens(clipped) > policy.budget_tokens
+    kept = fit_fallback(clipped, fresh, policy)
+    assert kept.memory == pinned and kept.handoff is None
+    assert served_tokens(kept) <= policy.budget_tokens
+    assert served_tokens(replace(kept, memory=fresh)) <= policy.budget_tokens  # room for either
     messages = list(task)
     for n in range(12):
         messages += unit(n, f"step {n} output " * 300)
     big = replace(transcript(messages, policy), memory=pinned)
-    fitted, fitted_note = fit_fallback(big, fresh, note, policy)
-    assert fitted.handoff is not None and fitted.memory == fresh and fitted_note == ""
-    assert served(fitted, fitted_note, policy) <= policy.budget_tokens
+    fitted = fit_fallback(big, fresh, policy)
+    assert fitted.handoff is not None and fitted.memory == fresh
+    assert served_tokens(fitted) <= policy.budget_tokens

@@ -1,6 +1,6 @@
 """The replay simulator serves what the service serves: the working-memory block a job observes and
-pins at the top (refreshed by the job's own rule), the changes since in the status note, and the
-virtual files listed there (BENCHMARKS "Replay vs service: the 64k cost gap")."""
+pins at the top (refreshed by the job's own rule), the changes since in the user turns' memory
+notes, and, to a model that binds thinking, each block only on its own prefix."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from worker.compaction.assemble import MEMORY_NOTE_TOKENS
+from tests.fakes.preserved_thinking import THINKING, Binder
 from worker.compaction.model import Policy
 from worker.flows.compact import refreshes_memory
 from worker.flows.simulate import Pace, replay
@@ -53,51 +53,56 @@ def _memory(request: dict[str, Any]) -> str:
     return next((b["text"] for b in request["system"] if b["text"].startswith("<working_memory>")), "")
 
 
-def _note(request: dict[str, Any]) -> str:
-    return str(request["messages"][-1]["content"][-1]["text"])
+def _notes(request: dict[str, Any]) -> list[str]:
+    return [
+        b["text"]
+        for m in request["messages"]
+        for b in m["content"]
+        if b.get("type") == "text" and b["text"].startswith("<compactd-memory>")
+    ]
 
 
-def test_served_prompts_pin_the_observed_memory_and_note_files_and_changes() -> None:
+def test_served_prompts_note_the_observed_memory_in_turns_and_pin_it_at_a_summary() -> None:
+    """Before its first summary a session's prompt has no memory block: the changes the jobs observe
+    ride in the user turns they were appended with, and stay there; a summary renders the block."""
     requests, report = served(60)
     assert report.epochs >= 3 and report.over_budget == 0
     blocks = [_memory(r) for r in requests]
-    assert all(blocks[3:]), "every fetch after the first job carries the pinned memory block"
-    assert "/src/pkg/mod" in blocks[-1] and "Important files" in blocks[-1]
-    notes = [_note(r) for r in requests]
-    assert any("Virtual files: " in n for n in notes), "clipped outputs are counted in the status note"
-    assert any("Working memory changed since the block at the top" in n for n in notes)
+    assert not blocks[0] and blocks[-1] and "/src/pkg/mod" in blocks[-1]
+    noted = [_notes(r) for r in requests]
+    assert any("Working memory changed since it was last shown" in n for ns in noted for n in ns)
+    first = next(i for i, ns in enumerate(noted) if ns)
+    assert all(
+        noted[first][0] in noted[i]
+        for i in range(first, len(noted))
+        if requests[i]["system"] == requests[first]["system"]
+        and report.fetches[i].epoch == report.fetches[first].epoch
+    )
 
 
 def test_a_refreshed_memory_block_costs_the_cached_prefix() -> None:
     """When a new epoch renders the block afresh, nothing before it is read from the cache: the
     fetch writes the whole prompt again (what the service's bill showed and the simulator did not)."""
     requests, report = served(60)
-    refreshed = [
-        i
-        for i in range(1, len(requests))
-        if _memory(requests[i]) != _memory(requests[i - 1]) and _memory(requests[i - 1])
-    ]
+    refreshed = [i for i in range(1, len(requests)) if _memory(requests[i]) != _memory(requests[i - 1])]
     assert refreshed
     assert all(report.fetches[i].billed.read_tokens == 0 for i in refreshed)
 
 
 @pytest.mark.parametrize(
-    ("new_epoch", "rewrote_top", "system_changed", "changes", "expected"),
+    ("new_epoch", "rewrote_top", "system_changed", "expected"),
     [
-        (False, False, False, "x " * 2 * MEMORY_NOTE_TOKENS, False),  # no new epoch: the block stays
-        (True, False, False, "goal: ship it", False),  # structural, small changes: the note carries them
-        (True, False, False, "x " * 2 * MEMORY_NOTE_TOKENS, True),  # the changes outgrow the note
-        (True, True, False, "", True),  # a summary that folds the notes rewrites from the top anyway
-        (True, False, False, "", False),  # one stacked on the earlier notes keeps the top
-        (False, False, True, "", True),  # a new system prompt too
+        (False, False, False, False),  # no new epoch: the block stays
+        (True, False, False, False),  # a structural one, or a summary stacked on the earlier notes
+        (True, True, False, True),  # a summary that folds the notes rewrites from the top anyway
+        (False, False, True, True),  # a new system prompt too
     ],
 )
 def test_when_a_publish_refreshes_the_pinned_memory(
-    new_epoch: bool, rewrote_top: bool, system_changed: bool, changes: str, expected: bool
+    new_epoch: bool, rewrote_top: bool, system_changed: bool, expected: bool
 ) -> None:
-    got = refreshes_memory(
-        new_epoch=new_epoch, rewrote_top=rewrote_top, system_changed=system_changed, changes=changes
-    )
+    """The block is rendered afresh only where the prompt is rewritten from the top anyway."""
+    got = refreshes_memory(new_epoch=new_epoch, rewrote_top=rewrote_top, system_changed=system_changed)
     assert got is expected
 
 
@@ -126,3 +131,34 @@ def test_a_fetch_keeps_the_previous_prefix_within_an_epoch_and_not_across_one() 
             assert b.kept_prefix is (a.epoch == b.epoch), (a.turn, b.turn, a.epoch, b.epoch)
     share = report.summary()["fetches_keeping_prefix"]
     assert share == round(sum(b.kept_prefix for _, b in pairs) / len(pairs), 3) < 1.0
+
+
+class Signing:
+    """A model with preserved thinking, for the simulator: a signed block on every answer."""
+
+    def __init__(self) -> None:
+        self.binder, self.produced = Binder(), {}
+
+    def answer(self, request: dict[str, Any], message: dict[str, Any], epoch: str) -> dict[str, Any]:
+        block = self.binder.block(request, "thinking it over")
+        self.produced[block["signature"]] = epoch
+        return {**message, "content": [block, *message["content"]]}
+
+    def observe(self, request: dict[str, Any], epoch: str) -> tuple[bool, int, int]:
+        checked = self.binder.check(request)
+        due = {s for s, e in self.produced.items() if e == epoch}
+        served = {
+            b["signature"] for m in request["messages"] for b in m["content"] if b.get("type") in THINKING
+        }
+        return checked.valid, len(due), len(due & served) if checked.valid else 0
+
+
+def test_every_fetch_passes_the_prefix_check_and_keeps_its_epochs_thinking() -> None:
+    """With a model that binds its thinking, no fetch carries a block on a changed prefix, and
+    within each epoch every block produced in it is served on its own prefix."""
+    model = Signing()
+    report = replay("", edits(60), POLICY, pace=Pace(1.0), job_seconds=0.05, thinking=model)
+    summary = report.summary()
+    assert report.epochs >= 3 and report.over_budget == 0
+    assert summary["thinking_valid_fetches"] == 1.0 and summary["thinking_own_prefix"] == 1.0
+    assert summary["rewrites"] <= report.epochs + sum(f.fallback is not None for f in report.fetches)

@@ -4,35 +4,40 @@ from __future__ import annotations
 
 import os
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from worker.cache.client import GuardedRedis
 
-# Every write of an entry (a publish, a file-list refresh, a refill) stores a new random `rev`: a
-# process that holds a copy knows it is current when the rev in Redis is still the copy's.
+# Every write of an entry (a publish, a refill, a reset of `served_from`) stores a new random
+# `rev`: a process that holds a copy knows it is current when the rev in Redis is still the copy's.
 # Write only if (epoch, through, memver) is newer than what is cached: a late result never wins.
+# A new epoch has not been served yet: its `served_from` goes (epoch 0 rewrote nothing: 0).
 _PUBLISH = """
 local cur = redis.call('HMGET', KEYS[1], 'epoch', 'through', 'memver')
 local ce, ct, cm = tonumber(cur[1] or '-1'), tonumber(cur[2] or '-1'), tonumber(cur[3] or '-1')
 local e, t, m = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 if ce > e or (ce == e and (ct > t or (ct == t and cm >= m))) then return 0 end
+if ce ~= e then redis.call('HDEL', KEYS[1], 'served_from') end
 redis.call('HSET', KEYS[1], 'epoch', ARGV[1], 'through', ARGV[2], 'memver', ARGV[3], 'system', ARGV[4],
-           'head', ARGV[5], 'last', ARGV[6], 'tokens', ARGV[7], 'files', ARGV[8], 'files_ver', 0,
-           'memory_note', ARGV[9], 'rev', ARGV[10])
+           'head', ARGV[5], 'last', ARGV[6], 'tokens', ARGV[7], 'rev', ARGV[8])
+if e == 0 then redis.call('HSETNX', KEYS[1], 'served_from', 0) end
 return 1
 """
-# A file was read: replace the entry's file list (the status note's "what has been read") only if
-# the entry is still the one the list was computed against (a newer publish brings its own list)
-# and the list has seen more reads than the one there (two reads may refresh in either order).
-_REFRESH_FILES = """
-local cur = redis.call('HMGET', KEYS[1], 'epoch', 'through', 'memver', 'files_ver')
-if cur[1] == ARGV[1] and cur[2] == ARGV[2] and cur[3] == ARGV[3]
-   and tonumber(cur[4] or '0') < tonumber(ARGV[5]) then
-  redis.call('HSET', KEYS[1], 'files', ARGV[4], 'files_ver', ARGV[5], 'rev', ARGV[6])
-  return 1
-end
-return 0
+# The first fetch of an epoch: the version it serves is the epoch's `served_from` (the turns up to
+# it were produced under an earlier prompt), set once; the value in Redis is returned (nil: the
+# entry is no longer at that epoch).
+_CLAIM_SERVED_FROM = """
+if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then return false end
+redis.call('HSETNX', KEYS[1], 'served_from', ARGV[2])
+return redis.call('HGET', KEYS[1], 'served_from')
+"""
+# A fetch served something else (a fallback): the epoch's next fetch serves it anew
+_RESET_SERVED_FROM = """
+if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then return 0 end
+redis.call('HDEL', KEYS[1], 'served_from')
+redis.call('HSET', KEYS[1], 'rev', ARGV[2])
+return 1
 """
 
 # The newest acknowledged append (and the session's window): what a fetch must cover when it is
@@ -44,8 +49,10 @@ redis.call('HSET', KEYS[1], 'version', ARGV[1], 'window', ARGV[2], 'reserve', AR
 return 1
 """
 
-FIELDS = ("epoch", "through", "memver", "system", "head", "last", "tokens", "files", "memory_note")
-_MISSING: list[Any] = [None] * len(FIELDS)  # an entry's values when Redis is skipped or down
+# what a publish writes; a read also takes `served_from` (READ)
+FIELDS = ("epoch", "through", "memver", "system", "head", "last", "tokens")
+READ = (*FIELDS, "served_from")
+_MISSING: list[Any] = [None] * len(READ)  # an entry's values when Redis is skipped or down
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,22 +66,28 @@ class Entry:
     head: bytes  # messages[:-1] as comma-joined JSON objects (no brackets)
     last: bytes  # the last message as JSON ("" if none): the tail may merge into it
     tokens: int
-    files: bytes  # JSON: [[ref, kind, lines, [read ranges]], ...]
-    memory_note: bytes = b""  # memory changes since the pinned block, for the status note (UTF-8)
+    # the session version the epoch was first served at (None: not yet, or not known): the turns
+    # after the snapshot up to it were produced under an earlier prompt, so their thinking, bound
+    # to that prompt, is not served with this one (worker/compaction/thinking.py)
+    served_from: int | None = None
 
 
 def entry_values(entry: Entry) -> list[bytes | int]:
-    """An entry's values in FIELDS order."""
+    """An entry's values in FIELDS order (what a publish writes)."""
     e = entry
-    return [e.epoch, e.through, e.memver, e.system, e.head, e.last, e.tokens, e.files, e.memory_note]
+    return [e.epoch, e.through, e.memver, e.system, e.head, e.last, e.tokens]
 
 
 def entry_of(values: list[Any]) -> Entry | None:
-    """The entry HMGET returned in FIELDS order; None when there is none (or Redis was skipped)."""
+    """The entry HMGET returned in READ (or FIELDS) order; None when there is none (or Redis was
+    skipped)."""
     if values[0] is None:
         return None
-    e, t, m, system, head, last, tokens, files, memory_note = values
-    return Entry(int(e), int(t), int(m), system, head, last, int(tokens), files, memory_note or b"")
+    e, t, m, system, head, last, tokens = values[:7]
+    served = values[7] if len(values) > 7 else None
+    return Entry(
+        int(e), int(t), int(m), system, head, last, int(tokens), None if served is None else int(served)
+    )
 
 
 def _note_args(version: int, context_window: int | None, output_reserve: int | None) -> list[Any]:
@@ -87,7 +100,8 @@ class PromptEntries:
     def __init__(self, r: GuardedRedis) -> None:
         self.r = r
         self._publish = r.client.register_script(_PUBLISH)
-        self._refresh_files = r.client.register_script(_REFRESH_FILES)
+        self._claim_served_from = r.client.register_script(_CLAIM_SERVED_FROM)
+        self._reset_served_from = r.client.register_script(_RESET_SERVED_FROM)
         self._note_version = r.client.register_script(_NOTE_VERSION)
 
     def key(self, session_pk: int) -> str:
@@ -95,7 +109,7 @@ class PromptEntries:
 
     def get(self, session_pk: int) -> Entry | None:
         """The cached entry; None when missing or Redis is unreachable."""
-        return entry_of(self.r.call(lambda: self.r.client.hmget(self.key(session_pk), FIELDS), _MISSING))
+        return entry_of(self.r.call(lambda: self.r.client.hmget(self.key(session_pk), READ), _MISSING))
 
     def refill(self, session_pk: int, entry: Entry) -> None:
         """Guarded write from the fetch path (the entry was missing, e.g. after a Redis restart);
@@ -138,13 +152,25 @@ class PromptEntries:
         e, t, m = self.r.call(lambda: self.r.client.hmget(self.key(session_pk), fields), _MISSING[:3])
         return None if e is None else (int(e), int(t), int(m))  # type: ignore[arg-type]
 
-    def refresh_files(
-        self, session_pk: int, seen: tuple[int, int, int], files: bytes, reads_seen: int
-    ) -> bool:
-        """Replace the entry's file list if it is still at `seen` and its list has seen fewer than
-        `reads_seen` reads; False otherwise or on a Redis error."""
-        args: list[bytes | int] = [*seen, files, reads_seen, new_rev()]
-        return bool(self.r.call(lambda: self._refresh_files(keys=[self.key(session_pk)], args=args), 0))
+    def served_from(self, session_pk: int, epoch: int) -> int | None:
+        """The version the entry's epoch was first served at; None when it has not been, the entry
+        is at another epoch, or Redis is down (the job then keeps no thinking of the tail's)."""
+        key = self.key(session_pk)
+        e, served = self.r.call(lambda: self.r.client.hmget(key, ("epoch", "served_from")), _MISSING[:2])
+        return int(served) if e is not None and int(e) == epoch and served is not None else None  # type: ignore[arg-type]
+
+    def claim_served_from(self, session_pk: int, epoch: int, version: int) -> int | None:
+        """The version the entry's epoch was first served at: `version` if this is its first fetch.
+        None when the entry is no longer at `epoch`, or on a Redis error (not known)."""
+        args = [epoch, version]
+        found = self.r.call(lambda: self._claim_served_from(keys=[self.key(session_pk)], args=args), None)
+        return None if found in (None, False) else int(found)
+
+    def reset_served_from(self, session_pk: int, epoch: int) -> None:
+        """A fetch served a fallback instead of the entry: the epoch's next fetch serves it anew
+        (the turns produced meanwhile answer the fallback's prompt). Best effort."""
+        args: list[bytes | int] = [epoch, new_rev()]
+        self.r.call(lambda: self._reset_served_from(keys=[self.key(session_pk)], args=args), 0)
 
 
 def new_rev() -> bytes:
@@ -153,14 +179,14 @@ def new_rev() -> bytes:
 
 # What a fetch holding a copy checks instead of reading the entry: the rev, and the fields a writer
 # that predates the rev (an older worker mid-upgrade) still moves on every write of its own
-STAMP = ("rev", "files_ver", "epoch", "through", "memver")
+STAMP = ("rev", "epoch", "through", "memver")
 # The entry unless it still has the stamp given (ARGV, in STAMP's order): 1 when it does, else its
 # stamp and fields as one HMGET would answer (every one nil when there is no entry)
 _UNLESS_STAMPED = (
     "local cur = redis.call('HMGET', KEYS[1], "
     + ", ".join(f"'{f}'" for f in STAMP)
     + ")\nfor i = 1, #ARGV do if cur[i] ~= ARGV[i] then return redis.call('HMGET', KEYS[1], "
-    + ", ".join(f"'{f}'" for f in (*STAMP, *FIELDS))
+    + ", ".join(f"'{f}'" for f in (*STAMP, *READ))
     + ") end end\nreturn 1"
 )
 
@@ -182,14 +208,14 @@ class EntryMemo:
         key = prompts.key(session_pk)
         held = self.entries.get(session_pk)
         if held is None:
-            return ("HMGET", key, *STAMP, *FIELDS)
+            return ("HMGET", key, *STAMP, *READ)
         return ("EVAL", _UNLESS_STAMPED, 1, key, *held[0])
 
     def answer(self, session_pk: int, reply: Any) -> Entry | Literal[False] | None:
         """The entry `reply` (to `read`'s command) stands for: the held copy when its stamp is
         still the one in Redis (1), the entry read along (held from now on), None when Redis has
         none, or False when the reply is an error (the caller reads the entry)."""
-        if isinstance(reply, list) and len(reply) == len(STAMP) + len(FIELDS):
+        if isinstance(reply, list) and len(reply) == len(STAMP) + len(READ):
             stamp, values = reply[: len(STAMP)], reply[len(STAMP) :]
             entry = entry_of(values)
             if entry is not None and all(v is not None for v in stamp):
@@ -206,15 +232,22 @@ class EntryMemo:
 
     def _hold(self, session_pk: int, stamp: list[Any], entry: Entry) -> None:
         self._drop(session_pk)
-        size = (
-            len(entry.system) + len(entry.head) + len(entry.last) + len(entry.files) + len(entry.memory_note)
-        )
+        size = len(entry.system) + len(entry.head) + len(entry.last)
         if size > self.max_bytes:
             return
         self.entries[session_pk] = (stamp, entry, size)
         self.held += size
         while self.held > self.max_bytes:
             self._drop(next(iter(self.entries)))
+
+    def note_served_from(self, session_pk: int, served: Entry) -> None:
+        """The held copy learns its `served_from` from the entry a fetch served (claimed then):
+        claiming does not change the stamp, so the copy stays current."""
+        held = self.entries.get(session_pk)
+        if held is None or served.served_from is None or held[1].served_from is not None:
+            return
+        if (held[1].epoch, held[1].through) == (served.epoch, served.through):
+            self.entries[session_pk] = (held[0], replace(held[1], served_from=served.served_from), held[2])
 
     def _drop(self, session_pk: int) -> None:
         held = self.entries.pop(session_pk, None)

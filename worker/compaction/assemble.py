@@ -1,8 +1,9 @@
 """Assemble: a transcript becomes the Anthropic request layout of DESIGN §4.
 
-system -> working memory -> handoff note -> compacted turns -> verbatim tail -> status note.
-The stable parts come first so the prefix stays byte-identical between epochs; the status note,
-the only volatile part, is added at serving time to the last user message.
+system -> working memory -> handoff note -> compacted turns -> verbatim tail. A fetch adds nothing
+but cache breakpoints (their placement is not part of what the provider compares), so within an
+epoch every prompt extends the one before: the memory changes since the pinned block ride in the
+user turns they were appended with (`memory_note_block`), never in a note renewed per fetch.
 
 Prompt-cache breakpoints (at most 4, the provider's limit): the end of the system prompt and
 memory, one stored with the snapshot, and per fetch the newest message and the user message the
@@ -16,29 +17,19 @@ end of the notes (one text block each, the earlier ones byte for byte) may carry
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import Any
 
-from worker.compaction.model import Block, Policy, Transcript
+from worker.compaction.model import Block, Policy, Transcript, Turn
 from worker.compaction.tokens import count_block, count_text
 
 CACHE_CONTROL = {"type": "ephemeral"}
-# Room the engine leaves in the budget for the status note a fetch adds: its budget and files lines
-# and the files read (MAX_FILES_SHOWN), plus the memory changes it carries (`turn_policy`: what the note holds).
-FILES_NOTE_TOKENS = 600
-# The memory changes since the pinned block at the top, at most: the working-memory budget, so the
-# note can carry every change and the block is refreshed (the cached prefix written again) only
-# when a summary or a new system prompt rewrites the top anyway, or the changes outgrow this.
+# A memory note's length at most: the working-memory budget, so one note can carry every change
+# since the pinned block (after a summary archived the turns whose notes carried them)
 MEMORY_NOTE_TOKENS = 800
-# the changes note of a prompt assembled from the database (no entry cached: after a memory write
-# from the API, say), whose snapshot's turns kept room only for the note its job published
-DB_NOTE_TOKENS = 200
-# files read so far named in the note (the newest), and read ranges per file (the newest); fewer
-# files when their lines would pass FILES_NOTE_TOKENS (tests/unit/test_status_note.py)
-MAX_FILES_SHOWN = 8
-MAX_RANGES_SHOWN = 4
+# the element a memory note is written in: harness text to the summarizer, not a user instruction
+MEMORY_NOTE_TAG = "compactd-memory"
 # blocks the API refuses a cache_control on
 _UNMARKABLE = {"thinking", "redacted_thinking"}
 
@@ -95,12 +86,10 @@ def served_tokens(t: Transcript) -> int:
     return t.tokens() + prefix_tokens(t)
 
 
-def turn_policy(policy: Policy, t: Transcript, memory_note: str = "") -> Policy:
-    """The policy t's turns are compacted with: the budget less the system prompt, the memory
-    block and the room kept for the status note (its file lines and the memory changes it will
-    carry, `memory_note`: a line of its own)."""
-    note_room = count_text("\n" + memory_note) if memory_note else 0
-    return policy.reserving(prefix_tokens(t) + FILES_NOTE_TOKENS + note_room)
+def turn_policy(policy: Policy, t: Transcript) -> Policy:
+    """The policy t's turns are compacted with: the budget less the system prompt and the memory
+    block (a memory note is part of the turn it came with, counted there)."""
+    return policy.reserving(prefix_tokens(t))
 
 
 def mark_message(message: dict[str, Any]) -> dict[str, Any]:
@@ -128,10 +117,22 @@ def mark_fetch_breakpoints(messages: list[dict[str, Any]]) -> list[dict[str, Any
     return out
 
 
-def finish(end: list[dict[str, Any]], note: str) -> list[dict[str, Any]]:
+def finish(end: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The part of a prompt rendered per fetch: the snapshot's last message with the tail merged
-    on, the fetch's breakpoints, and the status note last (after every breakpoint: it changes)."""
-    return add_status(mark_fetch_breakpoints(merge_roles(end)), note)
+    on, and the fetch's breakpoints."""
+    return mark_fetch_breakpoints(merge_roles(end))
+
+
+def memory_note_block(changes: str) -> Block:
+    """The text block a user turn carries the working-memory changes in (since the pinned block
+    or the turn's last note): appended with the turn, kept with it, so no later fetch takes it back."""
+    return {"type": "text", "text": f"<{MEMORY_NOTE_TAG}>\n{changes}\n</{MEMORY_NOTE_TAG}>"}
+
+
+def with_memory_note(turn: Turn, changes: str) -> Turn:
+    """A user turn with the memory changes appended as its last block, its tokens counted with it."""
+    block = memory_note_block(changes)
+    return replace(turn, content=(*turn.content, block), tokens=turn.tokens + count_block(block))
 
 
 def strip_cache_control(block: Block) -> Block:
@@ -174,85 +175,3 @@ def merge_roles(messages: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         else:
             out.append({"role": m["role"], "content": content})
     return out
-
-
-@dataclass(frozen=True, slots=True)
-class FileInfo:
-    """A virtual file the agent can read back, and which line ranges it has read so far."""
-
-    ref: str
-    kind: str
-    lines: int
-    read_ranges: tuple[str, ...] = ()
-
-
-def status_note(
-    tokens_used: int, budget_tokens: int, file_count: int, read: Sequence[FileInfo], memory_note: str = ""
-) -> str:
-    """The small volatile note at the very end of the prompt: budget, virtual files, what has been
-    read of them, and what changed in working memory since the pinned block at the top was rendered.
-
-    The note is billed in full at every fetch (nothing after the last breakpoint is cached), so it
-    counts the files and names only the newest ones the agent has read: the prompt names every other
-    one where it points to it (the marker of its clipped or offloaded output, or the handoff note
-    naming the archive that holds it). The oldest 20, named whether read or not, were 9-12% of the
-    bill at 32k and 4-5% at 200k (BENCHMARKS, session 8). The part before the memory changes stays
-    within FILES_NOTE_TOKENS, the room the engine leaves for it.
-
-    `file_count`: the session's virtual files; `read`: those read so far, oldest first (a fetch
-    builds no FileInfo for the others: with 200 files that was ~0.45 ms of its time here)."""
-    lines = [_budget_line(tokens_used, budget_tokens)]
-    if file_count:
-        lines.append(_virtual_files_line(file_count))
-    lines += _read_section(tuple(read))
-    if memory_note:
-        lines.append(memory_note)
-    return "\n".join(lines)
-
-
-def _budget_line(tokens_used: int, budget_tokens: int) -> str:
-    return f"[compactd status] context: {tokens_used:,} of {budget_tokens:,} tokens used."
-
-
-def _virtual_files_line(count: int) -> str:
-    return (
-        f"Virtual files: {count:,}. A marker names the file wherever text was clipped, offloaded or"
-        " archived (read it with the read_file / grep tools)."
-    )
-
-
-@functools.lru_cache(maxsize=1024)
-def _read_section(read: tuple[FileInfo, ...]) -> tuple[str, ...]:
-    """The "Read so far" lines: the newest files read, as many as fit FILES_NOTE_TOKENS beside the
-    lines before them at their longest (cached: a session's fetches repeat it until its next read)."""
-    longest = [_budget_line(10**12, 10**12), _virtual_files_line(10**9), "Read so far (999,999, the newest):"]
-    shown = [_read_line(f) for f in read[-MAX_FILES_SHOWN:]]
-    while shown and count_text("\n".join([*longest, *shown])) > FILES_NOTE_TOKENS:
-        shown.pop(0)  # long ranges: fewer files, the newest kept
-    if not shown:
-        return ()
-    return (
-        "Read so far:" if len(shown) == len(read) else f"Read so far ({len(read):,}, the newest):",
-        *shown,
-    )
-
-
-def _read_line(f: FileInfo) -> str:
-    ranges = list(f.read_ranges[-MAX_RANGES_SHOWN:])
-    if len(f.read_ranges) > MAX_RANGES_SHOWN:
-        ranges.insert(0, f"{len(f.read_ranges) - MAX_RANGES_SHOWN} earlier")
-    return f"- {f.ref} ({f.kind}, {f.lines:,} lines; read: {', '.join(ranges)})"
-
-
-def note_tokens(note: str) -> int:
-    """Tokens the status note adds to a request: a text block of its own on the last message
-    (counted as count_request counts it, block overhead included, or the served total runs short)."""
-    return count_block({"type": "text", "text": note}) if note else 0
-
-
-def add_status(messages: list[dict[str, Any]], note: str) -> list[dict[str, Any]]:
-    """Append the status note as a text block to the last message if it is from the user."""
-    if not messages or messages[-1]["role"] != "user" or not note:
-        return messages
-    last = messages[-1]
-    return [*messages[:-1], {"role": "user", "content": [*last["content"], {"type": "text", "text": note}]}]

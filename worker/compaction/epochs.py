@@ -138,18 +138,15 @@ def stacks_notes(current: Transcript, publish: Transcript) -> bool:
     return old is not None and new is not None and new != old and new.notes[: len(old.notes)] == old.notes
 
 
-def fit_fallback(current: Transcript, fresh_memory: str, note: str, policy: Policy) -> tuple[Transcript, str]:
+def fit_fallback(current: Transcript, fresh_memory: str, policy: Policy) -> Transcript:
     """A fetch's `fit` (the worker has not kept up) under the job's memory rule: `current` holds the
-    pinned block and `note` the changes since it; both stay unless the fit's summary rewrites the
-    prompt from the top (a first note or a fold-up), where the block is rendered afresh and the
-    note empties, as the worker's next epoch will do, so its prompt starts as this one did.
-    Room is kept for the larger of the two blocks and for the note. One rule for the service
-    (worker/flows/serve.py) and the replay simulator."""
+    pinned block, which stays unless the fit's summary rewrites the prompt from the top (a first
+    note or a fold-up): there the block is rendered afresh, as the worker's next epoch will do, so
+    its prompt starts as this one did. Room is kept for the larger of the two blocks. One rule for
+    the service (worker/flows/serve.py) and the replay simulator."""
     larger = max(current, replace(current, memory=fresh_memory), key=prefix_tokens)
-    fitted = fit(current, turn_policy(policy, larger, note)).transcript
-    if top_rewritten(current, fitted):
-        return replace(fitted, memory=fresh_memory), ""
-    return fitted, note
+    fitted = fit(current, turn_policy(policy, larger)).transcript
+    return replace(fitted, memory=fresh_memory) if top_rewritten(current, fitted) else fitted
 
 
 def rewrites_top(current: Transcript, s: Step) -> bool:
@@ -331,11 +328,12 @@ def extend(snapshot: Transcript, tail: Sequence[Turn]) -> Transcript:
     return replace(snapshot, turns=snapshot.turns + tuple(tail), files=())
 
 
-def served_request(snapshot: Transcript, tail: Sequence[Turn], note: str = "") -> dict[str, Any]:
-    """What a fetch returns as {system, messages}: the snapshot, the tail merged on, the status note last."""
+def served_request(snapshot: Transcript, tail: Sequence[Turn]) -> dict[str, Any]:
+    """What a fetch returns as {system, messages}: the snapshot, the tail merged on, with the
+    fetch's breakpoints."""
     request = assemble(snapshot)
     head, last = request["messages"][:-1], request["messages"][-1:]
-    messages = head + finish([*last, *(t.as_message() for t in tail)], note)
+    messages = head + finish([*last, *(t.as_message() for t in tail)])
     return {"system": request["system"], "messages": messages}
 
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 # tags whose whole element (content included) the harness wrote
 HARNESS_ELEMENT = re.compile(
     r"(?s)<(system-reminder|task-notification|local-command-stdout|local-command-stderr"
-    r"|local-command-caveat|command-message|command-contents)>.*?</\1>"
+    r"|local-command-caveat|command-message|command-contents|compactd-memory)>.*?</\1>"
 )
 HARNESS_LINE = re.compile(
     r"(?m)^\s*(?:\[Request interrupted by user(?: for tool use)?\]"

@@ -8,7 +8,7 @@ so validation, redaction and idempotency cannot drift between them.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -85,12 +85,14 @@ def append_messages(
     enqueue: Enqueue,
     locked: Callable[[Any, Any], None] | None = None,
     note: bool = True,
+    memory_note: bool = True,
 ) -> Outcome:
     """Ingest, validate and store one append in one transaction, then make sure a job is pending.
 
     `locked(conn, session row)` runs inside that transaction with the session locked (the proxy's
     reconcile record moves there); whatever it raises aborts the append. `note`: False when the
     caller notes the version itself (the API, on its event loop's Redis connection: note_version).
+    `memory_note`: False when the turns were already served as they are (append_turns).
 
     Raises InvalidTranscript (a message cannot be read), BrokenConversation (tool pairing would
     break) or IdempotencyMismatch (the key was used with another body); nothing is written then.
@@ -99,7 +101,13 @@ def append_messages(
     for attempt in range(1, READ_ATTEMPTS + 1):
         try:
             return store_prepared(
-                res, prepared, enqueue, locked, last_try=attempt == READ_ATTEMPTS, note=note
+                res,
+                prepared,
+                enqueue,
+                locked,
+                last_try=attempt == READ_ATTEMPTS,
+                note=note,
+                memory_note=memory_note,
             )
         except StaleRead:
             log.info("append.reread", session_id=session_id, tenant_id=tenant_id, attempt=attempt)
@@ -160,6 +168,12 @@ def prepare_append(
     )
 
 
+def with_turns(p: Prepared, turns: Sequence[Turn]) -> Prepared:
+    """`p` storing `turns` instead of the ones ingested (its last one with a memory note added)."""
+    ingested = replace(p.read.ingested, turns=tuple(turns))
+    return replace(p, read=replace(p.read, ingested=ingested))
+
+
 def tenant_scope(tenant_id: int) -> bytes:
     """The scope of a tenant's clean texts in the redactor's memory (CleanTexts)."""
     return b"tenant:%d" % tenant_id
@@ -184,10 +198,13 @@ def store_prepared(
     *,
     last_try: bool,
     note: bool = True,
+    memory_note: bool = True,
+    noted_through: int | None = None,
 ) -> Outcome:
-    """The append's second half: validate and store `p` in one transaction, then note its version
-    in the prompt cache (unless not `note`: the caller does, note_version) and make sure a job is
-    pending. Raises StaleRead when the session's last message is no longer the one `p` was ingested
+    """The append's second half: validate and store `p` in one transaction (with the memory note
+    its last user turn is due, unless not `memory_note`: its turns then carry the note, if any, for
+    the memory through `noted_through`), then note its version in the prompt cache (unless not
+    `note`: the caller does, note_version) and make sure a job is pending. Raises StaleRead when the session's last message is no longer the one `p` was ingested
     after (unless `last_try`: then the two halves are redacted as each was alone, see _seam)."""
     read = p.read
     done = append_turns(
@@ -203,8 +220,11 @@ def store_prepared(
         validate=check_window,
         locked=locked,
         seam=_seam(read.stored, read.ingested.after if read.rewritable else None, read.counting, last_try),
+        memory_note=memory_note,
+        noted_through=noted_through,
     )
-    if done.reseamed:  # the turn before was rewritten: a cached prompt may still hold it
+    if done.reseamed or done.system_changed:
+        # the turn before was rewritten, or the system prompt: the cached prompt holds the old one
         res.cache.invalidate(done.session_pk)
     if not done.replayed:
         if note:

@@ -1,9 +1,11 @@
 """The compaction job: load -> plan (pure) -> commit -> record. Plain functions; Celery is in tasks.py.
 
 load     the session, its snapshot and tail, a /compact request, the prepared summary, the
-         memory changes since the pinned block (observing memory from the new turns first)
-plan     pure: the pinned memory block, the quiet point, epochs.step (structural layers, the
-         summary switch), the snapshot to publish and the summary to keep pending
+         version the epoch was first served at (observing memory from the new turns first)
+plan     pure: the pinned memory block, the prompt as served (thinking kept where its prefix is
+         the one it was produced on), the quiet point, epochs.step (structural layers, the summary
+         switch), the snapshot to publish (a rewrite drops the thinking after its first change)
+         and the summary to keep pending
 commit   virtual files, the snapshot (version-guarded), the pending summary, the cached prompt
 record   counters, summarizer usage, the /compact request's answer, the log line
 """
@@ -11,7 +13,7 @@ record   counters, summarizer usage, the /compact request's answer, the log line
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -21,28 +23,29 @@ import structlog
 from worker.cache.compact_requests import CompactRequest
 from worker.cache.prompts import Entry
 from worker.compaction import epochs
-from worker.compaction.assemble import MEMORY_NOTE_TOKENS, assemble, prefix_tokens, served_tokens, turn_policy
+from worker.compaction.assemble import assemble, prefix_tokens, served_tokens, turn_policy
 from worker.compaction.codec import transcript_from_json, transcript_to_json
-from worker.compaction.epochs import Decision, Switch, common_prefix_bytes, covered_through, rewrites_top
+from worker.compaction.epochs import (
+    Decision,
+    Switch,
+    common_prefix_bytes,
+    covered_through,
+    extend,
+    rewrites_top,
+)
 from worker.compaction.model import Policy, Transcript
 from worker.compaction.ports import SummaryResult
 from worker.compaction.quiet import why_not_quiet
+from worker.compaction.thinking import binds_thinking, kept_after_rewrite, strip_all, strip_through
 from worker.errors import SessionLocked
 from worker.flows.observe import observe_memory
-from worker.flows.serve import (
-    changes_after,
-    entry_from_prompt,
-    outgrows_note,
-    refresh_status_files,
-    request_prefix,
-)
-from worker.memory.model import clip_note
+from worker.flows.serve import entry_from_prompt, request_prefix
 from worker.metrics import epoch_cause, record_job, record_publish, record_usage
 from worker.resources import Resources
 from worker.session_stats import snapshot_kind
 from worker.store import snapshots
 from worker.store.db import read_tx
-from worker.store.files import FileInfo, file_infos, save_files
+from worker.store.files import save_files
 from worker.summarizers import Backoff, Watched, cost_usd
 
 log = structlog.get_logger("compactd.jobs")
@@ -141,7 +144,9 @@ class JobInput:
     policy: Policy  # the session's policy (its window and output reserve)
     request: CompactRequest | None = None  # a user-driven /compact, if any
     pending: Transcript | None = None  # the summary an earlier job prepared, if any
-    memory_changes: str = ""  # the memory changes since the pinned block's version, unclipped
+    # the version the published epoch was first served at (prompts.served_from; None: not served
+    # yet, or not known): its tail turns up to it answer an earlier prompt
+    served_from: int | None = None
 
 
 def is_current(loaded: snapshots.Loaded, *, forced: bool) -> bool:
@@ -161,20 +166,20 @@ def load(
     res: Resources, session_pk: int, loaded: snapshots.Loaded, request: CompactRequest | None
 ) -> JobInput:
     """What the plan needs, with working memory first observed from the new turns (off the request
-    path; this publish shows it)."""
+    path; the next user turn's memory note shows it)."""
     state = loaded.state()
     if observe_memory(res, session_pk, loaded.current(state).turns, loaded.session.memory_observed_through):
         loaded = snapshots.with_fresh_memory(res.engine, loaded, res.settings.memory_budget_tokens)
     row = loaded.session
-    changes = changes_after(res.engine, row, loaded.pinned(state)[1])
     raw = res.cache.pending.state(session_pk)
+    epoch = loaded.snapshot.epoch if loaded.snapshot is not None else 0
     return JobInput(
         loaded=loaded,
         state=state,
         policy=res.policy_for(row.context_window, row.output_reserve),
         request=request,
         pending=transcript_from_json(orjson.loads(raw)) if raw else None,
-        memory_changes=changes,
+        served_from=0 if epoch == 0 else res.cache.prompts.served_from(session_pk, epoch),
     )
 
 
@@ -192,7 +197,9 @@ class Plan:
     summarized: bool  # a handoff note was switched in
     system_changed: bool
     pinned_version: int  # the memory version the published block renders
-    memory_note: str  # the memory changes since then, clipped for the status note
+    # the memory version its prompt shows after a publish that summarized or rendered the block
+    # (the notes it archived are gone: the next one says everything since the block); None: as is
+    noted_version: int | None
     through_seq: int
     waiting: str  # why this is not a quiet point ("" when it is)
     tokens_before: int
@@ -207,21 +214,32 @@ class Plan:
         return snapshot_kind("new_epoch" if self.new_epoch else "", str(self.step.switch), self.summarized)
 
 
-def refreshes_memory(*, new_epoch: bool, rewrote_top: bool, system_changed: bool, changes: str) -> bool:
-    """Whether a publish renders the pinned memory block afresh (and empties the changes note): when
-    the prefix is rewritten from the top anyway (a new system prompt, a summary that folded or
-    began the notes: `rewrote_top`), or at a new epoch once the changes outgrow the note. A
-    structural epoch, or a summary stacked on the earlier notes (`epochs.stacks_notes`), rewrites
-    only after them: refreshing the block there makes the provider cache the whole prompt again.
-    One rule for the job and the replay simulator (worker/flows/simulate.py)."""
-    return system_changed or (new_epoch and (rewrote_top or outgrows_note(changes)))
+def refreshes_memory(*, new_epoch: bool, rewrote_top: bool, system_changed: bool) -> bool:
+    """Whether a publish renders the pinned memory block afresh: only when the prefix is rewritten
+    from the top anyway (a new system prompt, a summary that folded or began the notes:
+    `rewrote_top`). A structural epoch, or a summary stacked on the earlier notes
+    (`epochs.stacks_notes`), rewrites only after them: refreshing the block there would make the
+    provider cache the whole prompt again, and drop every thinking block. The changes since the
+    block ride in the user turns' memory notes. One rule for the job and the replay simulator."""
+    return system_changed or (new_epoch and rewrote_top)
 
 
-def job_policy(policy: Policy, current: Transcript, fresh_memory: str, note: str) -> Policy:
+def job_policy(policy: Policy, current: Transcript, fresh_memory: str) -> Policy:
     """The policy a job compacts the turns with: room for the larger of the pinned and the fresh
-    memory block (a new epoch renders the memory as it is now) and for the changes note its fetches
-    will carry. One rule for the job and the replay simulator (worker/flows/simulate.py)."""
-    return turn_policy(policy, max(current, replace(current, memory=fresh_memory), key=prefix_tokens), note)
+    memory block (a new epoch may render the memory as it is now). One rule for the job and the
+    replay simulator (worker/flows/simulate.py)."""
+    return turn_policy(policy, max(current, replace(current, memory=fresh_memory), key=prefix_tokens))
+
+
+def served_state(
+    state: Transcript, loaded: snapshots.Loaded, pinned: str, served_from: int | None
+) -> Transcript:
+    """What the published epoch serves now, as a transcript: its snapshot, the tail, the session's
+    system prompt and the pinned block; to a model that binds thinking, the tail's thinking only
+    from the version the epoch was first served at (the prompt the job's rewrite is measured from)."""
+    row = loaded.session
+    tail = strip_through(loaded.tail, served_from) if binds_thinking(row.model) else loaded.tail
+    return replace(extend(state, tail), system=row.system, memory=pinned)
 
 
 def plan_job(job: JobInput, summarizer: Watched | None = None) -> Plan:
@@ -230,9 +248,8 @@ def plan_job(job: JobInput, summarizer: Watched | None = None) -> Plan:
     row, snap, state = loaded.session, loaded.snapshot, job.state
     system_changed = snap is not None and state.system != row.system
     pinned, pinned_version = loaded.pinned(state)
-    current = loaded.current(state, memory=pinned)
-    note = clip_note(job.memory_changes, MEMORY_NOTE_TOKENS)
-    engine_policy = job_policy(job.policy, current, loaded.memory, note)
+    current = served_state(state, loaded, pinned, job.served_from)
+    engine_policy = job_policy(job.policy, current, loaded.memory)
     waiting = why_not_quiet(current, busy=row.activity == "busy")
     s = epochs.step(
         current,
@@ -248,13 +265,15 @@ def plan_job(job: JobInput, summarizer: Watched | None = None) -> Plan:
     epoch = (snap.epoch if snap else 0) + (1 if new_epoch or system_changed else 0)
     publish = s.publish
     summarized = publish.handoff != current.handoff
-    if refreshes_memory(
-        new_epoch=new_epoch,
-        rewrote_top=rewrites_top(current, s),
-        system_changed=system_changed,
-        changes=job.memory_changes,
-    ):
-        publish, pinned_version, note = replace(publish, memory=loaded.memory), row.memory_version, ""
+    refreshed = refreshes_memory(
+        new_epoch=new_epoch, rewrote_top=rewrites_top(current, s), system_changed=system_changed
+    )
+    if refreshed:
+        publish, pinned_version = replace(publish, memory=loaded.memory), row.memory_version
+    binds = binds_thinking(row.model)
+    if binds:
+        # a new system prompt rewrote the top: no block is on its prefix any more
+        publish = strip_all(publish) if system_changed else kept_after_rewrite(current, publish)
     return Plan(
         step=s,
         publish=publish,
@@ -263,7 +282,7 @@ def plan_job(job: JobInput, summarizer: Watched | None = None) -> Plan:
         summarized=summarized,
         system_changed=system_changed,
         pinned_version=pinned_version,
-        memory_note=note,
+        noted_version=pinned_version if summarized or refreshed else None,
         through_seq=loaded.tail[-1].seq if loaded.tail else (snap.through_seq if snap else 0),
         waiting=waiting,
         tokens_before=s.verdict.tokens_before + prefix_tokens(current),
@@ -275,13 +294,18 @@ def plan_job(job: JobInput, summarizer: Watched | None = None) -> Plan:
             "summary_failed": _failure(s.error, summarizer),
         },
         # a prepared summary is the next epoch's prompt: it carries the memory block as rendered now
-        keep_pending=replace(s.pending, memory=loaded.memory)
+        # (and, a rewrite from near the top, no thinking, to a model that binds it)
+        keep_pending=_pending_prompt(replace(s.pending, memory=loaded.memory), binds)
         if s.pending is not None and s.prepared
         else None,
         drop_pending=s.pending is None,
         prompt=assemble(publish),
         tokens=served_tokens(publish),
     )
+
+
+def _pending_prompt(pending: Transcript, binds: bool) -> Transcript:
+    return strip_all(pending) if binds else pending
 
 
 def _failure(error: str | None, summarizer: Watched | None) -> str | None:
@@ -322,31 +346,22 @@ def commit(res: Resources, tenant_id: int, session_pk: int, job: JobInput, plan:
         report=plan.report,
         kind=plan.kind,
         last_turn_hash=loaded.last_turn_hash,
+        noted_memory_version=plan.noted_version,
     )
-    with read_tx(res.engine) as conn:
-        files = file_infos(conn, session_pk)
     if not won and _rewritten(res, session_pk, plan.through_seq, loaded.last_turn_hash):
         # an append redacted the turn this job read last (a secret cut across two appends): what
         # this job prepared holds the old text
         res.cache.pending.drop(session_pk)
     else:  # a summary prepared here is kept even if the snapshot itself was already current
-        _keep_pending(res, session_pk, plan, row.memory_version, files)
+        _keep_pending(res, session_pk, plan, row.memory_version)
     if not won:
         return None
     entry = entry_from_prompt(
-        prompt,
-        epoch=plan.epoch,
-        through=plan.through_seq,
-        memver=row.memory_version,
-        tokens=tokens,
-        files=files,
-        memory_note=plan.memory_note,
+        prompt, epoch=plan.epoch, through=plan.through_seq, memver=row.memory_version, tokens=tokens
     )
     published = Published(entry, res.cache.prompts.get(session_pk))
     try:
         res.cache.prompts.put(session_pk, entry)
-        # a file read logged while this ran is missing from `files`: bring the list up to date
-        refresh_status_files(res.engine, res.cache, session_pk)
     except Exception as exc:  # the DB has it; fetches fall back to the DB until the next publish
         log.warning("cache.publish_failed", error=type(exc).__name__)
     return published
@@ -357,9 +372,7 @@ def _rewritten(res: Resources, session_pk: int, seq: int, loaded_hash: str) -> b
         return snapshots.turn_hash(conn, session_pk, seq) != loaded_hash
 
 
-def _keep_pending(
-    res: Resources, session_pk: int, plan: Plan, memver: int, files: Sequence[FileInfo]
-) -> None:
+def _keep_pending(res: Resources, session_pk: int, plan: Plan, memver: int) -> None:
     """Store a summary prepared by this job (its files are saved), or drop one that was used or is
     stale."""
     if plan.drop_pending:
@@ -374,7 +387,6 @@ def _keep_pending(
         through=covered_through(pending),
         memver=memver,
         tokens=served_tokens(pending),
-        files=files,
     )
     res.cache.pending.put(session_pk, orjson.dumps(transcript_to_json(pending)), entry)
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from worker.flows import serve
 from worker.memory.model import Change, Op
 from worker.redaction import Redactor
 from worker.resources import Resources
@@ -33,8 +32,7 @@ def redacted_change(redactor: Redactor, op: Any) -> Change:
 
 
 def republish(res: Resources, tenant: int, sid: str, row: object, enqueue: object) -> None:
-    """Memory changed: the cached prompt has old memory, so fetches assemble from the DB until the
-    worker republishes (enqueued here)."""
-    res.cache.invalidate(row.id)  # type: ignore[attr-defined]
-    serve.forget(res.cache, tenant, sid)
+    """Memory changed: the served prompt stays as it is (its pinned block; the session's next user
+    turn carries a note of the change: worker/store/sessions.py, noted), and a compaction is sent
+    to catch the snapshot up."""
     enqueue(tenant, row.id, row.version)  # type: ignore[attr-defined,operator]

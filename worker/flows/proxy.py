@@ -33,6 +33,7 @@ from worker.flows.append import (
     check_window,
     prepare_append,
     store_prepared,
+    with_turns,
 )
 from worker.flows.serve import Served, cached_entry, fetch_ahead
 from worker.proxy import fingerprints, provider_keys
@@ -255,11 +256,14 @@ class Proxied:
     prefetched: Prefetched | None = None
 
 
-def reconcile(req: Proxied, chains: list[str], missing: bool = False) -> Reconciled:
+def reconcile(
+    req: Proxied, chains: list[str], missing: bool = False, *, memory_note: bool = True
+) -> Reconciled:
     """Store what the request's history adds (nothing for a retry), in the session it belongs to.
 
     Raises InvalidTranscript / BrokenConversation (the history cannot be stored: nothing written)
     or Unreconciled. `missing`: the record's session was found deleted (the history starts anew).
+    `memory_note`: False when its prompt already went upstream (no note may be added under it).
     """
     key, messages = req.conversation.key, req.body["messages"]
     memo_key = (req.tenant_id, key)
@@ -289,7 +293,7 @@ def reconcile(req: Proxied, chains: list[str], missing: bool = False) -> Reconci
             _remember(req, memo_key, records, None)
             return Reconciled(p, 0)
         try:
-            written = _store(req, p, messages[p.start :])
+            written = _store(req, p, messages[p.start :], memory_note=memory_note)
         except StalePlan:
             if from_memory and req.records is not None:
                 req.records.distrust(memo_key)
@@ -315,9 +319,10 @@ class Ahead:
     req: Proxied
     plan: Plan
     records: tuple[Record, ...]  # the remembered records the plan was made from
-    prepared: Prepared
+    prepared: Prepared  # its turns as stored: the last one with the memory note it was served with
     served: Served
     appended: int
+    noted_through: int | None = None  # the memory version that note covers (None: no note)
 
 
 class StaleAhead(Exception):
@@ -365,8 +370,9 @@ def reconcile_ahead(req: Proxied, chains: list[str]) -> Ahead | None:
     ):
         return None
     profile = prepared.profile
-    served = fetch_ahead(
+    rendered = fetch_ahead(
         res.engine,
+        res.cache,
         cached,
         req.tenant_id,
         p.session_id,
@@ -375,9 +381,12 @@ def reconcile_ahead(req: Proxied, chains: list[str]) -> Ahead | None:
         (profile.context_window, profile.output_reserve),
     )
     # stored: written by someone else since this process's last write (or not yet seen by the memo)
-    if served is None or served.version - len(prepared.turns) != written.version:
+    if rendered is None or rendered[0].version - len(prepared.turns) != written.version:
         return None
-    return Ahead(req, p, remembered, prepared, served, len(messages) - p.start)
+    served, turns, noted_through = rendered
+    return Ahead(
+        req, p, remembered, with_turns(prepared, turns), served, len(messages) - p.start, noted_through
+    )
 
 
 def _cached_entry(req: Proxied, session_id: str) -> tuple[int, Entry] | None:
@@ -403,7 +412,17 @@ def commit_ahead(ahead: Ahead) -> Reconciled:
         moved(conn, session)
 
     try:
-        done = store_prepared(req.res, prepared, req.enqueue, locked, last_try=False, note=False)
+        # its prompt went upstream as rendered, its memory note with it (fetch_ahead): stored as is
+        done = store_prepared(
+            req.res,
+            prepared,
+            req.enqueue,
+            locked,
+            last_try=False,
+            note=False,
+            memory_note=False,
+            noted_through=ahead.noted_through,
+        )
     except StalePlan:
         if req.records is not None:
             req.records.distrust(memo_key)
@@ -424,8 +443,14 @@ def settle(ahead: Ahead, chains: list[str]) -> tuple[Reconciled, Exception | Non
         return commit_ahead(ahead), None
     except Exception as exc:
         stopped = exc
+    # what is stored now may not be the prompt that went upstream: the thinking produced on that
+    # prompt is not served again (the epoch's next fetch serves it anew, without the tail's)
+    req = ahead.req
+    pk = req.res.cache.pks.get((req.tenant_id, ahead.plan.session_id))
+    if pk is not None:
+        req.res.cache.prompts.reset_served_from(pk, ahead.served.epoch)
     try:
-        return reconcile(ahead.req, chains), stopped
+        return reconcile(ahead.req, chains, memory_note=False), stopped
     except Exception:
         if ahead.req.records is not None:
             ahead.req.records.unwritten((ahead.req.tenant_id, ahead.req.conversation.key))
@@ -486,7 +511,7 @@ def _linked(req: Proxied, p: Plan) -> Plan:
     return p if parent is None else replace(p, parent_session_id=parent)
 
 
-def _store(req: Proxied, p: Plan, messages: list[Any]) -> Written | None:
+def _store(req: Proxied, p: Plan, messages: list[Any], *, memory_note: bool = True) -> Written | None:
     """Append `messages` to the plan's session, the record moving in the same transaction; what it
     left the session at."""
     done = append_messages(
@@ -498,6 +523,7 @@ def _store(req: Proxied, p: Plan, messages: list[Any]) -> Written | None:
         activity=None,
         enqueue=req.enqueue,
         locked=claim(req.tenant_id, req.conversation.key, p),
+        memory_note=memory_note,
     )
     return Written.of(done.appended.version, done.profile.system)
 
@@ -534,7 +560,8 @@ def record_reply(
     )
     moved = Plan("extend", before.session_id, before.messages, before, after)
     try:
-        written = _store(req, moved, stored)
+        # stored as the upstream saw them (the rounds' tool results went up in their requests)
+        written = _store(req, moved, stored, memory_note=False)
     except (StalePlan, SessionGone, SessionTaken):
         log.info(
             "proxy.reply_unrecorded",

@@ -10,7 +10,6 @@ from pydantic import ValidationError
 from worker.compaction.reading import BadRead, grep, read_lines
 from worker.contracts import MemoryPatch
 from worker.flows.memory import redacted_change, republish
-from worker.flows.serve import refresh_status_files
 from worker.memory.model import MemoryOpError
 from worker.resources import Resources
 from worker.store import files, memory, sessions
@@ -71,7 +70,6 @@ def answer(res: Resources, tenant_id: int, sid: str, name: str, args: dict[str, 
         excerpt = read_lines(text, _int(args.get("start_line")), _int(args.get("end_line")))
         logged = excerpt.description.rsplit(" of ", 1)[0]
     files.log_read(res.engine, file_id, row.id, logged)
-    refresh_status_files(res.engine, res.cache, row.id)
     more = " (truncated: read a narrower range)" if excerpt.truncated else ""
     return f"[{ref}: {excerpt.description}{more}]\n{excerpt.text}"
 

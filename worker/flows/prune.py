@@ -68,7 +68,8 @@ def prune_now(res: Resources, now: datetime | None = None, enqueue: Enqueue | No
     (origin "prune"), then the memory of deleted or expired sessions goes (not recorded: the session
     is gone). A removal applies only while its items are as planned (checked in its transaction);
     one changed meanwhile (reopened, edited, referenced) stays until the next run. A pruned session's
-    cached prompt is dropped and, with `enqueue`, a compaction sent to republish it."""
+    prompt keeps its pinned block (its next user turn notes the change) and, with `enqueue`, a
+    compaction is sent to catch its snapshot up."""
     now = now or utcnow()
     removed = merged = sessions = 0
     for planned in prune_plans(res, now):
@@ -78,7 +79,6 @@ def prune_now(res: Resources, now: datetime | None = None, enqueue: Enqueue | No
         sessions += 1
         merged += sum(isinstance(step, Merge) for step in done)
         removed += sum(isinstance(step, Removal) for step in done)
-        res.cache.invalidate(planned.session_pk)
         if enqueue is not None:
             try:
                 version = memory.version_of(res.engine, planned.session_pk)

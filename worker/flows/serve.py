@@ -4,14 +4,20 @@ The big, stable part (system and all snapshot messages but the last) is stored a
 and copied into the response unchanged; only the last snapshot message, the tail and the status
 note are parsed and serialized per fetch, so the cost follows the tail, not the session.
 
+A fetch adds nothing of its own but cache breakpoints: within an epoch each prompt extends the one
+before, as the provider compares them (the memory changes ride in the turns they were appended
+with). With a model that binds thinking to its prefix, the turns after the snapshot carry their
+thinking only from the version the epoch was first served at (`Entry.served_from`, claimed by the
+epoch's first fetch): the ones before were produced on an earlier prompt (worker/compaction/thinking.py).
+
 A fetch never serves more than the budget: when the snapshot plus the tail would pass it (the
 worker down or behind), it serves the summary prepared ahead plus its tail if that fits, else a
-deterministic fit computed on the spot (no LLM), and says so in `fallback`.
+deterministic fit computed on the spot (no LLM), and says so in `fallback`. A fallback is a
+rewrite: it carries no thinking, and the epoch's next fetch is served anew (`reset_served_from`).
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -22,26 +28,15 @@ from sqlalchemy.exc import DBAPIError
 
 from worker.cache.cache import Cache
 from worker.cache.prompts import Entry
-from worker.compaction.assemble import (
-    DB_NOTE_TOKENS,
-    MEMORY_NOTE_TOKENS,
-    FileInfo,
-    assemble,
-    finish,
-    note_tokens,
-    served_tokens,
-    status_note,
-)
+from worker.compaction.assemble import assemble, finish, served_tokens
 from worker.compaction.codec import transcript_from_json
 from worker.compaction.epochs import fit_fallback
 from worker.compaction.model import Policy, Transcript, Turn
-from worker.compaction.tokens import count_text
-from worker.memory.model import clip_note
+from worker.compaction.thinking import THINKING, binds_thinking, strip_all, without_thinking
 from worker.store import fetch as reads
 from worker.store.db import read_tx
-from worker.store.files import file_infos, last_read_id, save_files
-from worker.store.memory import changes_since, load_items, render
-from worker.store.sessions import load_turns
+from worker.store.files import save_files
+from worker.store.sessions import load_turns, noted
 from worker.store.snapshots import latest_snapshot, load
 
 
@@ -52,26 +47,19 @@ class Served:
     epoch: int
     version: int
     request_bytes: int = 0  # system + messages, as a provider reads them for caching
-    stable_bytes: int = 0  # of which before the volatile status note: what the next fetch repeats
+    stable_bytes: int = 0  # of which the next fetch repeats (all of it: a fetch adds nothing volatile)
     tokens: int = 0
     budget_tokens: int = 0
     fallback: str | None = None  # "pending" or "fit" when the published snapshot + tail would not fit
+    # the entry served, its `served_from` known once this fetch claimed it (for the API's EntryMemo)
+    entry: Entry | None = None
 
     @property
     def fits(self) -> bool:
         return self.tokens <= self.budget_tokens
 
 
-def entry_from_prompt(
-    prompt: dict[str, Any],
-    *,
-    epoch: int,
-    through: int,
-    memver: int,
-    tokens: int,
-    files: Sequence[FileInfo],
-    memory_note: str = "",
-) -> Entry:
+def entry_from_prompt(prompt: dict[str, Any], *, epoch: int, through: int, memver: int, tokens: int) -> Entry:
     """Split an assembled {system, messages} into the fragments the fetch path splices."""
     messages = prompt["messages"]
     return Entry(
@@ -82,70 +70,52 @@ def entry_from_prompt(
         head=b",".join(orjson.dumps(m) for m in messages[:-1]),
         last=orjson.dumps(messages[-1]) if messages else b"",
         tokens=tokens,
-        files=encode_files(files),
-        memory_note=memory_note.encode(),
     )
 
 
-def encode_files(files: Sequence[FileInfo]) -> bytes:
-    """The status note's file list as the cache entry keeps it."""
-    return orjson.dumps([[f.ref, f.kind, f.lines, list(f.read_ranges)] for f in files])
+Tail = Sequence[tuple[str, Any, int]]  # (role, content blocks, tokens) of the turns after the snapshot
 
 
-@functools.lru_cache(maxsize=128)
-def note_files(files: bytes) -> tuple[int, tuple[FileInfo, ...]]:
-    """What the status note needs of an entry's file list: how many files, and those read.
-
-    Decoded once per list (cached): a session's fetches repeat the list until its next read or
-    compaction, and decoding it was most of a fetch's note cost (200 files: ~30 us). The newest
-    128 lists are kept (~10 MB if each had 1,000 files); an older one is decoded again."""
-    listed = orjson.loads(files)
-    return len(listed), tuple(FileInfo(r, k, n, tuple(reads)) for r, k, n, reads in listed if reads)
-
-
-def refresh_status_files(engine: Engine, cache: Cache, session_pk: int) -> bool:
-    """After a file read: the cached entry's file list from the DB, so the next fetch's status note
-    shows the read at once (not only after the next compaction)."""
-    seen = cache.prompts.position(session_pk)
-    if seen is None:
-        # nothing cached: fetches assemble from the DB, which has the read
-        return False
-    with read_tx(engine) as conn:
-        files = file_infos(conn, session_pk)
-        reads = last_read_id(conn, session_pk)
-    return cache.prompts.refresh_files(session_pk, seen, encode_files(files), reads)
+def served_tail(
+    tail: Tail, first_seq: int, served_from: int | None
+) -> tuple[list[tuple[str, Any, int]], int]:
+    """The turns after the snapshot as the epoch serves them to a model that binds thinking: the
+    thinking of every turn up to `served_from` dropped (None: of every turn), and the tokens that
+    took off. `first_seq` is the first tail turn's seq (the tail is contiguous)."""
+    out, removed = [], 0
+    for k, (role, content, tokens) in enumerate(tail):
+        produced_before = served_from is None or first_seq + k <= served_from
+        if role == "assistant" and produced_before and any(b.get("type") in THINKING for b in content):
+            kept, fewer = without_thinking(content)
+            out.append((role, list(kept), tokens - fewer))
+            removed += fewer
+        else:
+            out.append((role, content, tokens))
+    return out, removed
 
 
 def render_body(
     client_id: str,
     version: int,
     entry: Entry,
-    tail: Sequence[tuple[str, Any, int]],
+    tail: Tail,
     policy: Policy,
     fallback: str | None = None,
 ) -> tuple[bytes, int, int, int]:
-    """The prompt response: snapshot fragments + tail merged onto the last message + status note.
-
-    Also returns the request's byte length, how many of its leading bytes come before the note,
-    and its tokens (snapshot, tail and note).
-    """
+    """The prompt response: snapshot fragments + tail merged onto the last message, with the fetch's
+    breakpoints. Also returns the request's byte length (twice: all of it is stable, what the next
+    fetch repeats) and its tokens (snapshot and tail)."""
     end = [orjson.loads(entry.last)] if entry.last else []
     end += [{"role": role, "content": content} for role, content, _ in tail]
     tokens = entry.tokens + sum(t for _, _, t in tail)
-    file_count, read = note_files(entry.files)
-    note = status_note(tokens, policy.budget_tokens, file_count, read, entry.memory_note.decode())
-    end = finish(end, note)
-    has_note = bool(end) and end[-1]["role"] == "user" and end[-1]["content"][-1].get("text") == note
+    end = finish(end)
     # an imported history can end with the model's own turn: the request then asks it to continue
     prefill = bool(end) and end[-1]["role"] == "assistant"
-    tokens += note_tokens(note) if has_note else 0
     parts = [entry.head] if entry.head else []
     parts += [orjson.dumps(m) for m in end]
     # the messages go into the body as parts, not joined first: one copy of the head, not two
     messages = list(_joined(parts, b","))
     request_bytes = len(entry.system) + sum(map(len, messages))
-    # the note is the last block of the last message: `,{note}]}` is all that differs next time
-    note_bytes = len(orjson.dumps({"type": "text", "text": note})) + 3 if has_note else 0
     body = b"".join(
         (
             b'{"session_id":',
@@ -163,7 +133,7 @@ def render_body(
             b"]}",
         )
     )
-    return body, request_bytes, request_bytes - note_bytes, tokens
+    return body, request_bytes, request_bytes, tokens
 
 
 def _joined(parts: Sequence[bytes], separator: bytes) -> Iterator[bytes]:
@@ -178,13 +148,30 @@ def _served(
     client_id: str,
     version: int,
     entry: Entry,
-    tail: Sequence[tuple[str, Any, int]],
+    tail: Tail,
     policy: Policy,
     source: str,
     fallback: str | None = None,
+    *,
+    binds: bool = False,
 ) -> Served:
+    """The response for `entry` plus `tail`; with `binds` (a model that binds thinking to its prefix)
+    the tail's thinking as the epoch serves it (served_tail; a fallback serves none)."""
+    if binds:
+        tail, _ = served_tail(tail, entry.through + 1, None if fallback else entry.served_from)
     body, total, stable, tokens = render_body(client_id, version, entry, tail, policy, fallback)
-    return Served(body, source, entry.epoch, version, total, stable, tokens, policy.budget_tokens, fallback)
+    return Served(
+        body, source, entry.epoch, version, total, stable, tokens, policy.budget_tokens, fallback, entry
+    )
+
+
+def claimed(cache: Cache | None, pk: int, entry: Entry, version: int, binds: bool) -> Entry:
+    """`entry` with its `served_from`: known, or claimed by this fetch (the epoch's first), when the
+    model binds thinking (otherwise nothing depends on it). Left None when Redis did not answer:
+    the tail then serves no thinking, which is always valid."""
+    if not binds or entry.served_from is not None or cache is None:
+        return entry
+    return replace(entry, served_from=cache.prompts.claim_served_from(pk, entry.epoch, version))
 
 
 def fetch(
@@ -229,10 +216,12 @@ def fetch_ready(
         if not rows:
             return None
         head = rows[0]
-        if head[0] == pk and entry.epoch >= head[2] and entry.memver >= head[3]:
+        if head[0] == pk and entry.epoch >= head[2]:
             policy = policy_for(head[4], head[5])
             tail = [(r[6], orjson.loads(r[7]), r[8]) for r in rows if r[6] is not None]
-            return _served(client_id, head[1], entry, tail, policy, "cache")
+            binds = binds_thinking(head[9])
+            entry = claimed(cache, pk, entry, head[1], binds)  # type: ignore[arg-type]
+            return _served(client_id, head[1], entry, tail, policy, "cache", binds=binds)
     with read_tx(engine) as conn:
         rows = reads.tail_rows_in(conn, tenant_id, client_id, after)
         if not rows:
@@ -250,16 +239,19 @@ def cached_entry(engine: Engine, cache: Cache, tenant_id: int, client_id: str) -
 
 def fetch_ahead(
     engine: Engine,
+    cache: Cache | None,
     cached: tuple[int, Entry],
     tenant_id: int,
     client_id: str,
     policy_for: Any,
     turns: Sequence[Turn],
     profile: tuple[int | None, int | None],
-) -> Served | None:
+) -> tuple[Served, list[Turn], int | None] | None:
     """What fetch_ready will serve once `turns` (ingested, their transaction not yet run) are the
     session's next turns, rendered now from its cached entry (`cached_entry`): the same render over
-    the same rows.
+    the same rows. With it the turns as they will be stored: the last one with the memory note it
+    is due (the append's rule, worker/store/sessions.py `noted`), and the memory version that note
+    covers (None: no note was due).
 
     None when that cannot be shown here: the entry is not current, the append changes the
     session's window or reserve (`profile`: the append's, None where it keeps the session's), or it
@@ -271,13 +263,19 @@ def fetch_ahead(
         return None
     head = rows[0]
     window, reserve = profile
-    current = head[0] == pk and entry.epoch >= head[2] and entry.memver >= head[3]
+    current = head[0] == pk and entry.epoch >= head[2]
     if not current or window not in (None, head[4]) or reserve not in (None, head[5]):
         return None
+    noted_to = None
+    if head[3] > head[10] and turns and turns[-1].role == "user":
+        with read_tx(engine) as conn:
+            turns, noted_to = noted(conn, pk, head[10], turns), head[3]
     tail = [(r[6], orjson.loads(r[7]), r[8]) for r in rows if r[6] is not None]
     tail += [(t.role, list(t.content), t.tokens) for t in turns]
-    served = _served(client_id, head[1] + len(turns), entry, tail, policy_for(head[4], head[5]), "cache")
-    return served if served.fits else None
+    version, binds = head[1] + len(turns), binds_thinking(head[9])
+    entry = claimed(cache, pk, entry, version, binds)
+    served = _served(client_id, version, entry, tail, policy_for(head[4], head[5]), "cache", binds=binds)
+    return (served, list(turns), noted_to) if served.fits else None
 
 
 def _from_cache_alone(cache: Cache, pk: int, client_id: str, entry: Entry, policy_for: Any) -> Served | None:
@@ -287,6 +285,7 @@ def _from_cache_alone(cache: Cache, pk: int, client_id: str, entry: Entry, polic
     if noted is None or entry.through < noted[0]:
         return None
     version, window, reserve = noted
+    # the turns after its snapshot, not known here, are all it could drop thinking from
     return _served(client_id, version, entry, [], policy_for(window, reserve), "cache")
 
 
@@ -294,18 +293,29 @@ def fallback(
     engine: Engine, cache: Cache | None, tenant_id: int, client_id: str, policy_for: Any
 ) -> Served | None:
     """Snapshot + tail would pass the budget: the summary prepared ahead plus its tail, if that
-    fits; else a fit computed now from the snapshot state and the tail (deterministic, no LLM)."""
+    fits; else a fit computed now from the snapshot state and the tail (deterministic, no LLM).
+    Either is a rewrite: with a model that binds thinking it carries none, and the epoch's next
+    fetch serves it anew (the turns produced meanwhile answer this prompt)."""
     pk = session_pk(engine, tenant_id, client_id, cache) if cache is not None else None
     pending = cache.pending.entry(pk) if cache is not None and pk is not None else None
     if pending is not None:
         rows = reads.tail_rows(engine, tenant_id, client_id, pending.through)
-        if rows and rows[0][0] == pk and pending.memver >= rows[0][3]:
+        if rows and rows[0][0] == pk:
             head = rows[0]
             tail = [(r[6], orjson.loads(r[7]), r[8]) for r in rows if r[6] is not None]
+            binds = binds_thinking(head[9])
             served = _served(
-                client_id, head[1], pending, tail, policy_for(head[4], head[5]), "pending", "pending"
+                client_id,
+                head[1],
+                pending,
+                tail,
+                policy_for(head[4], head[5]),
+                "pending",
+                "pending",
+                binds=binds,
             )
             if served.fits:
+                _served_elsewhere(cache, pk, head[2], binds)  # type: ignore[arg-type]
                 return served
     if pk is None:
         with read_tx(engine) as conn:
@@ -315,18 +325,16 @@ def fallback(
     if loaded is None or (loaded.session.tenant_id, loaded.session.client_id) != (tenant_id, client_id):
         return None
     row, snap = loaded.session, loaded.snapshot
-    # the published prefix's memory block and the changes since, as a fetch from the snapshot
-    # serves them
+    # the published prefix's memory block, as a fetch from the snapshot serves it
     state = loaded.state()
-    pinned, pinned_version = loaded.pinned(state)
-    changes = changes_after(engine, row, pinned_version)
+    pinned, _ = loaded.pinned(state)
     policy = policy_for(row.context_window, row.output_reserve)
-    current, note = fallback_memory(loaded.current(state, memory=pinned), loaded.memory, changes)
-    fitted, note = fit_fallback(current, loaded.memory, note, policy)
+    fitted = fit_fallback(loaded.current(state, memory=pinned), loaded.memory, policy)
     if fitted.files:
         save_files(engine, row.tenant_id, row.id, fitted.files)  # content-addressed: a repeat writes nothing
-    with read_tx(engine) as conn:
-        files = file_infos(conn, row.id)
+    binds = binds_thinking(row.model)
+    if binds:
+        fitted = strip_all(fitted)
     epoch = snap.epoch if snap else 0
     through = loaded.tail[-1].seq if loaded.tail else (snap.through_seq if snap else 0)
     entry = entry_from_prompt(
@@ -335,65 +343,44 @@ def fallback(
         through=through,
         memver=row.memory_version,
         tokens=served_tokens(fitted),
-        files=files,
-        memory_note=note,
     )
+    _served_elsewhere(cache, row.id, epoch, binds)
     return _served(client_id, row.version, entry, [], policy, "fit", "fit")
 
 
-def changes_after(engine: Engine, session: Any, pinned_version: int) -> str:
-    """The working-memory changes since the pinned block's version, uncut; "" (no read) when the
-    session's memory is still at that version. The job's and a fetch's fit start from them."""
-    if pinned_version >= session.memory_version:
-        return ""
-    with read_tx(engine) as conn:
-        return changes_since(conn, session.id, pinned_version, 1 << 30)
-
-
-def fallback_memory(current: Transcript, fresh_memory: str, changes: str) -> tuple[Transcript, str]:
-    """The memory a fetch's fit starts from, by the job's rule (`compact.refreshes_memory`): the
-    pinned block and the changes since it (`changes`, uncut) within the note's room, unless they
-    have outgrown it: then the block as it is now, and no note."""
-    if outgrows_note(changes):
-        return replace(current, memory=fresh_memory), ""
-    return current, clip_note(changes, MEMORY_NOTE_TOKENS)
-
-
-def outgrows_note(changes: str) -> bool:
-    """Whether the memory changes since the pinned block pass the status note's room: the block
-    is then rendered afresh (at a job's new epoch, or a fetch's fit) rather than noted."""
-    return count_text(changes) > MEMORY_NOTE_TOKENS
+def _served_elsewhere(cache: Cache | None, pk: int, epoch: int, binds: bool) -> None:
+    """A fallback was served instead of the epoch's prompt: its next fetch serves it anew."""
+    if binds and cache is not None:
+        cache.prompts.reset_served_from(pk, epoch)
 
 
 def _from_db(conn: Connection, client_id: str, session: Any, policy: Policy) -> Served:
+    """The prompt from the database (no current entry cached): the snapshot's as published, its
+    memory block the one it pinned (none before the first snapshot: the changes are in the turns'
+    notes until a rewrite from the top renders one). The turns after the snapshot serve thinking
+    only in epoch 0 (never rewritten): elsewhere the version the epoch was first served at is
+    Redis's, not known here."""
     snap = latest_snapshot(conn, session.id)
     system = reads.system_of(conn, session.id)
     if snap is None:
-        memory = render(load_items(conn, session.id), policy.memory_budget_tokens)
-        state, through, epoch, note = Transcript(system=system, memory=memory, turns=()), 0, 0, ""
-    else:
-        # the snapshot's pinned memory block stays (the cached prefix); what changed since is noted
-        state = replace(transcript_from_json(orjson.loads(snap.state)), system=system)
-        through, epoch = snap.through_seq, snap.epoch
-        # the turns kept room for the note the job published, not for one that grew since (a memory
-        # write from the API): this path notes at most what the flat room always held
-        note = changes_since(conn, session.id, snap.pinned_memory_version, DB_NOTE_TOKENS)
-    tokens = served_tokens(state)
-    if snap is not None and snap.memory_version == session.memory_version:
-        prompt = orjson.loads(snap.prompt)
-    else:
+        state, through, epoch = Transcript(system=system, turns=()), 0, 0
         prompt = assemble(state)
+    else:
+        published = transcript_from_json(orjson.loads(snap.state))
+        state = replace(published, system=system)
+        through, epoch = snap.through_seq, snap.epoch
+        if published.system != system and binds_thinking(session.model):
+            state = strip_all(state)  # the top changed: no block is on its own prefix any more
+        # a new system prompt (not compacted yet) is served at once
+        prompt = orjson.loads(snap.prompt) if published.system == system else assemble(state)
+    tokens = served_tokens(state)
     entry = entry_from_prompt(
-        prompt,
-        epoch=epoch,
-        through=through,
-        memver=session.memory_version,
-        tokens=tokens,
-        files=file_infos(conn, session.id),
-        memory_note=note,
+        prompt, epoch=epoch, through=through, memver=session.memory_version, tokens=tokens
     )
+    if epoch == 0:
+        entry = replace(entry, served_from=0)
     tail = [(t.role, list(t.content), t.tokens) for t in load_turns(conn, session.id, through)]
-    return _served(client_id, session.version, entry, tail, policy, "db")
+    return _served(client_id, session.version, entry, tail, policy, "db", binds=binds_thinking(session.model))
 
 
 def session_pk(engine: Engine, tenant_id: int, client_id: str, cache: Cache) -> int | None:

@@ -9,9 +9,9 @@ back exactly as the service does. Every served request is priced with the provid
 prompt-cache rules from the breakpoints it carries, next to the uncompacted history.
 
 Served as the service serves it: the working-memory block a job observes from the turns, pinned at
-the top and refreshed by the job's own rule (`refreshes_memory`), the changes since in the status
-note, and the virtual files counted there (BENCHMARKS "Replay vs service: the 64k cost gap"; the
-replay reads no file, so the note never names a read one).
+the top and refreshed by the job's own rule (`refreshes_memory`), the changes since in the memory
+notes the user turns are appended with, and, to a model that binds thinking to its prefix, each
+turn's thinking only while its prefix is the one it was produced on (worker/compaction/thinking.py).
 """
 
 from __future__ import annotations
@@ -24,15 +24,7 @@ from datetime import UTC, datetime, timedelta
 from itertools import groupby
 from typing import Any, Protocol
 
-from worker.compaction.assemble import (
-    MEMORY_NOTE_TOKENS,
-    FileInfo,
-    assemble,
-    finish,
-    note_tokens,
-    served_tokens,
-    status_note,
-)
+from worker.compaction.assemble import MEMORY_NOTE_TOKENS, assemble, finish, served_tokens, with_memory_note
 from worker.compaction.epochs import (
     Decision,
     Step,
@@ -44,16 +36,17 @@ from worker.compaction.epochs import (
     served_request,
     step,
 )
-from worker.compaction.model import FileWrite, Policy, Transcript, Turn
+from worker.compaction.model import Policy, Transcript, Turn
 from worker.compaction.normalize import normalize_message
+from worker.compaction.prefixes import extends
 from worker.compaction.pricing import Billed, PromptCache, keeps_prefix, last_mark_key, total
 from worker.compaction.quiet import is_quiet
+from worker.compaction.thinking import kept_after_rewrite, strip_all, strip_through
 from worker.compaction.tokens import count_message, count_request, count_text
 from worker.compaction.validate import request_problems
 from worker.flows.compact import job_policy, refreshes_memory
-from worker.flows.serve import fallback_memory
 from worker.ingest import ingest
-from worker.memory.model import Event, Item, changes_note, clip_note, pushed_out, render
+from worker.memory.model import Event, Item, changes_note, pushed_out, render
 from worker.memory.observe import observations
 from worker.redaction import Redactor
 from worker.store.memory import HARD_CAP_TOKENS, apply_groups
@@ -255,7 +248,7 @@ class RawHistory:
         self.tokens += count_message(blocks)
 
     def request(self) -> dict[str, Any]:
-        return {"system": self.system, "messages": finish(self.messages, "")}
+        return {"system": self.system, "messages": finish(self.messages)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,21 +257,23 @@ class _Job:
 
     finish: float
     result: Step
-    publish: Transcript  # result.publish with the memory block it pins
+    publish: Transcript  # result.publish with the memory block it pins, its thinking as served
     through: int
-    pinned: tuple[Item, ...] | None  # the memory items the published block renders
+    pinned: tuple[Item, ...]  # the memory items the published block renders
     pinned_at: int  # len(_Sim.events) when they were
-    memory_note: str  # the changes since then, for the status note
-    files: tuple[FileWrite, ...]
+    noted: bool  # the publish summarized or rendered the block: the next note starts from it
+    pending: Transcript | None  # a summary to keep prepared, as the service stores it
 
 
 @dataclass
 class _Sim:
     """The simulated service state for one session: snapshot, tail, prepared summary, the worker,
-    working memory (items observed so far, those the pinned block renders) and the virtual files."""
+    working memory (items observed so far, those the pinned block renders, those the prompt shows
+    with its memory notes), and the version the epoch was first served at."""
 
     policy: Policy
     snapshot: Transcript
+    binds: bool = True  # the model binds thinking to its prefix (thinking.binds_thinking)
     tail: list[Turn] = field(default_factory=list)
     pending: Transcript | None = None
     epoch: int = 0
@@ -288,15 +283,13 @@ class _Sim:
     switches: dict[str, int] = field(default_factory=dict)
     items: tuple[Item, ...] = ()
     observed_through: int = 0
-    pinned: tuple[Item, ...] | None = None  # None: nothing published yet
+    pinned: tuple[Item, ...] | None = None  # None: nothing published yet (no block)
     events: list[Event] = field(default_factory=list)  # every memory event, oldest first
     pinned_at: int = 0  # len(events) when the pinned block was rendered
-    memory_note: str = ""
-    files: dict[str, FileInfo] = field(default_factory=dict)  # by ref, in the order stored
-
-    def store_files(self, files: Sequence[FileWrite]) -> None:
-        for f in files:
-            self.files.setdefault(f.ref, FileInfo(f.ref, f.kind, f.content.count("\n") + 1))
+    noted: tuple[Item, ...] = ()  # the memory the prompt shows: the block, then its notes
+    noted_at: int = 0  # len(events) then
+    version: int = 0  # the last seq appended
+    served_from: int | None = 0  # Entry.served_from of the published epoch (epoch 0: 0)
 
 
 def replay(
@@ -310,41 +303,47 @@ def replay(
     price_per_mtok: float = 3.0,
     redactor: Redactor | None = None,
     upstream: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    thinking: ThinkingModel | None = None,
+    binds: bool = True,
 ) -> ReplayReport:
     """Append at `pace` (default one message a second), fetch before each assistant message, and
     run the worker's jobs on the same clock. `job_seconds` fixes a job's duration (default: measured);
     `redactor` defaults to the standard profile; `upstream` maps a served prompt to the request
-    the provider receives (the drop-in proxy's rewrite; default: the prompt as served).
+    the provider receives (the drop-in proxy's rewrite; default: the prompt as served); `thinking`
+    plays a model with preserved thinking (drive.replay_http's); `binds`: the session's model binds
+    thinking to its prefix (the service's rule for it: worker/compaction/thinking.py).
 
-    Long on purpose (~60 lines): the simulator's one event loop (appends, fetches, a job's start
+    Long on purpose (~65 lines): the simulator's one event loop (appends, fetches, a job's start
     and finish on one clock); split, its loop state would be passed around.
     """
     pace = pace or Pace()
     redactor = redactor or Redactor(b"replay")
-    ingested = ingest(messages, first_seq=1, redactor=redactor, policy=policy)
-    turns = ingested.turns
-    offloaded = _files_by_turn(turns, ingested.files)
-    times = pace.times(timestamps, len(turns))
+    times = pace.times(timestamps, len(messages))
     # served as the service stores it: the system prompt redacted too (the raw history is the client's own)
-    sim = _Sim(policy, Transcript(system=redactor.redact_text(system), turns=()))
+    sim = _Sim(policy, Transcript(system=redactor.redact_text(system), turns=()), binds)
     raw, provider, raw_provider = RawHistory(system), PromptCache(), PromptCache()
     fetches: list[Fetch] = []
     request: dict[str, Any] = {}
     previous_mark: tuple[int, bytes] | None = None
-    for i, turn in enumerate(turns):
+    label = "0"
+    for i, message in enumerate(messages):
         now = times[i]
         _advance(sim, now, job_seconds)
-        sim.tail.append(turn)
-        sim.store_files(offloaded.get(i, ()))
-        raw.add(messages[i])
+        if thinking is not None and message.get("role") == "assistant" and request:
+            message = thinking.answer(request, message, label)
+        for turn in ingest([message], first_seq=sim.version + 1, redactor=redactor, policy=policy).turns:
+            sim.tail.append(_noted(sim, turn) if turn.role == "user" else turn)
+            sim.version = turn.seq
+        raw.add(message)
         if sim.claimed_at is None:
             sim.claimed_at = now
-        if i + 1 < len(turns) and turns[i + 1].role == "assistant":
+        if i + 1 < len(messages) and messages[i + 1].get("role") == "assistant":
             _advance(sim, now, job_seconds)
-            request, tokens, fallback = _serve(sim)
-            raw_request = raw.request()
+            previous, (request, tokens, fallback) = request, _serve(sim)
             sent = upstream(request) if upstream else request
             kept, previous_mark = keeps_prefix(previous_mark, sent), last_mark_key(sent)
+            label = epoch_label(sim.epoch, fallback)
+            checked = thinking.observe(sent, label) if thinking is not None else (True, 0, 0)
             fetches.append(
                 Fetch(
                     turn=i + 1,
@@ -357,8 +356,12 @@ def replay(
                     valid=not request_problems(request),
                     fallback=fallback,
                     billed=provider.bill(sent, now),
-                    raw_billed=raw_provider.bill(raw_request, now),
+                    raw_billed=raw_provider.bill(raw.request(), now),
                     kept_prefix=kept,
+                    extended=not previous or extends(previous, request),
+                    thinking_valid=checked[0],
+                    thinking_due=checked[1],
+                    thinking_kept=checked[2],
                 )
             )
     final = extend(sim.snapshot, sim.tail)
@@ -372,22 +375,20 @@ def replay(
         sim.switches,
         request,
         refs,
+        turns=len(messages),
     )
 
 
-def _files_by_turn(turns: Sequence[Turn], files: Sequence[FileWrite]) -> dict[int, list[FileWrite]]:
-    """Ingest's offloaded files by the index of the turn that refers to them (stored at its append)."""
-    out: dict[int, list[FileWrite]] = {}
-    left = list(files)
-    for i, turn in enumerate(turns):
-        if not left:
-            break
-        text = str(turn.content)
-        here = [f for f in left if f.ref in text]
-        if here:
-            out[i] = here
-            left = [f for f in left if f not in here]
-    return out
+def _noted(sim: _Sim, turn: Turn) -> Turn:
+    """A user turn as the service appends it: with the memory changes its prompt does not show yet
+    (worker/store/sessions.py, noted)."""
+    if len(sim.events) == sim.noted_at:
+        return turn
+    changes = changes_note(
+        sim.noted, sim.items, MEMORY_NOTE_TOKENS, pushed_out(sim.events[sim.noted_at :]), "it was last shown"
+    )
+    sim.noted, sim.noted_at = sim.items, len(sim.events)
+    return with_memory_note(turn, changes) if changes else turn
 
 
 def _advance(sim: _Sim, until: float, job_seconds: float | None) -> None:
@@ -410,28 +411,33 @@ def _advance(sim: _Sim, until: float, job_seconds: float | None) -> None:
 
 def _job(sim: _Sim, start: float) -> _Job:
     """One compaction job as worker/flows/compact.plan_job decides it: memory observed from the
-    new turns first, the pinned block kept or refreshed by the job's rule."""
-    current = extend(sim.snapshot, sim.tail)
-    _observe(sim, current.turns, _EPOCH + timedelta(seconds=start))
+    new turns first, the prompt as the epoch serves it, the pinned block kept or refreshed by the
+    job's rule, a rewrite's thinking dropped from its first change on."""
+    _observe(sim, extend(sim.snapshot, sim.tail).turns, _EPOCH + timedelta(seconds=start))
     fresh = render(sim.items, sim.policy.memory_budget_tokens)
-    pinned = sim.pinned if sim.pinned is not None else sim.items
-    pinned_at = sim.pinned_at if sim.pinned is not None else len(sim.events)
-    if sim.pinned is None:
-        current = replace(current, memory=fresh)
-    changes = changes_note(pinned, sim.items, 1 << 30, pushed_out(sim.events[pinned_at:]))
-    note = clip_note(changes, MEMORY_NOTE_TOKENS)
-    policy = job_policy(sim.policy, current, fresh, note)
+    pinned = sim.pinned if sim.pinned is not None else ()
+    pinned_at = sim.pinned_at if sim.pinned is not None else 0
+    tail = strip_through(sim.tail, sim.served_from) if sim.binds else sim.tail
+    current = extend(sim.snapshot, tail)
+    policy = job_policy(sim.policy, current, fresh)
     result = step(current, policy, pending=sim.pending, quiet=is_quiet(current))
     publish = result.publish
     new_epoch = result.verdict.decision is Decision.NEW_EPOCH
-    rewrote_top = rewrites_top(current, result)
-    if refreshes_memory(new_epoch=new_epoch, rewrote_top=rewrote_top, system_changed=False, changes=changes):
-        publish, pinned, note, pinned_at = replace(publish, memory=fresh), sim.items, "", len(sim.events)
+    refreshed = refreshes_memory(
+        new_epoch=new_epoch, rewrote_top=rewrites_top(current, result), system_changed=False
+    )
+    if refreshed:
+        publish, pinned, pinned_at = replace(publish, memory=fresh), sim.items, len(sim.events)
+    if sim.binds:
+        publish = kept_after_rewrite(current, publish)
+    pending = None
     if result.pending is not None and result.prepared:
-        result = replace(result, pending=replace(result.pending, memory=fresh))
+        pending = replace(result.pending, memory=fresh)
+        pending = strip_all(pending) if sim.binds else pending
     assemble(publish)
     through = current.turns[-1].seq if current.turns else 0
-    return _Job(0.0, result, publish, through, pinned, pinned_at, note, result.files)
+    summarized = publish.handoff != current.handoff
+    return _Job(0.0, result, publish, through, pinned, pinned_at, summarized or refreshed, pending)
 
 
 def _observe(sim: _Sim, turns: Sequence[Turn], now: datetime) -> None:
@@ -450,48 +456,44 @@ def _publish(sim: _Sim, job: _Job) -> None:
     result = job.result
     if result.verdict.decision is Decision.NEW_EPOCH:
         sim.epoch += 1
+        sim.served_from = None  # not served yet
     if result.switch is not Switch.NONE:
         sim.switches[str(result.switch)] = sim.switches.get(str(result.switch), 0) + 1
     sim.snapshot = replace(job.publish, files=())
     sim.tail = [t for t in sim.tail if t.seq > job.through]
-    sim.pending = result.pending
-    sim.pinned, sim.pinned_at, sim.memory_note = job.pinned, job.pinned_at, job.memory_note
-    sim.store_files(job.files)
+    if result.pending is None or result.prepared:
+        sim.pending = job.pending
+    sim.pinned, sim.pinned_at = job.pinned, job.pinned_at
+    if job.noted:
+        sim.noted, sim.noted_at = job.pinned, job.pinned_at
 
 
 def _serve(sim: _Sim) -> tuple[dict[str, Any], int, str | None]:
     """What a fetch returns now, as the service computes it (worker/flows/serve.py)."""
     budget = sim.policy.budget_tokens
-    files, note = tuple(sim.files.values()), sim.memory_note
-    request, tokens = _rendered(sim.snapshot, sim.tail, budget, files, note)
+    if sim.served_from is None:
+        sim.served_from = sim.version  # the epoch's first fetch
+    tail = strip_through(sim.tail, sim.served_from) if sim.binds else sim.tail
+    request, tokens = _rendered(sim.snapshot, tail)
     if tokens <= budget:
         return request, tokens, None
+    # a fallback is a rewrite: no thinking, and the epoch's next fetch serves it anew
+    sim.served_from = None
     if sim.pending is not None:
         last = covered_through(sim.pending)
         newer = [t for t in extend(sim.snapshot, sim.tail).turns if t.seq > last]
-        request, tokens = _rendered(sim.pending, newer, budget, files, note)
+        request, tokens = _rendered(sim.pending, strip_through(newer, None) if sim.binds else newer)
         if tokens <= budget:
             return request, tokens, "pending"
-    # the memory as the service's fit sees it: the changes since the pinned block up to now
-    current = extend(sim.snapshot, sim.tail)
     fresh = render(sim.items, sim.policy.memory_budget_tokens)
-    if sim.pinned is None:
-        current, changes = replace(current, memory=fresh), ""
-    else:
-        changes = changes_note(sim.pinned, sim.items, 1 << 30, pushed_out(sim.events[sim.pinned_at :]))
-    current, note = fallback_memory(current, fresh, changes)
-    fitted, note = fit_fallback(current, fresh, note, sim.policy)
-    request, tokens = _rendered(replace(fitted, files=()), [], budget, files, note)
+    fitted = fit_fallback(extend(sim.snapshot, sim.tail), fresh, sim.policy)
+    request, tokens = _rendered(replace(strip_all(fitted) if sim.binds else fitted, files=()), [])
     return request, tokens, "fit"
 
 
-def _rendered(
-    snapshot: Transcript, tail: Sequence[Turn], budget: int, files: Sequence[FileInfo], memory_note: str
-) -> tuple[dict[str, Any], int]:
+def _rendered(snapshot: Transcript, tail: Sequence[Turn]) -> tuple[dict[str, Any], int]:
     tokens = served_tokens(snapshot) + sum(t.tokens for t in tail)
-    note = status_note(tokens, budget, len(files), [f for f in files if f.read_ranges], memory_note)
-    request = served_request(snapshot, tail, note)
-    return request, tokens + note_tokens(note)
+    return served_request(snapshot, tail), tokens
 
 
 def plot(report: ReplayReport, path: str, title: str) -> None:

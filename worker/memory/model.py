@@ -343,7 +343,11 @@ def _clip(value: str, tokens: int) -> str:
 
 
 def changes_note(
-    pinned: Sequence[Item], current: Sequence[Item], budget_tokens: int, pushed: Collection[str] = ()
+    pinned: Sequence[Item],
+    current: Sequence[Item],
+    budget_tokens: int,
+    pushed: Collection[str] = (),
+    since: str = "the block at the top",
 ) -> str:
     """What changed since the pinned block was rendered, for the status note at the prompt's end
     (the pinned block stays byte-identical until the next epoch, so the cached prefix holds).
@@ -384,7 +388,7 @@ def changes_note(
             lines.append(f"- {_TITLES[item.section]} ({gone}): {_change_text(item)}")
     if not lines:
         return ""
-    return clip_note("Working memory changed since the block at the top:\n" + "\n".join(lines), budget_tokens)
+    return clip_note(f"Working memory changed since {since}:\n" + "\n".join(lines), budget_tokens)
 
 
 def _files_line(paths: Sequence[str]) -> str:

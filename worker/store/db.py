@@ -80,6 +80,15 @@ MIGRATIONS: list[tuple[int, list[Step]]] = [
             " WHERE 1 = 1 ON CONFLICT DO NOTHING"
         ],
     ),
+    # the memory version a prompt already shows (its pinned block or a memory note in its turns):
+    # the next user turn notes what changed after it; a session from before noted its pinned block
+    (
+        8,
+        [
+            add_column("sessions", "noted_memory_version", "INTEGER NOT NULL DEFAULT 0"),
+            "UPDATE sessions SET noted_memory_version = snapshot_memory_version",
+        ],
+    ),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import zstandard
 from sqlalchemy import Connection, Engine, func, insert, select
 
-from worker.compaction.assemble import FileInfo
 from worker.compaction.model import FileWrite
 from worker.store.db import insert_ignore, read_tx, write_tx
 from worker.store.tables import File, FileRead
@@ -16,6 +16,16 @@ from worker.store.tables import File, FileRead
 F = File.__table__  # type: ignore[attr-defined]
 FR = FileRead.__table__  # type: ignore[attr-defined]
 _LEVEL = 6
+
+
+@dataclass(frozen=True, slots=True)
+class FileInfo:
+    """A virtual file the agent can read back, and which line ranges it has read so far."""
+
+    ref: str
+    kind: str
+    lines: int
+    read_ranges: tuple[str, ...] = ()
 
 
 def compress(text: str) -> bytes:
@@ -76,7 +86,7 @@ def last_read_id(conn: Connection, session_pk: int) -> int:
 
 
 def file_infos(conn: Connection, session_pk: int) -> list[FileInfo]:
-    """The session's files with what has been read of each, for the status note."""
+    """The session's files with what has been read of each (the inspector's list)."""
     rows = conn.execute(
         select(F.c.id, F.c.ref, F.c.kind, F.c.lines).where(F.c.session_id == session_pk).order_by(F.c.id)
     ).all()

@@ -426,16 +426,22 @@ def fold_events(records: Iterable[Recorded], through_version: int) -> list[Item]
     return list(items.values())
 
 
-def changes_since(conn: Connection, session_pk: int, pinned_version: int, budget_tokens: int) -> str:
-    """The status note's lines for what the session's own memory changed since `pinned_version`,
-    the version rendered into the pinned block at the top of the prompt ("" when nothing did)."""
+def changes_since(
+    conn: Connection,
+    session_pk: int,
+    pinned_version: int,
+    budget_tokens: int,
+    since: str = "the block at the top",
+) -> str:
+    """A memory note's lines for what the session's own memory changed since `pinned_version`, the
+    version its prompt already shows (the pinned block, or a memory note since): "" when nothing did."""
     tenant_id, version = _tenant_of(conn, session_pk)
     if version <= pinned_version:
         return ""
     events = _events(conn, tenant_id, session_pk, "")
     before = fold_events(events, pinned_version)
     pushed = model.pushed_out(r.event for r in events if r.version > pinned_version)
-    return model.changes_note(before, _entries(conn, tenant_id, session_pk, ""), budget_tokens, pushed)
+    return model.changes_note(before, _entries(conn, tenant_id, session_pk, ""), budget_tokens, pushed, since)
 
 
 def diff(engine: Engine, session_pk: int, a: int, b: int, *, scope: str = "") -> Diff:

@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 from sqlalchemy import Connection, Engine, bindparam, delete, func, insert, select, update
 
-from worker.compaction.assemble import assemble
+from worker.compaction.assemble import MEMORY_NOTE_TOKENS, assemble, with_memory_note
 from worker.compaction.codec import transcript_from_json, transcript_to_json
 from worker.compaction.model import Block, Turn, canonical_json, content_hash
 from worker.compaction.tokens import count_message
@@ -66,6 +66,7 @@ class Appended:
     reseamed: bool = False  # a secret across the boundary with the turn before was redacted in both
     context_window: int | None = None  # the session's own window after the append (None: the default)
     output_reserve: int | None = None  # the session's own output reserve after the append
+    system_changed: bool = False  # the append brought a new system prompt (the prompt's head changes)
 
 
 Validator = Callable[[list[dict[str, Any]], list[dict[str, Any]]], None]
@@ -92,12 +93,18 @@ def append_turns(
     seam: Seam | None = None,
     locked: Callable[[Connection, Any], None] | None = None,
     now: datetime | None = None,
+    memory_note: bool = True,
+    noted_through: int | None = None,
 ) -> Appended:
     """Append turns (numbered from the session's version + 1) in one transaction.
 
     The session row is created on first append and locked for the whole transaction, so
     concurrent appends get contiguous seqs. `validate(window, new)` may raise to abort it all;
     so may `locked(conn, session row)`, run first with the row locked (the proxy's record moves there).
+    With `memory_note`, an append that ends with a user turn carries the working-memory changes
+    its prompt does not show yet, in that turn (`noted`); False when its turns were already served
+    as they are (the proxy's call sent before its commit), their note, if any, covering the memory
+    through `noted_through`.
 
     Long on purpose (~90 lines, 15 of them the signature): the session lock, the idempotency check,
     validation against the stored window, the seam rewrite and the inserts must share one
@@ -119,12 +126,20 @@ def append_turns(
                     raise IdempotencyMismatch(idempotency_key)
                 return Appended(pk, tenant_id, first_seq, last_seq, last_seq, True, row.context_window)
         # only a real append changes the profile: a retry must not put back an older one
-        _apply_profile(conn, row, profile)
+        system_changed = _apply_profile(conn, row, profile)
         if validate is not None:
             validate(window_messages(conn, pk, row.version), [t.as_message() for t in turns])
         reseamed, delta = False, 0
         if seam is not None and row.version > 0 and turns:
             turns, reseamed, delta = _reseam(conn, row, list(turns), seam)
+        noted_to = None
+        if (
+            memory_note
+            and turns
+            and turns[-1].role == "user"
+            and row.memory_version > row.noted_memory_version
+        ):
+            turns, noted_to = noted(conn, row.id, row.noted_memory_version, turns), row.memory_version
         first = row.version + 1
         numbered = [replace(t, seq=first + i) for i, t in enumerate(turns)]
         raw_write(
@@ -155,6 +170,8 @@ def append_turns(
             raw_write(conn, _BUMP_ACTIVE, [{**values, "p_activity": activity}])
         else:
             raw_write(conn, _BUMP, [values])
+        if noted_to is not None and noted_to > row.noted_memory_version:
+            raw_write(conn, _NOTED, [{"pk": pk, "p_noted": noted_to}])
         if idempotency_key is not None:
             raw_write(
                 conn,
@@ -175,8 +192,26 @@ def append_turns(
     window = profile.context_window or row.context_window
     reserve = profile.output_reserve if profile.output_reserve is not None else row.output_reserve
     return Appended(
-        pk, tenant_id, first, last, last, context_window=window, output_reserve=reserve, reseamed=reseamed
+        pk,
+        tenant_id,
+        first,
+        last,
+        last,
+        context_window=window,
+        output_reserve=reserve,
+        reseamed=reseamed,
+        system_changed=system_changed,
     )
+
+
+def noted(conn: Connection, session_pk: int, shown_version: int, turns: Sequence[Turn]) -> list[Turn]:
+    """The turns with the memory changes since the version the session's prompt shows appended to
+    the last one (a user turn): a block of its own, part of the turn from now on, so within an
+    epoch the prompt only grows (worker/compaction/assemble.py, memory_note_block)."""
+    changes = memory_store.changes_since(
+        conn, session_pk, shown_version, MEMORY_NOTE_TOKENS, since="it was last shown"
+    )
+    return [*turns[:-1], with_memory_note(turns[-1], changes)] if changes else list(turns)
 
 
 def _reseam(conn: Connection, row: Any, turns: list[Turn], seam: Seam) -> tuple[list[Turn], bool, int]:
@@ -324,6 +359,7 @@ _BUMP = (
     )
 )
 _BUMP_ACTIVE = _BUMP.values(activity=bindparam("p_activity"))
+_NOTED = update(S).where(S.c.id == bindparam("pk")).values(noted_memory_version=bindparam("p_noted"))
 _CREATE: dict[str, Any] = {}
 
 
@@ -340,19 +376,21 @@ def _create_session(engine: Engine) -> Any:
     return stmt
 
 
-def _apply_profile(conn: Connection, row: Any, profile: Profile) -> None:
-    """Store what the append's profile changes: model, window, reserve, system prompt."""
+def _apply_profile(conn: Connection, row: Any, profile: Profile) -> bool:
+    """Store what the append's profile changes: model, window, reserve, system prompt; whether the
+    system prompt changed."""
     changes: dict[str, Any] = {
         k: getattr(profile, k)
         for k in ("model", "context_window", "output_reserve")
         if getattr(profile, k) is not None and getattr(profile, k) != getattr(row, k)
     }
     if profile.system is not None and profile.system != row.system:
-        # a new system prompt changes the prompt's head: like a memory change, the next fetch
-        # assembles it from the database and the next compaction publishes a new epoch
+        # a new system prompt changes the prompt's head: the cached prompt is dropped (the next
+        # fetch assembles it from the database) and the next compaction publishes a new epoch
         changes |= {"system": profile.system, "memory_version": row.memory_version + 1}
     if changes:
         conn.execute(update(S).where(S.c.id == row.id).values(**changes))
+    return "system" in changes
 
 
 def window_messages(conn: Connection, session_pk: int, version: int) -> list[dict[str, Any]]:

@@ -40,10 +40,13 @@ class Loaded:
 
     def pinned(self, state: Transcript) -> tuple[str, int]:
         """The memory block the published prefix holds, and the memory version it renders: the one
-        pinned at the epoch, until the system prompt changes (the prefix is rewritten from the top
-        anyway: then the block as it is now)."""
-        if self.snapshot is None or state.system != self.session.system:
+        pinned at the epoch, none before the first snapshot (what the session's first prompts
+        served: the changes are in the turns' memory notes), and the block as it is now once the
+        system prompt changes (the prefix is rewritten from the top anyway)."""
+        if self.snapshot is not None and state.system != self.session.system:
             return self.memory, self.session.memory_version
+        if self.snapshot is None:
+            return "", 0
         return state.memory, self.snapshot.pinned_memory_version
 
     def current(self, state: Transcript | None = None, memory: str | None = None) -> Transcript:
@@ -116,13 +119,15 @@ def publish(
     pinned_memory_version: int | None = None,
     kind: str = "extend",
     last_turn_hash: str | None = None,
+    noted_memory_version: int | None = None,
 ) -> bool:
     """Publish a snapshot unless a newer one is already there (compare-and-set on epoch, through, memory).
 
     A publish that wins is also logged (epoch, through, tokens, kind) for the inspector's history:
     only the newest KEEP_SNAPSHOTS snapshots are kept. With `last_turn_hash` (Loaded.last_turn_hash)
     it also loses when turn `through_seq` was rewritten since the load: the state holds its old
-    text (half a secret that an append has since redacted).
+    text (half a secret that an append has since redacted). `noted_memory_version`: the memory
+    version its prompt shows (after a summary or a fresh block), for the next memory note.
 
     Long on purpose (~75 lines, 15 of them the signature): the compare-and-set, the last-turn guard
     and the publish log are one transaction.
@@ -141,11 +146,14 @@ def publish(
     rows = orjson.dumps(state).decode(), orjson.dumps(prompt).decode(), orjson.dumps(report).decode()
     try:
         with write_tx(engine) as conn:
-            won = conn.execute(
-                update(S)
-                .where(S.c.id == session_pk, newer)
-                .values(epoch=epoch, compacted_through=through_seq, snapshot_memory_version=memory_version)
-            ).rowcount
+            values: dict[str, Any] = {
+                "epoch": epoch,
+                "compacted_through": through_seq,
+                "snapshot_memory_version": memory_version,
+            }
+            if noted_memory_version is not None:
+                values["noted_memory_version"] = noted_memory_version
+            won = conn.execute(update(S).where(S.c.id == session_pk, newer).values(**values)).rowcount
             if not won:
                 return False
             # checked after the update: it waits for an append holding the session row to commit

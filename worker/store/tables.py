@@ -57,6 +57,9 @@ class Session(SQLModel, table=True):
     memory_version: int = 0  # bumped by every change to the prompt's head: memory or system prompt
     snapshot_memory_version: int = 0  # the memory_version the published snapshot rendered
     memory_observed_through: int = 0  # the last seq the worker observed into working memory
+    # the memory version the served prompt shows: its pinned block, or the last memory note a
+    # user turn carries since (an append notes the changes after it: worker/store/sessions.py)
+    noted_memory_version: int = 0
     tokens: int = 0  # sum of the stored turns' tokens
     parent_session_id: int | None = None
     parent_tool_use_id: str | None = None

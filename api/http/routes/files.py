@@ -11,7 +11,6 @@ from api.http.errors import NotFound
 from api.http.routes.paths import SessionId
 from worker.compaction.reading import grep, read_bytes, read_lines
 from worker.compaction.tools import tool_definitions
-from worker.flows.serve import refresh_status_files
 from worker.memory.tool import memory_tool_definitions
 from worker.store import files, sessions
 from worker.store.db import read_tx
@@ -73,7 +72,6 @@ def read_file(
         excerpt = read_lines(text, start_line, end_line)
         logged = excerpt.description.rsplit(" of ", 1)[0]
     files.log_read(res.engine, file_id, row.id, logged)
-    refresh_status_files(res.engine, res.cache, row.id)
     return {
         "ref": ref,
         "kind": kind,

@@ -111,6 +111,10 @@ def count_served(request: Request, tenant: int, sid: str, served: Served) -> int
     pk: int | None = request.app.state.resources.cache.pks.get((tenant, sid))
     if pk is not None and served.fallback is None:
         request.app.state.fetch_log.append((pk, served.epoch, served.request_bytes, served.stable_bytes))
+    if pk is not None and served.source == "cache" and served.entry is not None:
+        # the epoch's first fetch claimed its `served_from`: a held copy of the entry learns it
+        memo: EntryMemo = request.app.state.entry_memo
+        memo.note_served_from(pk, served.entry)
     return pk
 
 
