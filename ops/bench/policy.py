@@ -26,6 +26,7 @@ seeded order (`generated`); `gen4`, `gen5`, `gen6` (300, 200, 250), orders first
 from __future__ import annotations
 
 import argparse
+import inspect
 import itertools
 import sys
 from collections.abc import Callable, Sequence
@@ -35,9 +36,11 @@ from unittest import mock
 
 from ops.bench.common import data_dir, table
 from ops.bench.fidelity import final_fidelity
+from ops.bench.signing import SignedThinking
 from worker.compaction.epochs import Step
 from worker.compaction.formats import load_transcript
 from worker.compaction.model import Policy, Transcript
+from worker.compaction.prefixes import extends
 from worker.flows import simulate
 from worker.flows.simulate import Fetch, parse_pace, replay
 
@@ -110,18 +113,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "shrink5k+worth0.5": {"shrink_min_tokens": 5_000, "worth_it_share": 0.5},
 }
 
-# `<variant>+memory-at-summary`: the variant with the pinned working-memory block refreshed only
-# when a summary or a new system prompt rewrites the prefix from the top anyway (not the service's
-# rule: between summaries the agent sees an older block plus at most 200 tokens of changes).
-MEMORY_AT_SUMMARY = "+memory-at-summary"
 # `<variant>+memory-every-summary`: the block refreshed at every summary round, stacked on the
 # earlier notes or not (the service's rule before issue 27's fourth pass)
 MEMORY_EVERY_SUMMARY = "+memory-every-summary"
-
-
-def refresh_at_summary(*, new_epoch: bool, rewrote_top: bool, system_changed: bool, changes: str) -> bool:
-    """The alternative memory rule (`refreshes_memory`'s signature; `changes` is not looked at)."""
-    return system_changed or (new_epoch and rewrote_top)
 
 
 def every_summary(current: Transcript, s: Step) -> bool:
@@ -281,17 +275,22 @@ def run_fidelity(
     return round(sum(scores) / max(1, len(scores)), 3)
 
 
-def one(variant: str, session: str, window: int, pace: str, root: Path) -> dict[str, Any]:
+def one(
+    variant: str, session: str, window: int, pace: str, root: Path, thinking: bool = False
+) -> dict[str, Any]:
     system, messages, times = SESSIONS[session.removesuffix("+proxy")](root)
-    base = variant.removesuffix(MEMORY_AT_SUMMARY).removesuffix(MEMORY_EVERY_SUMMARY)
+    base = variant.removesuffix(MEMORY_EVERY_SUMMARY)
     policy = Policy().for_window(window).with_overrides(VARIANTS[base])
-    rule = refresh_at_summary if variant.endswith(MEMORY_AT_SUMMARY) else simulate.refreshes_memory
     top = every_summary if variant.endswith(MEMORY_EVERY_SUMMARY) else simulate.rewrites_top
     recorded = Recorded(through_proxy(system) if session.endswith("+proxy") else None)
-    with (
-        mock.patch.object(simulate, "refreshes_memory", rule),
-        mock.patch.object(simulate, "rewrites_top", top),
-    ):
+    # with `thinking`, a signed thinking block on every assistant turn (the engine before issue 40
+    # takes none: its runs are measured without, their rewrites counted from the requests)
+    extra: dict[str, Any] = (
+        {"thinking": SignedThinking()}
+        if thinking and "thinking" in inspect.signature(replay).parameters
+        else {}
+    )
+    with mock.patch.object(simulate, "rewrites_top", top):
         report = replay(
             system,
             messages,
@@ -300,6 +299,7 @@ def one(variant: str, session: str, window: int, pace: str, root: Path) -> dict[
             timestamps=times,
             job_seconds=JOB_SECONDS,
             upstream=recorded,
+            **extra,
         )
     s = report.summary()
     return {
@@ -319,7 +319,19 @@ def one(variant: str, session: str, window: int, pace: str, root: Path) -> dict[
         "cost_ratio": round(s["cost_usd"] / s["cost_usd_uncompacted"], 3),
         "fidelity": final_fidelity(system, messages, report.final_request)["all"],
         "fidelity_run": run_fidelity(system, messages, report.fetches, recorded.requests),
+        "rewrites_per_100": rewrites_per_100(recorded.requests, len(messages)),
+        **(
+            {"valid": s.get("thinking_valid_fetches", 1.0), "own": s.get("thinking_own_prefix", 1.0)}
+            if extra
+            else {}
+        ),
     }
+
+
+def rewrites_per_100(requests: Sequence[dict[str, Any]], turns: int) -> float:
+    """Requests that do not extend the one before (as the provider compares them), per 100 turns."""
+    rewrites = sum(not extends(a, b) for a, b in itertools.pairwise(requests))
+    return round(100 * rewrites / max(1, turns), 2)
 
 
 COLUMNS = [
@@ -339,6 +351,7 @@ COLUMNS = [
     "cost_ratio",
     "fidelity",
     "fidelity_run",
+    "rewrites_per_100",
 ]
 
 
@@ -348,16 +361,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--sessions", default=",".join(SESSIONS))
     parser.add_argument("--windows", default="200000,64000,32000")
     parser.add_argument("--paces", default="0.25")
+    parser.add_argument(
+        "--thinking", action="store_true", help="a signed thinking block on every assistant turn"
+    )
     args = parser.parse_args(argv or [])
     root = data_dir()
     rows = []
+    columns = [*COLUMNS, "valid", "own"] if args.thinking else COLUMNS
     for variant in args.variants.split(","):
         for session in args.sessions.split(","):
             for window in (int(w) for w in args.windows.split(",")):
                 for pace in args.paces.split(","):
-                    rows.append(one(variant, session, window, pace, root))
-                    print(table(rows[-1:], COLUMNS).splitlines()[-1], flush=True)
-    print(table(rows, COLUMNS))
+                    rows.append(one(variant, session, window, pace, root, args.thinking))
+                    print(table(rows[-1:], columns).splitlines()[-1], flush=True)
+    print(table(rows, columns))
     return {"rows": rows}
 
 

@@ -3,8 +3,10 @@ with a scripted, checking Messages-API stand-in as the upstream (tests/fakes/cla
 
 Claude Code runs unchanged: only environment variables point it at compactd. Sixty Bash rounds of
 ~5-7k tokens each go through a 64k-token session window, so compactd must offload, clip and switch
-in summaries several times; the stand-in checks every request it gets and once in a while follows
-one of compactd's offload pointers with compactd's own read_file tool.
+in summaries several times; the stand-in checks every request it gets, plays a model with preserved
+thinking (each reply's thinking bound to its prefix, a block on a changed prefix refused with the
+real API's 400), and once in a while follows one of compactd's offload pointers with compactd's own
+read_file tool.
 """
 
 from __future__ import annotations
@@ -165,6 +167,14 @@ def test_claude_code_runs_a_long_bash_session_through_compactd(tmp_path: Path) -
     assert f"All {ROUNDS} rounds ran." in str(result.get("result")), report
     # every upstream request was a valid Messages request, within the window, and not the client's own compaction
     assert upstream.failures == [], report
+    # no thinking block ever reached the model on a changed prefix: nothing refused, so no retry
+    # of Claude Code's own (one upstream request per model call, and per compactd tool round)
+    assert upstream.refused == [], upstream.refused[:3]
+    calls = len({line["message"]["id"] for line in lines if line.get("type") == "assistant"})
+    assert len(mains) == calls + len(upstream.reads), (len(mains), calls, len(upstream.reads))
+    # the newest turn's thinking rides along except where a rewrite dropped it (a new epoch)
+    carried = upstream.newest_thinking
+    assert carried and sum(carried) >= 0.9 * len(carried), (sum(carried), len(carried))
     assert not any(r.markers.get("client_restart") for r in upstream.requests), report
     assert max(r.round for r in mains) == ROUNDS
     assert max(r.tokens for r in mains) <= WINDOW

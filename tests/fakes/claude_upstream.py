@@ -15,6 +15,14 @@ compactd's `read_file` on that output's last lines and checks, in the next reque
 result holds them (`reads`). Replies stream as the real API streams them (message_start, ping,
 content_block_start / delta / stop, message_delta, message_stop) in chunked encoding.
 
+It plays a model with preserved thinking (tests/fakes/preserved_thinking.py): every main reply
+starts with a thinking block whose signature binds it to the request it answers (system, tools and
+every earlier message, cache_control aside), and every request's thinking blocks are checked as the
+real API checks them: a block on a changed prefix gets the documented 400 ("... is bound to a
+different conversation ..."; `refused` counts them), or, with `prefix_mismatch_behavior:
+"drop_block"`, is dropped and listed in `input_transformations`. `newest_thinking` records, per
+main request after the first, whether it carried the previous reply's thinking on its own prefix.
+
 Every request is checked and what is wrong is kept in `failures`: a valid Messages request
 (worker.compaction.validate, Claude Code's `role: "system"` messages aside), at most 4
 cache_control breakpoints, the whole request (system, messages, tools, max_tokens) inside
@@ -35,6 +43,7 @@ from typing import Any
 
 import orjson
 
+from tests.fakes.preserved_thinking import THINKING, Binder, drop_mode, dropped, refusal
 from worker.compaction.tokens import count_request, count_text
 from worker.compaction.validate import request_problems
 
@@ -167,6 +176,11 @@ def request_failures(body: dict[str, Any], context_window: int) -> list[str]:
     return failures
 
 
+def _blocks(message: Any) -> list[dict[str, Any]]:
+    content = message.get("content") if isinstance(message, dict) else None
+    return [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
+
+
 def newest_results(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The tool_result blocks of the last user message."""
     for m in reversed(messages):
@@ -197,6 +211,12 @@ class ClaudeUpstream:
         self.reads: list[Read] = []
         self.paths: list[str] = []
         self.next_read = read_every  # the first Bash round after which a read is due
+        self.binder = Binder(b"claude-upstream")
+        self.refused: list[str] = []  # requests answered 400 for a thinking block on a changed prefix
+        self.newest_thinking: list[
+            bool
+        ] = []  # per main request after the first: the last reply's thinking carried
+        self.last_signature: str | None = None
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -249,6 +269,17 @@ class ClaudeUpstream:
             except ValueError:
                 self.failures.append(f"request {len(self.requests)}: body is not JSON")
                 return send_json(handler, 400, error_body("the request body is not valid JSON"))
+            checked = self.binder.check(body)
+            transformations: list[dict[str, Any]] = []
+            if not checked.valid:
+                try:
+                    mode = drop_mode(body, dict(handler.headers))
+                except ValueError as exc:
+                    return send_json(handler, 400, error_body(str(exc)))
+                if mode != "drop_block":
+                    self.refused.append(f"request {len(self.requests)}: {checked.problem}")
+                    return send_json(handler, 400, refusal(checked, dict(handler.headers)))
+                body, transformations = dropped(body, checked)
             if "count_tokens" in handler.path:
                 return send_json(handler, 200, {"input_tokens": request_tokens({**body, "max_tokens": 0})})
             try:
@@ -272,6 +303,8 @@ class ClaudeUpstream:
             # what the API counts as input: the prompt and tools, not the max_tokens kept free
             "usage": {"input_tokens": seen.tokens - seen.max_tokens, "output_tokens": 40},
         }
+        if transformations:
+            message["input_transformations"] = transformations
         if body.get("stream"):
             send_stream(handler, message)
         else:
@@ -310,7 +343,14 @@ class ClaudeUpstream:
         if "read_file" not in tools:
             self.failures.append(f"request {n}: compactd's read_file is not among the tools {tools}")
         self.check_reads(newest_results(messages))
-        return self.next_turn(r, messages), seen
+        if self.last_signature is not None:
+            carried = {b.get("signature") for m in messages for b in _blocks(m) if b.get("type") in THINKING}
+            self.newest_thinking.append(self.last_signature in carried)
+        turn = self.next_turn(r, messages)
+        # a model with preserved thinking: every main reply starts with a block bound to this request
+        block = self.binder.block(body, f"Round {r}: reading the newest result before the next step.")
+        self.last_signature = block["signature"]
+        return Turn([block, *turn.content], turn.stop_reason), seen
 
     def check_reads(self, results: list[dict[str, Any]]) -> None:
         for block in results:
@@ -369,10 +409,18 @@ def send_json(handler: BaseHTTPRequestHandler, status: int, payload: dict[str, A
 def stream_events(message: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
     """The message as the API streams it: text in a few deltas, tool input as JSON pieces."""
     start = {**message, "content": [], "stop_reason": None, "usage": {**message["usage"], "output_tokens": 1}}
+    # the blocks the API dropped are listed at message_start (preserved thinking, drop_block)
     yield "message_start", {"type": "message_start", "message": start}
     yield "ping", {"type": "ping"}
     for i, block in enumerate(message["content"]):
-        if block["type"] == "text":
+        if block["type"] == "thinking":
+            opened = {"type": "thinking", "thinking": "", "signature": ""}
+            yield "content_block_start", {"type": "content_block_start", "index": i, "content_block": opened}
+            delta = {"type": "thinking_delta", "thinking": block["thinking"]}
+            yield "content_block_delta", {"type": "content_block_delta", "index": i, "delta": delta}
+            delta = {"type": "signature_delta", "signature": block["signature"]}
+            yield "content_block_delta", {"type": "content_block_delta", "index": i, "delta": delta}
+        elif block["type"] == "text":
             yield (
                 "content_block_start",
                 {"type": "content_block_start", "index": i, "content_block": {"type": "text", "text": ""}},

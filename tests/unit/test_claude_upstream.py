@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 import anthropic
+import httpx
 import pytest
 
 from tests.fakes.claude_upstream import (
@@ -96,13 +97,13 @@ def test_the_bash_command_prints_the_lines_the_read_check_expects() -> None:
 
 
 def test_the_stand_in_plays_rounds_then_reads_an_offloaded_output_then_finishes() -> None:
-    """Round 1 first; after the read-due round it calls read_file on the offloaded output; a right
-    result passes, a wrong one is a failure; after the last round it answers with text."""
+    """Round 1 first, its thinking first (signed on the request); after the read-due round it calls
+    read_file on the offloaded output; a right result passes, a wrong one is a failure; after the
+    last round it answers with text."""
     up = ClaudeUpstream(rounds=4, context_window=100_000, read_every=3)
     turn, seen = up.plan(body(user("go")))
-    assert [b.get("name") for b in turn.content] == [None, "Bash"] and turn.content[1][
-        "id"
-    ] == "toolu_bash0001"
+    assert [b["type"] for b in turn.content] == ["thinking", "text", "tool_use"]
+    assert turn.content[2]["id"] == "toolu_bash0001" and turn.content[0]["signature"]
     assert seen.kind == "main" and seen.round == 0
     preview = "\n".join(output(3).splitlines()[:5]) + OFFLOADED
     history = [user("go"), bash_use(3), user(result("toolu_bash0003", preview))]
@@ -119,7 +120,7 @@ def test_the_stand_in_plays_rounds_then_reads_an_offloaded_output_then_finishes(
     assert up.reads[0].ok and up.failures == []
     assert turn.content[-1]["id"] == "toolu_bash0004"
     turn, _ = up.plan(body(user("go"), bash_use(4), user(result("toolu_bash0004", output(4)))))
-    assert turn.stop_reason == "end_turn" and "All 4 rounds ran." in turn.content[0]["text"]
+    assert turn.stop_reason == "end_turn" and "All 4 rounds ran." in turn.content[-1]["text"]
     up.plan(body(*history, read_back, user(result(call["id"], "nothing like it"))))
     assert up.reads[0].ok is False and "read_file f_0123456789abcdef" in up.failures[0]
 
@@ -160,3 +161,30 @@ def test_the_real_sdk_reads_its_stream_and_an_over_window_request_is_refused_as_
             client.messages.create(**body(user("word " * 3_000)))
         client.close()
     assert len(up.failures) == 1 and "over the 3000-token window" in up.failures[0]
+
+
+def test_the_stand_in_refuses_thinking_on_a_changed_prefix_as_the_api_does() -> None:
+    """A reply's thinking sent back on the prefix it answered passes; on an edited one it is the
+    documented 400 (counted in `refused`), or dropped and listed with drop_block."""
+    up = ClaudeUpstream(rounds=4, context_window=100_000).start()
+    try:
+        first = body(user("go"))
+        turn, _ = up.plan(first)
+        reply = {"role": "assistant", "content": turn.content}
+        results = user(result("toolu_bash0001", output(1)))
+
+        def send(b: dict[str, Any], beta: str = "") -> tuple[int, dict[str, Any]]:
+            headers = {"content-type": "application/json", **({"anthropic-beta": beta} if beta else {})}
+            r = httpx.post(f"{up.base_url}/v1/messages", content=json.dumps(b), headers=headers, timeout=10)
+            return r.status_code, r.json()
+
+        assert send({**first, "messages": [*first["messages"], reply, results]})[0] == 200
+        edited = {**first, "messages": [user("go, please"), reply, results]}
+        status, refused = send(edited)
+        assert status == 400 and "bound to a different conversation" in refused["error"]["message"]
+        assert len(up.refused) == 1
+        thinking = {"type": "adaptive", "block_binding": {"prefix_mismatch_behavior": "drop_block"}}
+        status, answered = send({**edited, "thinking": thinking}, beta="thinking-binding-controls-2026-08-01")
+        assert status == 200 and answered["input_transformations"][0]["path"] == "messages.1.content.0"
+    finally:
+        up.stop()

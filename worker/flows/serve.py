@@ -269,7 +269,7 @@ def fetch_ahead(
     noted_to = None
     if head[3] > head[10] and turns and turns[-1].role == "user":
         with read_tx(engine) as conn:
-            turns, noted_to = noted(conn, pk, head[10], turns), head[3]
+            turns, noted_to = noted(conn, pk, head[10], turns, observed=bool(head[11])), head[3]
     tail = [(r[6], orjson.loads(r[7]), r[8]) for r in rows if r[6] is not None]
     tail += [(t.role, list(t.content), t.tokens) for t in turns]
     version, binds = head[1] + len(turns), binds_thinking(head[9])

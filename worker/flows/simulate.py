@@ -288,6 +288,7 @@ class _Sim:
     pinned_at: int = 0  # len(events) when the pinned block was rendered
     noted: tuple[Item, ...] = ()  # the memory the prompt shows: the block, then its notes
     noted_at: int = 0  # len(events) then
+    restate: bool = False  # a summary archived turns since the block: the next note says it all
     version: int = 0  # the last seq appended
     served_from: int | None = 0  # Entry.served_from of the published epoch (epoch 0: 0)
 
@@ -324,13 +325,14 @@ def replay(
     raw, provider, raw_provider = RawHistory(system), PromptCache(), PromptCache()
     fetches: list[Fetch] = []
     request: dict[str, Any] = {}
+    sent: dict[str, Any] = {}  # what the provider received for it (the model answers that)
     previous_mark: tuple[int, bytes] | None = None
     label = "0"
     for i, message in enumerate(messages):
         now = times[i]
         _advance(sim, now, job_seconds)
-        if thinking is not None and message.get("role") == "assistant" and request:
-            message = thinking.answer(request, message, label)
+        if thinking is not None and message.get("role") == "assistant" and sent:
+            message = thinking.answer(sent, message, label)
         for turn in ingest([message], first_seq=sim.version + 1, redactor=redactor, policy=policy).turns:
             sim.tail.append(_noted(sim, turn) if turn.role == "user" else turn)
             sim.version = turn.seq
@@ -384,10 +386,11 @@ def _noted(sim: _Sim, turn: Turn) -> Turn:
     (worker/store/sessions.py, noted)."""
     if len(sim.events) == sim.noted_at:
         return turn
+    pushed = pushed_out(sim.events[sim.noted_at :])
     changes = changes_note(
-        sim.noted, sim.items, MEMORY_NOTE_TOKENS, pushed_out(sim.events[sim.noted_at :]), "it was last shown"
+        sim.noted, sim.items, MEMORY_NOTE_TOKENS, pushed, "it was last shown", observed=sim.restate
     )
-    sim.noted, sim.noted_at = sim.items, len(sim.events)
+    sim.noted, sim.noted_at, sim.restate = sim.items, len(sim.events), False
     return with_memory_note(turn, changes) if changes else turn
 
 
@@ -465,7 +468,7 @@ def _publish(sim: _Sim, job: _Job) -> None:
         sim.pending = job.pending
     sim.pinned, sim.pinned_at = job.pinned, job.pinned_at
     if job.noted:
-        sim.noted, sim.noted_at = job.pinned, job.pinned_at
+        sim.noted, sim.noted_at, sim.restate = job.pinned, job.pinned_at, True
 
 
 def _serve(sim: _Sim) -> tuple[dict[str, Any], int, str | None]:

@@ -348,6 +348,8 @@ def changes_note(
     budget_tokens: int,
     pushed: Collection[str] = (),
     since: str = "the block at the top",
+    *,
+    observed: bool = True,
 ) -> str:
     """What changed since the pinned block was rendered, for the status note at the prompt's end
     (the pinned block stays byte-identical until the next epoch, so the cached prefix holds).
@@ -361,9 +363,11 @@ def changes_note(
 
     `pushed`: important files that left only because others took their place (`pushed_out`): no
     line for them, the `+` line says what is important now. A file deleted, moved or removed by
-    the agent or a user keeps its `-` line."""
-    before = {(i.section, i.key): i for i in ordered(pinned) if i.status == "open"}
-    after = {(i.section, i.key): i for i in ordered(current) if i.status == "open"}
+    the agent or a user keeps its `-` line. Without `observed`, what the worker observed from the
+    turns gets no line (the turns it came from show it)."""
+    seen = ordered if observed else (lambda items: [i for i in ordered(items) if i.origin != "observed"])
+    before = {(i.section, i.key): i for i in seen(pinned) if i.status == "open"}
+    after = {(i.section, i.key): i for i in seen(current) if i.status == "open"}
     lines: list[str] = []
     files: list[str] = []  # observed important files new since the block, in the block's order
     at = 0  # where their line goes: where the first of them is

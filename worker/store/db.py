@@ -86,6 +86,7 @@ MIGRATIONS: list[tuple[int, list[Step]]] = [
         8,
         [
             add_column("sessions", "noted_memory_version", "INTEGER NOT NULL DEFAULT 0"),
+            add_column("sessions", "notes_restate", "BOOLEAN NOT NULL DEFAULT FALSE"),
             "UPDATE sessions SET noted_memory_version = snapshot_memory_version",
         ],
     ),

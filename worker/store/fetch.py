@@ -2,8 +2,8 @@
 
 `tail_rows` is the hot one: the session row joined with its turns after a position, one query on a
 DBAPI connection. Each row is (session pk, version, epoch, memory_version, context_window,
-output_reserve, role, content, tokens, model, noted_memory_version); role is None when the session
-has no turn past `after`.
+output_reserve, role, content, tokens, model, noted_memory_version, notes_restate); role is None
+when the session has no turn past `after`.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ _TAIL = (
         TT.c.tokens,
         S.c.model,
         S.c.noted_memory_version,
+        S.c.notes_restate,
     )
     .select_from(S.outerjoin(TT, and_(TT.c.session_id == S.c.id, TT.c.seq > bindparam("after"))))
     .where(S.c.tenant_id == bindparam("tenant_id"), S.c.client_id == bindparam("client_id"))

@@ -432,16 +432,20 @@ def changes_since(
     pinned_version: int,
     budget_tokens: int,
     since: str = "the block at the top",
+    *,
+    observed: bool = True,
 ) -> str:
     """A memory note's lines for what the session's own memory changed since `pinned_version`, the
-    version its prompt already shows (the pinned block, or a memory note since): "" when nothing did."""
+    version its prompt already shows (the pinned block, or a memory note since): "" when nothing did.
+    Without `observed`, nothing the worker observed from the turns (model.changes_note)."""
     tenant_id, version = _tenant_of(conn, session_pk)
     if version <= pinned_version:
         return ""
     events = _events(conn, tenant_id, session_pk, "")
     before = fold_events(events, pinned_version)
     pushed = model.pushed_out(r.event for r in events if r.version > pinned_version)
-    return model.changes_note(before, _entries(conn, tenant_id, session_pk, ""), budget_tokens, pushed, since)
+    current = _entries(conn, tenant_id, session_pk, "")
+    return model.changes_note(before, current, budget_tokens, pushed, since, observed=observed)
 
 
 def diff(engine: Engine, session_pk: int, a: int, b: int, *, scope: str = "") -> Diff:

@@ -132,14 +132,15 @@ def append_turns(
         reseamed, delta = False, 0
         if seam is not None and row.version > 0 and turns:
             turns, reseamed, delta = _reseam(conn, row, list(turns), seam)
-        noted_to = None
+        noted_to = noted_through
         if (
             memory_note
             and turns
             and turns[-1].role == "user"
             and row.memory_version > row.noted_memory_version
         ):
-            turns, noted_to = noted(conn, row.id, row.noted_memory_version, turns), row.memory_version
+            turns = noted(conn, row.id, row.noted_memory_version, turns, observed=bool(row.notes_restate))
+            noted_to = row.memory_version
         first = row.version + 1
         numbered = [replace(t, seq=first + i) for i, t in enumerate(turns)]
         raw_write(
@@ -171,7 +172,7 @@ def append_turns(
         else:
             raw_write(conn, _BUMP, [values])
         if noted_to is not None and noted_to > row.noted_memory_version:
-            raw_write(conn, _NOTED, [{"pk": pk, "p_noted": noted_to}])
+            raw_write(conn, _NOTED, [{"pk": pk, "p_noted": noted_to, "p_restate": False}])
         if idempotency_key is not None:
             raw_write(
                 conn,
@@ -204,12 +205,16 @@ def append_turns(
     )
 
 
-def noted(conn: Connection, session_pk: int, shown_version: int, turns: Sequence[Turn]) -> list[Turn]:
+def noted(
+    conn: Connection, session_pk: int, shown_version: int, turns: Sequence[Turn], *, observed: bool
+) -> list[Turn]:
     """The turns with the memory changes since the version the session's prompt shows appended to
     the last one (a user turn): a block of its own, part of the turn from now on, so within an
-    epoch the prompt only grows (worker/compaction/assemble.py, memory_note_block)."""
+    epoch the prompt only grows (worker/compaction/assemble.py, memory_note_block). What the worker
+    observed from the turns is left to them (they show it) unless `observed` (a summary archived
+    turns since the block: `notes_restate`)."""
     changes = memory_store.changes_since(
-        conn, session_pk, shown_version, MEMORY_NOTE_TOKENS, since="it was last shown"
+        conn, session_pk, shown_version, MEMORY_NOTE_TOKENS, since="it was last shown", observed=observed
     )
     return [*turns[:-1], with_memory_note(turns[-1], changes)] if changes else list(turns)
 
@@ -359,7 +364,11 @@ _BUMP = (
     )
 )
 _BUMP_ACTIVE = _BUMP.values(activity=bindparam("p_activity"))
-_NOTED = update(S).where(S.c.id == bindparam("pk")).values(noted_memory_version=bindparam("p_noted"))
+_NOTED = (
+    update(S)
+    .where(S.c.id == bindparam("pk"))
+    .values(noted_memory_version=bindparam("p_noted"), notes_restate=bindparam("p_restate"))
+)
 _CREATE: dict[str, Any] = {}
 
 

@@ -152,7 +152,10 @@ def publish(
                 "snapshot_memory_version": memory_version,
             }
             if noted_memory_version is not None:
+                # the notes before the block (or in the turns a summary archived) are gone: the
+                # next one says everything since, what was observed too
                 values["noted_memory_version"] = noted_memory_version
+                values["notes_restate"] = True
             won = conn.execute(update(S).where(S.c.id == session_pk, newer).values(**values)).rowcount
             if not won:
                 return False

@@ -58,8 +58,11 @@ class Session(SQLModel, table=True):
     snapshot_memory_version: int = 0  # the memory_version the published snapshot rendered
     memory_observed_through: int = 0  # the last seq the worker observed into working memory
     # the memory version the served prompt shows: its pinned block, or the last memory note a
-    # user turn carries since (an append notes the changes after it: worker/store/sessions.py)
+    # user turn carries since (an append notes the changes after it: worker/store/sessions.py),
+    # what the worker observed counting as shown by the turns it came from
     noted_memory_version: int = 0
+    # a summary archived turns since the block: the next note says what was observed too
+    notes_restate: bool = False
     tokens: int = 0  # sum of the stored turns' tokens
     parent_session_id: int | None = None
     parent_tool_use_id: str | None = None
