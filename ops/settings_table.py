@@ -65,6 +65,12 @@ ROWS: tuple[tuple[tuple[str, ...], str], ...] = (
     ),
     (("sweep_seconds", "retention_days"), "beat's idle sweep and session expiry"),
     (
+        ("cache_ttl_seconds",),
+        "how long the provider keeps a prompt cache unread (Anthropic: 5 minutes; a client's "
+        '`ttl: "1h"` sets its own session\'s): a session idle longer gets a job from the sweep, '
+        "and a rewrite then costs no cache write",
+    ),
+    (
         ("memory_budget_tokens", "memory_hard_cap_tokens"),
         "working memory: pruned to the budget nightly; over the cap is a 422",
     ),

@@ -61,6 +61,8 @@ class AppendRequest(BaseModel):
     system: str | None = None
     parent_session_id: str | None = Field(default=None, max_length=200)
     parent_tool_use_id: str | None = Field(default=None, max_length=200)
+    # how long the provider keeps the session's prompt cache (300: its default; 3600: `ttl: "1h"`)
+    cache_ttl_seconds: int | None = Field(default=None, ge=60, le=86_400)
 
 
 class MemoryOpIn(BaseModel):

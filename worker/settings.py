@@ -60,6 +60,9 @@ class Settings(BaseSettings):
 
     idle_seconds: float = 5.0
     sweep_seconds: float = 60.0
+    # how long the provider keeps a prompt cache unread (Anthropic's default: 5 minutes; a client's
+    # `ttl: "1h"` sets its session's): a session idle longer gets a job that rewrites at no write
+    cache_ttl_seconds: float = 300.0
     lock_seconds: float = 120.0
     task_time_limit_seconds: int = 300
     memory_budget_tokens: int = DEFAULT_POLICY.memory_budget_tokens

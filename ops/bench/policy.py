@@ -111,6 +111,13 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "stack0.50": {"notes_stack_share": 0.50},
     # session 12 (64k prefix): fewer structural rounds that each pay back more
     "shrink5k+worth0.5": {"shrink_min_tokens": 5_000, "worth_it_share": 0.5},
+    # session 13 (issue 40): a model that binds thinking prices the reasoning a rewrite drops
+    # (the default rule for such a model); `unbound`, the rule for one that does not
+    "reason0": {"reasoning_rewrite_tokens": 0},
+    "reason5k": {"reasoning_rewrite_tokens": 5_000},
+    "reason10k": {"reasoning_rewrite_tokens": 10_000},
+    "reason20k": {"reasoning_rewrite_tokens": 20_000},
+    "reason30k": {"reasoning_rewrite_tokens": 30_000},
 }
 
 # `<variant>+memory-every-summary`: the block refreshed at every summary round, stacked on the
@@ -290,6 +297,9 @@ def one(
         if thinking and "thinking" in inspect.signature(replay).parameters
         else {}
     )
+    if thinking and not extra:
+        # an engine that takes no thinking model gets the same blocks, unsigned: the same tokens
+        messages = [SignedThinking.unsigned(m) if m["role"] == "assistant" else m for m in messages]
     with mock.patch.object(simulate, "rewrites_top", top):
         report = replay(
             system,

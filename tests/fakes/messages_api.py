@@ -14,7 +14,15 @@ thinking as thinking_delta then signature_delta), in chunked transfer encoding; 
 spaces the events, and a client that goes away is counted in `disconnects`. POST
 /v1/messages/count_tokens answers an estimate (bytes / 4) and takes no scripted reply.
 
-Standard library only, so it also runs on its own, to try the drop-in endpoint with no provider:
+It plays a model with preserved thinking (tests/fakes/preserved_thinking.py): the thinking blocks of
+a scripted reply are signed, at the time they are sent, against the request they answer, and every
+request's thinking blocks are checked as the real API checks them (a block on a changed prefix or
+one it did not sign: the documented 400, counted in `refused`; with `prefix_mismatch_behavior:
+"drop_block"` and its beta header, dropped and listed in the reply's `input_transformations`).
+`preserved_thinking=False` plays a model without the check.
+
+Standard library only (and the stand-ins' rule module), so it also runs on its own, to try the
+drop-in endpoint with no provider:
 `python -m tests.fakes.messages_api` prints its URL and answers every call with a short note
 until Ctrl-C.
 """
@@ -30,6 +38,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
+
+from tests.fakes.preserved_thinking import Binder, drop_mode, dropped, refusal
 
 ERROR_TYPES = {
     400: "invalid_request_error",
@@ -145,7 +155,12 @@ class FakeMessagesAPI:
     """The Messages API on 127.0.0.1 (ephemeral port), in a thread; a context manager."""
 
     def __init__(
-        self, default: Reply | None = None, *, keep_requests: bool = True, first_byte_seconds: float = 0.0
+        self,
+        default: Reply | None = None,
+        *,
+        keep_requests: bool = True,
+        first_byte_seconds: float = 0.0,
+        preserved_thinking: bool = True,
     ) -> None:
         self.default = default or reply("default note")
         self.keep_requests = keep_requests  # off for benchmarks: bodies of 100s of KB add up
@@ -154,6 +169,8 @@ class FakeMessagesAPI:
         self.requests: list[RecordedRequest] = []
         self.disconnects = 0  # streamed replies the client went away from before their end
         self.completed = 0  # streamed replies sent to their end
+        self.binder = Binder(b"fake-messages-api") if preserved_thinking else None
+        self.refused: list[str] = []  # requests answered 400 for their thinking blocks
         self._script: deque[Reply] = deque()
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -218,18 +235,50 @@ class FakeMessagesAPI:
                 self.requests.append(request)
             return self._script.popleft() if self._script else self.default
 
-    def _message(self, body: Any, r: Reply) -> dict[str, Any]:
+    def checked(self, body: Any, headers: Mapping[str, str]) -> tuple[Any, list[Any], dict[str, Any] | None]:
+        """The body as the model reads it (invalid thinking dropped with drop_block), the
+        `input_transformations` saying so, and the 400 body when the request is refused."""
+        if self.binder is None or not isinstance(body, dict):
+            return body, [], None
+        result = self.binder.check(body)
+        if result.valid:
+            return body, [], None
+        try:
+            mode = drop_mode(body, headers)
+        except ValueError as exc:
+            return (
+                body,
+                [],
+                {"type": "error", "error": {"type": "invalid_request_error", "message": str(exc)}},
+            )
+        if mode == "drop_block":
+            kept, entries = dropped(body, result)
+            return kept, entries, None
+        with self._lock:
+            self.refused.append(str(result.problem))
+        return body, [], refusal(result, headers)
+
+    def _message(self, body: Any, r: Reply, transformations: list[Any] | None = None) -> dict[str, Any]:
         model = body.get("model", "unknown") if isinstance(body, dict) else "unknown"
-        return {
+        content: list[dict[str, Any]] = []
+        for b in [dict(b) for b in r.content] or [{"type": "text", "text": r.text}]:
+            if b.get("type") == "thinking" and self.binder is not None and isinstance(body, dict):
+                # signed now, against the request it answers (after the reply's blocks before it)
+                b = {**b, "signature": self.binder.sign(body, content)}
+            content.append(b)
+        message = {
             "id": f"msg_fake{next(self._ids):06d}",
             "type": "message",
             "role": "assistant",
             "model": model,
-            "content": [dict(b) for b in r.content] or [{"type": "text", "text": r.text}],
+            "content": content,
             "stop_reason": r.stop_reason,
             "stop_sequence": None,
             "usage": {"input_tokens": r.input_tokens, "output_tokens": r.output_tokens},
         }
+        if transformations:
+            message["input_transformations"] = transformations
+        return message
 
 
 def _handler_for(api: FakeMessagesAPI) -> type[BaseHTTPRequestHandler]:
@@ -247,6 +296,12 @@ def _handler_for(api: FakeMessagesAPI) -> type[BaseHTTPRequestHandler]:
                 body = None
             headers = {k.lower(): v for k, v in self.headers.items()}
             recorded = RecordedRequest("POST", self.path, headers, body, raw)
+            # the prefix check runs on count_tokens too, with the same 400
+            body, transformations, refused = api.checked(body, headers)
+            if refused is not None:
+                api._record(recorded)
+                self._send_json(400, refused)
+                return
             if self.path.split("?")[0] == "/v1/messages/count_tokens":
                 api._record(recorded)
                 self._send_json(200, {"input_tokens": _estimate_tokens(body)})
@@ -260,7 +315,7 @@ def _handler_for(api: FakeMessagesAPI) -> type[BaseHTTPRequestHandler]:
                     404, {"type": "error", "error": {"type": "not_found_error", "message": "no route"}}
                 )
             elif r.kind == "message" and streamed:
-                self._send_events(sse_events(api._message(body, r)), r.delay_seconds)
+                self._send_events(sse_events(api._message(body, r, transformations)), r.delay_seconds)
             elif r.kind == "stream_error":
                 start = sse_events(api._message(body, r))[:1]
                 error = (
@@ -269,7 +324,7 @@ def _handler_for(api: FakeMessagesAPI) -> type[BaseHTTPRequestHandler]:
                 )
                 self._send_events([*start, error], 0.0)
             elif r.kind == "message":
-                self._send_json(200, api._message(body, r))
+                self._send_json(200, api._message(body, r, transformations))
             elif r.kind == "error":
                 kind = ERROR_TYPES.get(r.status, "api_error")
                 self._send_json(

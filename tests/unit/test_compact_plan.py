@@ -64,6 +64,7 @@ def job(
     request: Any = None,
     model: str = "claude-opus-5-5",
     served_from: int | None = 0,
+    policy: Policy = POLICY,
 ) -> JobInput:
     row = SimpleNamespace(
         tenant_id=1,
@@ -87,7 +88,7 @@ def job(
         )
     loaded = Loaded(session=row, snapshot=snap, tail=tail, memory=memory)
     return JobInput(
-        loaded=loaded, state=loaded.state(), policy=POLICY, request=request, served_from=served_from
+        loaded=loaded, state=loaded.state(), policy=policy, request=request, served_from=served_from
     )
 
 
@@ -185,7 +186,14 @@ def test_a_structural_epoch_keeps_the_pinned_block() -> None:
     rounds = chat(4, big=True)
     state = Transcript(system="you are helpful", turns=tuple(rounds[:1]), memory="## memory v1")
     plan = plan_job(
-        job(rounds[1:], snapshot_state=state, memory="## memory v2", memory_version=9, pinned_version=1)
+        job(
+            rounds[1:],
+            snapshot_state=state,
+            memory="## memory v2",
+            memory_version=9,
+            pinned_version=1,
+            model="claude-sonnet-4-5",  # binds no thinking: past the trigger a clip is published as is
+        )
     )
     assert plan.new_epoch and not plan.summarized
     assert plan.publish.memory == "## memory v1" and plan.pinned_version == 1 and plan.noted_version is None
@@ -237,7 +245,9 @@ def test_a_rewrite_drops_the_thinking_from_its_first_change_on() -> None:
     small = thoughtful(2)  # turns 2-5, nothing to clip
     rounds = thoughtful(6, first_seq=6, big=True)
     state = Transcript(system="you are helpful", turns=(task, *small))
-    plan = plan_job(job(rounds, snapshot_state=state, epoch=1, served_from=7))
+    # a large window: the clip is published below the summarize trigger, where it pays for itself
+    wide = Policy(context_window=200_000, output_reserve=1_000)
+    plan = plan_job(job(rounds, snapshot_state=state, epoch=1, served_from=7, policy=wide))
     assert plan.new_epoch and not plan.summarized
     given = {t.seq: t for t in rounds}
     # the first output the epoch clipped

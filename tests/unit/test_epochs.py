@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -16,6 +17,9 @@ from worker.compaction.epochs import (
     catch_up,
     decide,
     extend,
+    invalidated_reasoning,
+    pays_back,
+    rewritten_tokens,
     served_request,
     shared_prefix_share,
     step,
@@ -291,3 +295,78 @@ def test_jobs_over_text_turns_serve_every_turn_once(
         _served_once(s.publish, seen)
         assert request_problems(assemble(s.publish), allow_pending_tool_use=True) == []
         state, pending = s.publish, s.pending
+
+
+def thoughtful_turns(*bodies: str) -> tuple[Turn, ...]:
+    """turns_of, each assistant turn starting with a thinking block."""
+    block = {"type": "thinking", "thinking": "checking", "signature": "s1"}
+    return tuple(
+        replace(t, content=(block, *t.content), tokens=t.tokens + 10) if t.role == "assistant" else t
+        for t in turns_of(*bodies)
+    )
+
+
+def test_with_a_model_that_binds_thinking_a_rewrite_pays_for_the_reasoning_it_cuts() -> None:
+    """The same clip is worth it to a model without the prefix check, not to one with it when the
+    reasoning it cuts costs more than the saving buys before the trigger; without thinking in the
+    session nothing is cut."""
+    t = Transcript("s", thoughtful_turns(text_of(1, 900), *["x"] * 6))
+    # a large window (the clip pays back before the trigger) and a low structural trigger
+    policy = Policy(
+        context_window=400_000, output_reserve=0, structural_trigger=0.01, keep_share=0.001,
+        worth_it_tokens=500, worth_it_share=0.05,
+    )  # fmt: skip
+    out = compact(t, policy, summarize=False).transcript
+    assert decide(t, out, policy).decision is Decision.NEW_EPOCH
+    binds = replace(policy, binds_thinking=True)
+    assert invalidated_reasoning(t, out, binds) == binds.reasoning_rewrite_tokens
+    assert decide(t, out, binds).decision is Decision.NEW_EPOCH
+    assert decide(t, out, replace(binds, reasoning_rewrite_tokens=10**9)).decision is Decision.SKIP
+    plain = Transcript("s", turns_of(text_of(1, 900), *["x"] * 6))
+    assert invalidated_reasoning(plain, compact(plain, policy).transcript, binds) == 0
+
+
+def test_a_long_runway_pays_back_a_clip_a_short_one_does_not() -> None:
+    """Below the trigger a clip's saving is read from the cache at every request until the trigger:
+    with a large window that pays for the rewrite, with the trigger a few requests away it does not."""
+    t = Transcript("s", thoughtful_turns(text_of(1, 900), *[text_of(n, 40) for n in range(2, 12)]))
+    wide = Policy(
+        context_window=400_000,
+        output_reserve=0,
+        structural_trigger=0.01,
+        keep_share=0.001,
+        binds_thinking=True,
+    )
+    narrow = replace(wide, context_window=int(t.tokens() * 1.8))  # the trigger just above it
+    for policy, pays in ((wide, True), (narrow, False)):
+        out = compact(t, policy).transcript
+        assert out.tokens() < t.tokens() < policy.summarize_trigger_tokens
+        assert pays_back(t, out, policy, rewritten_tokens(t, out)) is pays
+
+
+def test_past_the_trigger_a_model_that_binds_thinking_gets_a_deep_rewrite() -> None:
+    """Past the summarize trigger, where a clip would buy a round or two, the rewrite is a summary
+    down to the keep window instead (one rewrite, then room for many requests)."""
+    t = Transcript("s", thoughtful_turns(*[text_of(n, 60) for n in range(12)]))
+    policy = Policy(context_window=int(t.tokens() * 1.05), output_reserve=0, worth_it_tokens=10**9)
+    s = step(t, policy, quiet=False)
+    deep = step(t, replace(policy, binds_thinking=True), quiet=False)
+    assert s.verdict.decision is Decision.NEW_EPOCH and s.publish.handoff is None
+    assert deep.verdict.decision is Decision.NEW_EPOCH and deep.publish.handoff is not None
+    assert deep.publish.tokens() < s.publish.tokens()
+
+
+def test_a_cold_cache_makes_a_rewrite_cost_no_write() -> None:
+    """Idle past the cache's lifetime, the next request writes the whole prompt anyway: a saving
+    the warm rule skips is published, and a prepared summary goes in at a quiet point."""
+    t = Transcript("s", turns_of(text_of(1, 900), *["x"] * 6))
+    policy = Policy(context_window=20_000, output_reserve=1_000, worth_it_tokens=500, worth_it_share=10.0)
+    out = compact(t, policy, summarize=False).transcript
+    assert decide(t, out, policy).decision is Decision.SKIP
+    assert decide(t, out, policy, cold=True).decision is Decision.NEW_EPOCH
+    long = _session_of(int(Policy(context_window=16_000, output_reserve=0).summarize_trigger_tokens * 0.9))
+    small = Policy(context_window=16_000, output_reserve=0)
+    prepared = step(long, small, quiet=True)
+    assert prepared.pending is not None and prepared.switch is Switch.NONE
+    switched = step(long, small, pending=prepared.pending, quiet=True, cold=True)
+    assert switched.switch is Switch.COLD and switched.publish.handoff is not None

@@ -162,3 +162,26 @@ def test_every_fetch_passes_the_prefix_check_and_keeps_its_epochs_thinking() -> 
     assert report.epochs >= 3 and report.over_budget == 0
     assert summary["thinking_valid_fetches"] == 1.0 and summary["thinking_own_prefix"] == 1.0
     assert summary["rewrites"] <= report.epochs + sum(f.fallback is not None for f in report.fetches)
+
+
+def test_a_session_idle_past_its_cache_lifetime_is_rewritten_before_it_comes_back() -> None:
+    """A pause longer than the provider cache's lifetime gets a cold job (the sweep's): the prompt
+    waiting to be rewritten is rewritten in the pause, so the first fetch after it (a cache write
+    of the whole prompt anyway) comes in the new epoch; a pause within the lifetime changes nothing."""
+    messages = edits(40)
+    pause_at = 62  # a user turn: the agent comes back after it
+    assert messages[pause_at]["role"] == "user"
+
+    def run(pause: float) -> Any:
+        times = [float(i) + (pause if i >= pause_at else 0.0) for i in range(len(messages))]
+        policy = Policy(context_window=48_000, output_reserve=2_000)
+        return replay("", messages, policy, pace=Pace(recorded=True), timestamps=times, job_seconds=0.05)
+
+    def around(report: Any) -> tuple[int, int]:
+        before = next(f for f in reversed(report.fetches) if f.turn <= pause_at)
+        after = next(f for f in report.fetches if f.turn > pause_at)
+        return before.epoch, after.epoch
+
+    idle, busy = run(400.0), run(100.0)
+    assert idle.switches.get("cold", 0) + (around(idle)[1] - around(idle)[0]) >= 1
+    assert around(busy)[0] == around(busy)[1]

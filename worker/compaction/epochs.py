@@ -19,7 +19,8 @@ from worker.compaction.fit import fit
 from worker.compaction.model import FileWrite, Policy, StageReport, Transcript, Turn, canonical_json
 from worker.compaction.pipeline import compact, summarized
 from worker.compaction.ports import Summarizer
-from worker.compaction.pricing import LOOKBACK_BLOCKS
+from worker.compaction.pricing import LOOKBACK_BLOCKS, READ_RATE, WRITE_RATE
+from worker.compaction.thinking import THINKING, changed_from
 from worker.compaction.zones import keep_start
 
 
@@ -40,8 +41,10 @@ class Verdict:
         return self.tokens_before - self.tokens_after
 
 
-def decide(current: Transcript, compacted: Transcript, policy: Policy) -> Verdict:
-    """Compare the served state (snapshot + tail, as a transcript) with a compaction of it."""
+def decide(current: Transcript, compacted: Transcript, policy: Policy, *, cold: bool = False) -> Verdict:
+    """Compare the served state (snapshot + tail, as a transcript) with a compaction of it. With
+    `cold` the provider's cache has expired (the session idle past its lifetime): the next request
+    writes the whole prompt anyway, so a rewrite costs no cache write of its own."""
     before, after = current.tokens(), compacted.tokens()
     if compacted.turns == current.turns and compacted.handoff == current.handoff:
         return Verdict(Decision.EXTEND, before, after)
@@ -54,10 +57,35 @@ def decide(current: Transcript, compacted: Transcript, policy: Policy) -> Verdic
     least = min(policy.shrink_min_tokens, policy.budget_tokens // 10)
     gain = saved >= least or before > policy.deadline_tokens
     must_shrink = before > policy.summarize_trigger_tokens and saved > 0 and gain
-    worth_it = saved >= policy.worth_it_tokens and saved >= policy.worth_it_share * rewritten_tokens(
-        current, compacted
+    rewritten = 0 if cold else rewritten_tokens(current, compacted)
+    price = rewritten + invalidated_reasoning(current, compacted, policy)
+    worth_it = (
+        saved >= policy.worth_it_tokens
+        and saved >= policy.worth_it_share * price
+        and (not policy.binds_thinking or pays_back(current, compacted, policy, rewritten))
     )
     return Verdict(Decision.NEW_EPOCH if (must_shrink or worth_it) else Decision.SKIP, before, after)
+
+
+def pays_back(current: Transcript, compacted: Transcript, policy: Policy, rewritten: int) -> bool:
+    """Whether a rewrite below the summarize trigger pays for itself before the trigger's own
+    rewrite comes, with a model that binds thinking: its saving, read from the cache at every
+    request it has until then (the room left, at the session's recent pace), against the cache
+    write of everything after its first change and the reasoning it cuts. A long runway (a large
+    window) pays for an early clip; a short one (the trigger a few requests away) does not, and
+    the trigger's rewrite, made deep (`deepens`), does the work once. `rewritten`: the tokens it
+    makes the provider write again (0 when the cache has expired)."""
+    saved = current.tokens() - compacted.tokens()
+    requests = (policy.summarize_trigger_tokens - compacted.tokens()) / max(1, growth_per_request(current))
+    benefit = saved * READ_RATE * max(1.0, requests)
+    cost = rewritten * (WRITE_RATE - READ_RATE) + invalidated_reasoning(current, compacted, policy)
+    return benefit >= cost
+
+
+def growth_per_request(t: Transcript, recent: int = 20) -> float:
+    """Tokens the prompt grows by per model call, at the pace of its newest turns (two a call)."""
+    turns = t.turns[-recent:]
+    return 2 * sum(turn.tokens for turn in turns) / len(turns) if turns else 1.0
 
 
 def first_changed(current: Transcript, compacted: Transcript) -> int:
@@ -167,6 +195,18 @@ def blocks_between(turns: Sequence[Turn], after: int, through: int) -> int:
     return sum(len(t.content) for t in turns if after < t.seq <= through)
 
 
+def invalidated_reasoning(current: Transcript, compacted: Transcript, policy: Policy) -> int:
+    """What a rewrite costs in reasoning, with a model that binds thinking to its prefix and a
+    session that thinks: the chain of thought is cut (every block from the first change on goes,
+    and so does the one the model is producing on the prompt served now), and the model may think
+    again what it lost: `reasoning_rewrite_tokens`, whatever the number of blocks (the recent ones
+    are what a model builds on). 0 with a model that does not bind thinking, or no thinking."""
+    if not policy.binds_thinking or changed_from(current, compacted) is None:
+        return 0
+    thinks = any(b.get("type") in THINKING for t in current.turns for b in t.content)
+    return policy.reasoning_rewrite_tokens if thinks else 0
+
+
 def rewritten_tokens(current: Transcript, compacted: Transcript) -> int:
     """Tokens of the current prompt from its first changed turn on: what the provider must write
     to its cache again (at 1.25x, instead of reading at 0.1x) if the compaction is published."""
@@ -186,6 +226,7 @@ class Switch(StrEnum):
     QUIET = "quiet"  # past the summarize trigger, at a quiet point
     DEADLINE = "deadline"  # past the deadline: the next turns could overflow the budget
     FORCED = "forced"  # a user's /compact, at a quiet point
+    COLD = "cold"  # the provider's cache expired while the session was idle: a rewrite costs no write
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,12 +252,16 @@ def step(
     force: bool = False,
     focus: str | None = None,
     summarizer: Summarizer | None = None,
+    cold: bool = False,
 ) -> Step:
     """One job's decision: structural layers on every run; past the pre-trigger a summary of the
     settled span is prepared (or the one prepared earlier is reused) and switched in at a quiet
     point past the trigger, at once past the deadline, or kept pending for later.
 
-    `current` is the served state (snapshot + tail); `pending` a summary an earlier job prepared.
+    `current` is the served state (snapshot + tail); `pending` a summary an earlier job prepared;
+    `cold`: the provider's cache has expired (the session idle past its lifetime): a rewrite then
+    costs no cache write of its own, so a prepared summary goes in at a quiet point, and a
+    structural rewrite that saves `worth_it_tokens` is published.
 
     Long on purpose (~75 lines): the summary switch's whole decision (reuse, prepare, switch at a
     quiet point, at the deadline or forced, keep pending) in one place, table-tested in
@@ -245,7 +290,7 @@ def step(
         if summarized(result):
             pending, prepared_files = replace(result.transcript, files=()), result.transcript.files
     prepared = bool(prepared_files)
-    switch = _switch(tokens, policy, quiet=quiet, force=force, over_turns=over_turns)
+    switch = _switch(tokens, policy, quiet=quiet, force=force, over_turns=over_turns, cold=cold)
     if pending is not None and switch is not Switch.NONE:
         after = compact(catch_up(pending, current), policy)
         new = new_epoch(current, after.transcript, policy)
@@ -263,13 +308,19 @@ def step(
         )
     # a small saving waits only for a summary that is on its way (none when summarizing failed)
     waits = policy if pending is not None else replace(policy, shrink_min_tokens=0)
-    verdict = decide(current, structural.transcript, waits)
+    verdict = decide(current, structural.transcript, waits, cold=cold)
     if force and quiet and verdict.decision is Decision.SKIP:
         verdict = replace(verdict, decision=Decision.NEW_EPOCH)  # the user asked: even a small saving
+    chosen = structural
+    if verdict.decision is Decision.NEW_EPOCH and deepens(verdict, policy, force=force):
+        deep = compact(current, policy, summarize=True, force=True, summarizer=summarizer)
+        if summarized(deep):
+            chosen, verdict = deep, Verdict(Decision.NEW_EPOCH, verdict.tokens_before, deep.tokens)
+            error, reports = deep.error, reports + deep.reports
     if verdict.decision is Decision.NEW_EPOCH:
         publish, files = (
-            new_epoch(current, structural.transcript, policy),
-            (*prepared_files, *structural.transcript.files),
+            new_epoch(current, chosen.transcript, policy),
+            (*prepared_files, *chosen.transcript.files),
         )
     else:
         publish, files = current, prepared_files
@@ -285,9 +336,20 @@ def step(
     )
 
 
-def _switch(tokens: int, policy: Policy, *, quiet: bool, force: bool, over_turns: bool) -> Switch:
+def deepens(verdict: Verdict, policy: Policy, *, force: bool) -> bool:
+    """Whether a structural rewrite past the summarize trigger is made a summary down to the keep
+    window instead: with a model that binds thinking every rewrite drops the reasoning after it, so
+    one that leaves the most room is worth more than a clip that buys a round or two."""
+    return policy.binds_thinking and not force and verdict.tokens_before > policy.summarize_trigger_tokens
+
+
+def _switch(
+    tokens: int, policy: Policy, *, quiet: bool, force: bool, over_turns: bool, cold: bool = False
+) -> Switch:
     if force and quiet:
         return Switch.FORCED
+    if cold and quiet:
+        return Switch.COLD
     if quiet and (tokens > policy.summarize_trigger_tokens or over_turns):
         return Switch.QUIET
     if tokens > policy.deadline_tokens:

@@ -189,6 +189,13 @@ class Policy:
     # (200k in every cell); at 0.05 s and 1 s and at 16k and 100k never more but once (+1.6%,
     # gen3 at 100k). Tuned on fa812bfe (BENCHMARKS "Session 12")
     shrink_min_tokens: int = 5_000
+    # the session's model binds thinking to its prefix (worker/compaction/thinking.py): a rewrite
+    # also costs the reasoning it invalidates, priced as `reasoning_rewrite_tokens` more of the
+    # prompt rewritten (what a model thinks again once its chain is cut, at output prices), and
+    # past the summarize trigger a rewrite is a summary down to the keep window, not one clip after
+    # another: fewer, deeper rewrites (issue 40: BENCHMARKS "Session 13")
+    binds_thinking: bool = False
+    reasoning_rewrite_tokens: int = 15_000
     turn_trigger: int = 0  # summarize past this many turns (0: off)
     pretrigger_share: float = 0.8  # prepare the summary ahead from this share of the summarize trigger
     memory_budget_tokens: int = 800  # the pinned working-memory block (worker/memory/model.render)

@@ -316,6 +316,7 @@ def profile_of(body: AppendRequest, res: Resources, tenant_id: int) -> Profile:
         else None,
         parent_session_id=body.parent_session_id,
         parent_tool_use_id=body.parent_tool_use_id,
+        cache_ttl_seconds=body.cache_ttl_seconds,
     )
 
 

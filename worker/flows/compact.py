@@ -46,6 +46,7 @@ from worker.session_stats import snapshot_kind
 from worker.store import snapshots
 from worker.store.db import read_tx
 from worker.store.files import save_files
+from worker.store.tables import utcnow
 from worker.summarizers import Backoff, Watched, cost_usd
 
 log = structlog.get_logger("compactd.jobs")
@@ -116,10 +117,15 @@ def run_job(tenant_id: int, session_pk: int, res: Resources, summarizer: Watched
     if loaded is None or loaded.session.tenant_id != tenant_id:
         return "gone"
     request = res.cache.compact_requests.pending(session_pk)  # a user-driven /compact, if any
-    # a prepared summary may be due at this quiet point
-    if is_current(loaded, forced=request is not None) and not res.cache.pending.exists(session_pk):
+    cold = is_cold(loaded.session, res.settings.cache_ttl_seconds, utcnow())
+    # a prepared summary may be due at this quiet point; a rewrite may be free with the cache cold
+    if (
+        is_current(loaded, forced=request is not None)
+        and not cold
+        and not res.cache.pending.exists(session_pk)
+    ):
         return "current"
-    job = load(res, session_pk, loaded, request)
+    job = replace(load(res, session_pk, loaded, request), cold=cold)
     plan = plan_job(job, summarizer)
     published = commit(res, tenant_id, session_pk, job, plan)
     if published is None:
@@ -147,6 +153,14 @@ class JobInput:
     # the version the published epoch was first served at (prompts.served_from; None: not served
     # yet, or not known): its tail turns up to it answer an earlier prompt
     served_from: int | None = None
+    cold: bool = False  # idle past the provider's cache lifetime: a rewrite costs no write (is_cold)
+
+
+def is_cold(session: Any, default_ttl_seconds: float, now: Any) -> bool:
+    """Whether the provider's prompt cache has expired for the session: no append (so no model
+    call) for longer than its lifetime (the client's `ttl`, else the default)."""
+    ttl = session.cache_ttl_seconds or default_ttl_seconds
+    return bool((now - session.last_append_at).total_seconds() > ttl)
 
 
 def is_current(loaded: snapshots.Loaded, *, forced: bool) -> bool:
@@ -249,7 +263,8 @@ def plan_job(job: JobInput, summarizer: Watched | None = None) -> Plan:
     system_changed = snap is not None and state.system != row.system
     pinned, pinned_version = loaded.pinned(state)
     current = served_state(state, loaded, pinned, job.served_from)
-    engine_policy = job_policy(job.policy, current, loaded.memory)
+    binds = binds_thinking(row.model)
+    engine_policy = replace(job_policy(job.policy, current, loaded.memory), binds_thinking=binds)
     waiting = why_not_quiet(current, busy=row.activity == "busy")
     s = epochs.step(
         current,
@@ -260,20 +275,13 @@ def plan_job(job: JobInput, summarizer: Watched | None = None) -> Plan:
         force=request is not None and not waiting,
         focus=(request.focus if request else None) or None,
         summarizer=summarizer,
+        cold=job.cold,
     )
     new_epoch = s.verdict.decision is Decision.NEW_EPOCH
     epoch = (snap.epoch if snap else 0) + (1 if new_epoch or system_changed else 0)
-    publish = s.publish
-    summarized = publish.handoff != current.handoff
-    refreshed = refreshes_memory(
-        new_epoch=new_epoch, rewrote_top=rewrites_top(current, s), system_changed=system_changed
-    )
-    if refreshed:
-        publish, pinned_version = replace(publish, memory=loaded.memory), row.memory_version
-    binds = binds_thinking(row.model)
-    if binds:
-        # a new system prompt rewrote the top: no block is on its prefix any more
-        publish = strip_all(publish) if system_changed else kept_after_rewrite(current, publish)
+    summarized = s.publish.handoff != current.handoff
+    publish, refreshed = shaped(current, s, loaded, system_changed=system_changed, binds=binds)
+    pinned_version = row.memory_version if refreshed else pinned_version
     return Plan(
         step=s,
         publish=publish,
@@ -302,6 +310,25 @@ def plan_job(job: JobInput, summarizer: Watched | None = None) -> Plan:
         prompt=assemble(publish),
         tokens=served_tokens(publish),
     )
+
+
+def shaped(
+    current: Transcript, s: epochs.Step, loaded: snapshots.Loaded, *, system_changed: bool, binds: bool
+) -> tuple[Transcript, bool]:
+    """The snapshot a step publishes: its memory block rendered afresh by the job's rule (and
+    whether it was), its thinking as the rewrite serves it to a model that binds thinking (a new
+    system prompt rewrote the top: no block is on its own prefix any more)."""
+    publish = s.publish
+    refreshed = refreshes_memory(
+        new_epoch=s.verdict.decision is Decision.NEW_EPOCH,
+        rewrote_top=rewrites_top(current, s),
+        system_changed=system_changed,
+    )
+    if refreshed:
+        publish = replace(publish, memory=loaded.memory)
+    if binds:
+        publish = strip_all(publish) if system_changed else kept_after_rewrite(current, publish)
+    return publish, refreshed
 
 
 def _pending_prompt(pending: Transcript, binds: bool) -> Transcript:

@@ -53,6 +53,8 @@ from worker.store.memory import HARD_CAP_TOKENS, apply_groups
 
 # A job's cost beyond its compute: the Celery round trip, loading and publishing (measured ~10 ms).
 JOB_OVERHEAD_SECONDS = 0.01
+# when the beat's sweep finds a session whose cache expired: half its interval after, on average
+COLD_AFTER_SECONDS = 30.0
 _EPOCH = datetime(2026, 1, 1, tzinfo=UTC)  # the simulated clock's zero, for memory timestamps
 
 
@@ -291,6 +293,9 @@ class _Sim:
     restate: bool = False  # a summary archived turns since the block: the next note says it all
     version: int = 0  # the last seq appended
     served_from: int | None = 0  # Entry.served_from of the published epoch (epoch 0: 0)
+    cache_ttl_seconds: float = 300.0  # the provider cache's lifetime (Settings.cache_ttl_seconds)
+    last_append_at: float = 0.0
+    cold_done: float | None = None  # the append time whose idle gap had its cold job
 
 
 def replay(
@@ -306,13 +311,16 @@ def replay(
     upstream: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     thinking: ThinkingModel | None = None,
     binds: bool = True,
+    cache_ttl_seconds: float = 300.0,
 ) -> ReplayReport:
     """Append at `pace` (default one message a second), fetch before each assistant message, and
     run the worker's jobs on the same clock. `job_seconds` fixes a job's duration (default: measured);
     `redactor` defaults to the standard profile; `upstream` maps a served prompt to the request
     the provider receives (the drop-in proxy's rewrite; default: the prompt as served); `thinking`
     plays a model with preserved thinking (drive.replay_http's); `binds`: the session's model binds
-    thinking to its prefix (the service's rule for it: worker/compaction/thinking.py).
+    thinking to its prefix (the service's rule for it: worker/compaction/thinking.py);
+    `cache_ttl_seconds`: the provider cache's lifetime (the bills', and when a session idle past it
+    gets its cold job, COLD_AFTER_SECONDS later: the beat's sweep).
 
     Long on purpose (~65 lines): the simulator's one event loop (appends, fetches, a job's start
     and finish on one clock); split, its loop state would be passed around.
@@ -322,7 +330,12 @@ def replay(
     times = pace.times(timestamps, len(messages))
     # served as the service stores it: the system prompt redacted too (the raw history is the client's own)
     sim = _Sim(policy, Transcript(system=redactor.redact_text(system), turns=()), binds)
-    raw, provider, raw_provider = RawHistory(system), PromptCache(), PromptCache()
+    sim.cache_ttl_seconds = cache_ttl_seconds
+    raw = RawHistory(system)
+    provider, raw_provider = (
+        PromptCache(ttl_seconds=cache_ttl_seconds),
+        PromptCache(ttl_seconds=cache_ttl_seconds),
+    )
     fetches: list[Fetch] = []
     request: dict[str, Any] = {}
     sent: dict[str, Any] = {}  # what the provider received for it (the model answers that)
@@ -337,6 +350,7 @@ def replay(
             sim.tail.append(_noted(sim, turn) if turn.role == "user" else turn)
             sim.version = turn.seq
         raw.add(message)
+        sim.last_append_at = now
         if sim.claimed_at is None:
             sim.claimed_at = now
         if i + 1 < len(messages) and messages[i + 1].get("role") == "assistant":
@@ -395,24 +409,31 @@ def _noted(sim: _Sim, turn: Turn) -> Turn:
 
 
 def _advance(sim: _Sim, until: float, job_seconds: float | None) -> None:
-    """Run the worker up to `until`: publish jobs that finished, start the pending one when free."""
+    """Run the worker up to `until`: publish jobs that finished, start the pending one when free,
+    and the cold job of a session idle past its cache's lifetime (the sweep's)."""
     while True:
         if sim.inflight is not None and sim.inflight.finish <= until:
             _publish(sim, sim.inflight)
             sim.free_at, sim.inflight = sim.inflight.finish, None
             continue
-        if sim.inflight is None and sim.claimed_at is not None and max(sim.claimed_at, sim.free_at) <= until:
-            start = max(sim.claimed_at, sim.free_at)
+        cold_at = sim.last_append_at + sim.cache_ttl_seconds + COLD_AFTER_SECONDS
+        cold = sim.claimed_at is None and sim.cold_done != sim.last_append_at and cold_at <= until
+        if sim.inflight is None and (cold or sim.claimed_at is not None):
+            start = max(cold_at if cold else sim.claimed_at or 0.0, sim.free_at)
+            if start > until:
+                return
             sim.claimed_at = None
+            if cold:
+                sim.cold_done = sim.last_append_at
             began = time.perf_counter()
-            job = _job(sim, start)
+            job = _job(sim, start, cold=cold)
             seconds = job_seconds if job_seconds is not None else time.perf_counter() - began
             sim.inflight = replace(job, finish=start + seconds + JOB_OVERHEAD_SECONDS)
             continue
         return
 
 
-def _job(sim: _Sim, start: float) -> _Job:
+def _job(sim: _Sim, start: float, *, cold: bool = False) -> _Job:
     """One compaction job as worker/flows/compact.plan_job decides it: memory observed from the
     new turns first, the prompt as the epoch serves it, the pinned block kept or refreshed by the
     job's rule, a rewrite's thinking dropped from its first change on."""
@@ -422,8 +443,8 @@ def _job(sim: _Sim, start: float) -> _Job:
     pinned_at = sim.pinned_at if sim.pinned is not None else 0
     tail = strip_through(sim.tail, sim.served_from) if sim.binds else sim.tail
     current = extend(sim.snapshot, tail)
-    policy = job_policy(sim.policy, current, fresh)
-    result = step(current, policy, pending=sim.pending, quiet=is_quiet(current))
+    policy = replace(job_policy(sim.policy, current, fresh), binds_thinking=sim.binds)
+    result = step(current, policy, pending=sim.pending, quiet=is_quiet(current), cold=cold)
     publish = result.publish
     new_epoch = result.verdict.decision is Decision.NEW_EPOCH
     refreshed = refreshes_memory(

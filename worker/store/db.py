@@ -87,6 +87,7 @@ MIGRATIONS: list[tuple[int, list[Step]]] = [
         [
             add_column("sessions", "noted_memory_version", "INTEGER NOT NULL DEFAULT 0"),
             add_column("sessions", "notes_restate", "BOOLEAN NOT NULL DEFAULT FALSE"),
+            add_column("sessions", "cache_ttl_seconds", "INTEGER"),
             "UPDATE sessions SET noted_memory_version = snapshot_memory_version",
         ],
     ),

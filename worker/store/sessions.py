@@ -53,6 +53,7 @@ class Profile:
     system: str | None = None
     parent_session_id: str | None = None
     parent_tool_use_id: str | None = None
+    cache_ttl_seconds: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -386,11 +387,11 @@ def _create_session(engine: Engine) -> Any:
 
 
 def _apply_profile(conn: Connection, row: Any, profile: Profile) -> bool:
-    """Store what the append's profile changes: model, window, reserve, system prompt; whether the
-    system prompt changed."""
+    """Store what the append's profile changes: model, window, reserve, cache lifetime, system
+    prompt; whether the system prompt changed."""
     changes: dict[str, Any] = {
         k: getattr(profile, k)
-        for k in ("model", "context_window", "output_reserve")
+        for k in ("model", "context_window", "output_reserve", "cache_ttl_seconds")
         if getattr(profile, k) is not None and getattr(profile, k) != getattr(row, k)
     }
     if profile.system is not None and profile.system != row.system:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
@@ -209,6 +209,31 @@ def behind(engine: Engine, idle_before: datetime, limit: int = 1000) -> list[tup
             .limit(limit)
         ).all()
     return [(r.tenant_id, r.id, r.version) for r in rows]
+
+
+def cooled(
+    engine: Engine, now: datetime, default_ttl_seconds: float, window_seconds: float, limit: int = 1000
+) -> list[tuple[int, int, int]]:
+    """(tenant id, session pk, version) of sessions whose provider cache expired within the last
+    `window_seconds`: idle past their cache lifetime (their own, else the default), not much longer."""
+    longest = max(default_ttl_seconds, 86_400)
+    with read_tx(engine) as conn:
+        rows = conn.execute(
+            select(S.c.tenant_id, S.c.id, S.c.version, S.c.last_append_at, S.c.cache_ttl_seconds)
+            .where(
+                S.c.last_append_at <= now - timedelta(seconds=60),
+                S.c.last_append_at > now - timedelta(seconds=longest + window_seconds),
+            )
+            .order_by(S.c.last_append_at)
+            .limit(limit)
+        ).all()
+    out = []
+    for r in rows:
+        idle = (now - r.last_append_at).total_seconds()
+        ttl = r.cache_ttl_seconds or default_ttl_seconds
+        if ttl < idle <= ttl + window_seconds:
+            out.append((r.tenant_id, r.id, r.version))
+    return out
 
 
 def summary_retry_due(engine: Engine, idle_before: datetime, limit: int = 1000) -> list[tuple[int, int, int]]:

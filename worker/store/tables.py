@@ -63,6 +63,8 @@ class Session(SQLModel, table=True):
     noted_memory_version: int = 0
     # a summary archived turns since the block: the next note says what was observed too
     notes_restate: bool = False
+    # how long the provider keeps the prompt cache (None: Settings.cache_ttl_seconds, its default)
+    cache_ttl_seconds: int | None = None
     tokens: int = 0  # sum of the stored turns' tokens
     parent_session_id: int | None = None
     parent_tool_use_id: str | None = None

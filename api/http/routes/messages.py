@@ -94,17 +94,43 @@ ERROR_TYPES = {
 }
 
 
-def anthropic_error(status: int, message: str, headers: Mapping[str, str] | None = None) -> Response:
+def anthropic_error(
+    status: int,
+    message: str,
+    headers: Mapping[str, str] | None = None,
+    details: Mapping[str, str] | None = None,
+) -> Response:
     body = error_body(ERROR_TYPES.get(status, "api_error"), message)
+    if details:
+        body["error"]["details"] = dict(details)
     return Response(orjson.dumps(body), status_code=status, media_type="application/json", headers=headers)
 
 
 class ProxyError(Exception):
     """Raised inside the edge to answer with an Anthropic-shaped error."""
 
-    def __init__(self, status: int, message: str, headers: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        headers: Mapping[str, str] | None = None,
+        details: Mapping[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
-        self.status, self.message, self.headers = status, message, headers
+        self.status, self.message, self.headers, self.details = status, message, headers, details
+
+
+# A request on a message thread (`thread: {"type": "create" | "continue", ...}`, beta
+# message-threads-2026-08-12) asks the server to keep the conversation itself and takes only the
+# new messages. compactd keeps it, compacted, from the whole history each request carries: it
+# answers as a server without threads does, and Claude Code then resends the turn whole and stops
+# threading on that model for the session (error_code `thread_unsupported_request`; the
+# `capability_rejected:` token is what other clients match; docs/proxy.md "Message threads").
+THREADS_UNSUPPORTED = (
+    "capability_rejected: beta_header:message-threads-2026-08-12; compactd keeps the conversation"
+    " itself, compacted. Resend this turn with the full message history and no `thread`."
+)
+THREADS_DETAILS = {"error_code": "thread_unsupported_request"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,7 +267,7 @@ async def _answered(work: Awaitable[Response]) -> Response:
     try:
         return await work
     except ProxyError as exc:
-        return anthropic_error(exc.status, exc.message, exc.headers)
+        return anthropic_error(exc.status, exc.message, exc.headers, exc.details)
 
 
 async def _create(request: Request) -> Response:
@@ -265,6 +291,11 @@ async def _create(request: Request) -> Response:
         raise invalid
     assert read is not None  # read unless invalid
     body = read.body
+    if body.get("thread") is not None:
+        thread = body["thread"]
+        kind = thread.get("type") if isinstance(thread, dict) else None
+        log.info("proxy.thread_refused", tenant_id=tenant, thread=str(kind)[:20])
+        raise ProxyError(400, THREADS_UNSUPPORTED, details=THREADS_DETAILS)
     call = Call(request, res, tenant, auth, body, context_window=window_header(request.headers), read=read)
     if conversation is None:
         log.info("proxy.passed_through", tenant_id=tenant, reason="side_request")
