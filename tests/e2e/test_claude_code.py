@@ -159,7 +159,8 @@ def test_claude_code_runs_a_long_bash_session_through_compactd(tmp_path: Path) -
     print(  # shown with -s, and on failure
         f"{report[:120]}; largest upstream request {max((r.tokens for r in mains), default=0)} tokens; "
         f"markers {[sum(r.markers.get(k, 0) > 0 for r in mains) for k in ('offloaded', 'clipped', 'handoff')]} "
-        f"(requests showing offloaded, clipped, handoff); sessions {sessions}"
+        f"(requests showing offloaded, clipped, handoff); refused {len(upstream.refused)}; newest thinking "
+        f"carried {sum(upstream.newest_thinking)} of {len(upstream.newest_thinking)}; sessions {sessions}"
     )
     assert done.returncode == 0, report
     (result,) = [line for line in lines if line.get("type") == "result"]
