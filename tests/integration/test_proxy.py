@@ -773,3 +773,26 @@ def test_a_claude_code_shaped_conversation(proxy: Proxy) -> None:
     assert json.dumps(body).count('"cache_control"') <= 4
     (sid,) = _sessions(proxy, f"cc-{client_session}-")
     _version(proxy, sid, 4)  # the task, the reply, the tool result, the answer: one session, no divergence
+
+
+def test_a_message_thread_is_refused_as_unsupported_and_nothing_is_kept(proxy: Proxy) -> None:
+    """A request on a message thread carries only its new messages: compactd answers it as a
+    server without threads does (400, `error.details.error_code` thread_unsupported_request, the
+    `capability_rejected:` token Claude Code matches), sends nothing upstream and stores nothing;
+    the same turn resent whole, without `thread`, goes through and `thread` never reaches upstream."""
+    sid = f"s-{uuid.uuid4().hex[:8]}"
+    proxy.upstream.script(reply("Green."))
+    question = [{"role": "user", "content": "Is the build green?"}]
+    with _sdk(proxy, sid) as client:
+        for thread in ({"type": "create"}, {"type": "continue", "id": "thr_01"}):
+            with pytest.raises(anthropic.BadRequestError) as refused:
+                _ask(client, question, extra_body={"thread": thread})
+            error_ = refused.value.body["error"]
+            assert error_["type"] == "invalid_request_error"
+            assert error_["details"]["error_code"] == "thread_unsupported_request"
+            assert error_["message"].startswith("capability_rejected: beta_header:message-threads-2026-08-12")
+        assert proxy.upstream.requests == []
+        assert _sessions(proxy, sid) == {}
+        assert _ask(client, question).content[0].text == "Green."
+    _version(proxy, sid, 2)
+    assert ["thread" in r.body for r in proxy.upstream.requests] == [False]

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.strategies import conversations
+from worker.flows.proxy import cache_ttl_seconds
 from worker.proxy.conversations import client_session_id, identify, is_side_request, stable_system_text
 from worker.proxy.fingerprints import chains, normalize_message
 from worker.proxy.outbound import breakpoints, build_upstream, limit_breakpoints
@@ -413,3 +414,16 @@ def test_the_chain_memo_over_histories_longer_than_its_tail() -> None:
     ]
     for messages in requests:
         assert memo.chains("c", messages) == chains(KEY, messages)
+
+
+@pytest.mark.parametrize(
+    ("body", "ttl"),
+    [
+        ({"system": "plain"}, None),
+        ({"system": [{"type": "text", "text": "s", **MARKED}]}, 300),
+        ({"tools": [{"name": "t", "cache_control": {"type": "ephemeral", "ttl": "1h"}}]}, 3600),
+        ({"system": [{"type": "text", "text": "s", "cache_control": {"type": "ephemeral", "ttl": "5m"}}]}, 300),
+    ],
+)
+def test_the_cache_lifetime_a_request_asks_for(body: dict[str, Any], ttl: int | None) -> None:
+    assert cache_ttl_seconds(body) == ttl

@@ -126,8 +126,9 @@ def append_body(
     body: dict[str, Any], messages: list[Any], plan_: Plan, context_window: int | None, tools: Sequence[Any]
 ) -> AppendRequest:
     """The append of a request's new messages, with the session profile the request implies: its
-    model, its system prompt (the stable part) and an output reserve that keeps room for
-    max_tokens and every tool definition sent upstream (the budget covers the whole request)."""
+    model, its system prompt (the stable part), an output reserve that keeps room for max_tokens
+    and every tool definition sent upstream (the budget covers the whole request), and how long the
+    provider keeps its prompt cache (`ttl: "1h"` on a breakpoint: an hour)."""
     max_tokens = body.get("max_tokens")
     reserve = (max_tokens if isinstance(max_tokens, int) and max_tokens > 0 else 0) + tools_tokens(tools)
     model = body.get("model")
@@ -138,7 +139,22 @@ def append_body(
         context_window=context_window,
         output_reserve=min(reserve, 1_000_000) or None,
         parent_session_id=plan_.parent_session_id,
+        cache_ttl_seconds=cache_ttl_seconds(body),
     )
+
+
+def cache_ttl_seconds(body: dict[str, Any]) -> int | None:
+    """The cache lifetime a request asks for on its system or tool breakpoints: 3600 for `ttl:
+    "1h"`, 300 for the default; None when it marks none (the session keeps what it had)."""
+    system = body.get("system")
+    marked = [
+        b.get("cache_control")
+        for b in [*(system if isinstance(system, list) else []), *(body.get("tools") or [])]
+        if isinstance(b, dict) and isinstance(b.get("cache_control"), dict)
+    ]
+    if not marked:
+        return None
+    return 3600 if any(m.get("ttl") == "1h" for m in marked) else 300
 
 
 @dataclass(frozen=True, slots=True)
