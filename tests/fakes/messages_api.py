@@ -15,18 +15,22 @@ spaces the events, and a client that goes away is counted in `disconnects`. POST
 /v1/messages/count_tokens answers an estimate (bytes / 4) and takes no scripted reply.
 
 Standard library only, so it also runs on its own, to try the drop-in endpoint with no provider:
-`python -m tests.fakes.messages_api` prints its URL and answers every call with a short note
-until Ctrl-C.
+`python -m tests.fakes.messages_api` listens on http://127.0.0.1:8790 (`--port` for another),
+prints its URL and, until Ctrl-C, plays the model for the demo agent (`python -m ops.demo_agent`:
+`demo_reply` calls its `read_log` tool round after round, then answers) and answers every other
+call with a short note.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import itertools
 import json
+import re
 import threading
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
@@ -145,9 +149,17 @@ class FakeMessagesAPI:
     """The Messages API on 127.0.0.1 (ephemeral port), in a thread; a context manager."""
 
     def __init__(
-        self, default: Reply | None = None, *, keep_requests: bool = True, first_byte_seconds: float = 0.0
+        self,
+        default: Reply | None = None,
+        *,
+        keep_requests: bool = True,
+        first_byte_seconds: float = 0.0,
+        port: int = 0,
+        respond: Callable[[Any], Reply | None] | None = None,
     ) -> None:
         self.default = default or reply("default note")
+        # once the script is spent: the reply `respond(body)` makes of the request, else the default
+        self.respond = respond
         self.keep_requests = keep_requests  # off for benchmarks: bodies of 100s of KB add up
         # a model's time to its first token: each message waits this long before its answer starts
         self.first_byte_seconds = first_byte_seconds
@@ -158,7 +170,7 @@ class FakeMessagesAPI:
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._ids = itertools.count(1)
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), _handler_for(self))
         self._server.daemon_threads = True
         self._thread = threading.Thread(
             # a short poll interval: shutdown() waits up to one interval, once per test
@@ -216,7 +228,10 @@ class FakeMessagesAPI:
         with self._lock:
             if self.keep_requests:
                 self.requests.append(request)
-            return self._script.popleft() if self._script else self.default
+            if self._script:
+                return self._script.popleft()
+        made = self.respond(request.body) if self.respond is not None else None
+        return made or self.default
 
     def _message(self, body: Any, r: Reply) -> dict[str, Any]:
         model = body.get("model", "unknown") if isinstance(body, dict) else "unknown"
@@ -388,10 +403,93 @@ def sse_events(message: dict[str, Any]) -> list[tuple[str, Any]]:
     return events
 
 
-def main() -> None:
+DEMO_PORT = 8790
+DEMO_TOOL = "read_log"
+_DEMO_ROUND = re.compile(r"^toolu_demo(\d{4})$")
+_DEMO_TOTAL = re.compile(r"logs of the (\d+) builds")
+_FAILED = re.compile(r"\b(build-\d+): FAILED\b")
+_REF = re.compile(r"\b([fh]_[0-9a-f]{16})\b")
+
+
+def demo_reply(body: Any) -> Reply | None:
+    """The model's part in the demo (ops/demo_agent.py), from what the request carries: while the
+    task's builds are not all read, a `read_log` call for the next one (the newest result's id says
+    which: compaction may have folded the earlier calls into a summary); then compactd's `grep` on
+    every file the prompt names, for what compaction moved out of it; then an answer naming the
+    failed builds found. None: not the demo's request."""
+    if not isinstance(body, dict) or DEMO_TOOL not in {t.get("name") for t in body.get("tools") or ()}:
+        return None
+    text = json.dumps(body.get("messages", []))
+    total = int(m.group(1)) if (m := _DEMO_TOTAL.search(text)) else 10
+    done = 0
+    last = (body.get("messages") or [{}])[-1]
+    for block in _blocks(last):
+        found = _DEMO_ROUND.match(str(block.get("tool_use_id", "")))
+        done = max(done, int(found.group(1))) if found else done
+    size = _estimate_tokens(body)
+    grepped = {
+        str(b["input"].get("ref"))
+        for m in body.get("messages") or ()
+        for b in _blocks(m)
+        if b.get("type") == "tool_use" and b.get("name") == "grep" and isinstance(b.get("input"), dict)
+    }
+    searching = any(str(b.get("tool_use_id", "")).startswith("toolu_grep") for b in _blocks(last))
+    if done < total and not searching:
+        call = {
+            "type": "tool_use",
+            "id": f"toolu_demo{done + 1:04d}",
+            "name": DEMO_TOOL,
+            "input": {"build": done + 1},
+        }
+        text_block = {"type": "text", "text": f"Reading the log of build {done + 1} of {total}."}
+        return Reply(
+            "message", stop_reason="tool_use", input_tokens=size, output_tokens=30, content=(text_block, call)
+        )
+    # what compactd clipped, offloaded or summarized is in its files, named in the prompt (and in
+    # its archives): searched with compactd's own grep (answered inside the call), files found
+    # there searched next, a few rounds at most
+    new = sorted(set(_REF.findall(text)) - grepped)
+    # ids toolu_grep<round><call>: the round is the digit after the prefix
+    rounds = len(
+        {
+            str(b["id"])[10]
+            for m in body.get("messages") or ()
+            for b in _blocks(m)
+            if str(b.get("id", "")).startswith("toolu_grep")
+        }
+    )
+    if new and rounds < 3:
+        calls = tuple(
+            {
+                "type": "tool_use",
+                "id": f"toolu_grep{rounds}{i:03d}",
+                "name": "grep",
+                "input": {"ref": ref, "pattern": r"FAILED|[fh]_[0-9a-f]{16}", "max_matches": 200},
+            }
+            for i, ref in enumerate(new[:40])
+        )
+        return Reply("message", stop_reason="tool_use", input_tokens=size, output_tokens=30, content=calls)
+    failed = sorted(set(_FAILED.findall(text)), key=lambda b: int(b.split("-")[1]))
+    answer = f"I read all {total} build logs. Failed: {', '.join(failed) or 'none'}."
+    return Reply("message", answer, input_tokens=size, output_tokens=30)
+
+
+def _blocks(message: Any) -> list[Any]:
+    content = message.get("content") if isinstance(message, dict) else None
+    return [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
+
+
+def main(argv: list[str] | None = None) -> None:
     """Serve until Ctrl-C, whatever stdin is (a terminal, or /dev/null when started with &)."""
-    with FakeMessagesAPI(keep_requests=False) as api:
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.fakes.messages_api", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--port", type=int, default=DEMO_PORT, help="0: any free port (default %(default)s)")
+    args = parser.parse_args(argv)
+    with FakeMessagesAPI(keep_requests=False, port=args.port, respond=demo_reply) as api:
         print(f"a local stand-in for the Messages API at {api.base_url} (Ctrl-C stops it)", flush=True)
+        print(f"  compactd:   COMPACTD_UPSTREAM_URL={api.base_url} make up", flush=True)
+        print("  the demo:   COMPACTD_KEY=cpd_... .venv/bin/python -m ops.demo_agent", flush=True)
         with contextlib.suppress(KeyboardInterrupt):
             threading.Event().wait()
 
