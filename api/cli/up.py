@@ -287,7 +287,7 @@ def summary(
     provider_key = (
         "COMPACTD_UPSTREAM_API_KEY"
         if settings.upstream_api_key
-        else "none set (a tenant's held key or the client's own is used)"
+        else "COMPACTD_UPSTREAM_API_KEY unset (a tenant's held key, or the client's own with x-compactd-key)"
     )
     took = f" in {seconds:.1f} s" if seconds is not None else ""
     lines = [
