@@ -419,59 +419,55 @@ def demo_reply(body: Any) -> Reply | None:
     failed builds found. None: not the demo's request."""
     if not isinstance(body, dict) or DEMO_TOOL not in {t.get("name") for t in body.get("tools") or ()}:
         return None
-    text = json.dumps(body.get("messages", []))
+    messages = body.get("messages") or [{}]
+    text = json.dumps(messages)
     total = int(m.group(1)) if (m := _DEMO_TOTAL.search(text)) else 10
-    done = 0
-    last = (body.get("messages") or [{}])[-1]
-    for block in _blocks(last):
-        found = _DEMO_ROUND.match(str(block.get("tool_use_id", "")))
-        done = max(done, int(found.group(1))) if found else done
     size = _estimate_tokens(body)
-    grepped = {
-        str(b["input"].get("ref"))
-        for m in body.get("messages") or ()
-        for b in _blocks(m)
-        if b.get("type") == "tool_use" and b.get("name") == "grep" and isinstance(b.get("input"), dict)
-    }
-    searching = any(str(b.get("tool_use_id", "")).startswith("toolu_grep") for b in _blocks(last))
-    if done < total and not searching:
-        call = {
-            "type": "tool_use",
-            "id": f"toolu_demo{done + 1:04d}",
-            "name": DEMO_TOOL,
-            "input": {"build": done + 1},
-        }
-        text_block = {"type": "text", "text": f"Reading the log of build {done + 1} of {total}."}
-        return Reply(
-            "message", stop_reason="tool_use", input_tokens=size, output_tokens=30, content=(text_block, call)
+    last = _blocks(messages[-1])
+    if not any(str(b.get("tool_use_id", "")).startswith("toolu_grep") for b in last):
+        done = max(
+            (int(m.group(1)) for b in last if (m := _DEMO_ROUND.match(str(b.get("tool_use_id", ""))))),
+            default=0,
         )
-    # what compactd clipped, offloaded or summarized is in its files, named in the prompt (and in
-    # its archives): searched with compactd's own grep (answered inside the call), files found
-    # there searched next, a few rounds at most
-    new = sorted(set(_REF.findall(text)) - grepped)
-    # ids toolu_grep<round><call>: the round is the digit after the prefix
-    rounds = len(
-        {
-            str(b["id"])[10]
-            for m in body.get("messages") or ()
-            for b in _blocks(m)
-            if str(b.get("id", "")).startswith("toolu_grep")
-        }
-    )
-    if new and rounds < 3:
-        calls = tuple(
-            {
+        if done < total:
+            ask = {
                 "type": "tool_use",
-                "id": f"toolu_grep{rounds}{i:03d}",
-                "name": "grep",
-                "input": {"ref": ref, "pattern": r"FAILED|[fh]_[0-9a-f]{16}", "max_matches": 200},
+                "id": f"toolu_demo{done + 1:04d}",
+                "name": DEMO_TOOL,
+                "input": {"build": done + 1},
             }
-            for i, ref in enumerate(new[:40])
+            say = {"type": "text", "text": f"Reading the log of build {done + 1} of {total}."}
+            return _calls(size, say, ask)
+    # what compactd clipped, offloaded or summarized is in its files, named in the prompt (and in
+    # its archives): searched with compactd's own grep (answered inside the call), the files found
+    # there searched next, three rounds at most (ids toolu_grep<round><call>)
+    uses = [b for m in messages for b in _blocks(m) if b.get("type") == "tool_use"]
+    grepped = {str(b.get("input", {}).get("ref")) for b in uses if b.get("name") == "grep"}
+    rounds = len({str(b.get("id"))[10] for b in uses if str(b.get("id", "")).startswith("toolu_grep")})
+    new = sorted(set(_REF.findall(text)) - grepped)
+    if new and rounds < 3:
+        pattern = r"FAILED|[fh]_[0-9a-f]{16}"
+        return _calls(
+            size,
+            *(
+                {
+                    "type": "tool_use",
+                    "id": f"toolu_grep{rounds}{i:03d}",
+                    "name": "grep",
+                    "input": {"ref": ref, "pattern": pattern, "max_matches": 200},
+                }
+                for i, ref in enumerate(new[:40])
+            ),
         )
-        return Reply("message", stop_reason="tool_use", input_tokens=size, output_tokens=30, content=calls)
     failed = sorted(set(_FAILED.findall(text)), key=lambda b: int(b.split("-")[1]))
     answer = f"I read all {total} build logs. Failed: {', '.join(failed) or 'none'}."
     return Reply("message", answer, input_tokens=size, output_tokens=30)
+
+
+def _calls(input_tokens: int, *content: Mapping[str, Any]) -> Reply:
+    return Reply(
+        "message", stop_reason="tool_use", input_tokens=input_tokens, output_tokens=30, content=content
+    )
 
 
 def _blocks(message: Any) -> list[Any]:
