@@ -128,7 +128,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     terminalreporter.section("what was skipped, and why", sep="=")
     for kind, files in sorted(groups.items(), key=lambda g: -sum(g[1].values())):
         count = sum(files.values())
-        write(f"{count} test{'s' if count != 1 else ''} {kind}")
+        # "2 tests need …", "1 test needs …"
+        said = kind if count != 1 or not kind.startswith("need ") else "needs " + kind.removeprefix("need ")
+        write(f"{count} test{'s' if count != 1 else ''} {said}")
         if kind in dict(SKIP_KINDS).values() and len(reasons[kind]) <= 4:
             for reason in sorted(reasons[kind]):
                 write(f"    reason: {reason}")
