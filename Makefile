@@ -5,7 +5,7 @@ UV := $(shell command -v uv 2>/dev/null || echo .tools/bin/uv)
 VENV := .venv
 RUN := $(UV) run --frozen
 
-.PHONY: up test test-fast lint fmt bench bench-service sync services clean client-wheel claude-code
+.PHONY: up test test-fast lint fmt bench bench-service sync services clean client-wheel claude-code data demo
 
 $(UV):
 	$(PY) -m venv .tools
@@ -81,6 +81,11 @@ $(CLAUDE_CODE): ops/claude-code/package.json ops/claude-code/package-lock.json
 	@touch $@
 
 claude-code: $(CLAUDE_CODE)
+
+## The third-party test data (transcripts) from its upstream repositories at pinned commits, each
+## file's sha256 checked (ops/data/manifest.json), into ../shared/data or COMPACTD_DATA_DIR.
+data: $(UV)
+	$(UV) run --frozen --no-sync python -m ops.data.fetch
 
 ## Start Redis and PostgreSQL on loopback if they are not running (no Docker needed).
 services:

@@ -54,5 +54,5 @@ def long_session(turns: int = 200) -> list[dict[str, Any]]:
     for path in claude_code_files():
         if path.stat().st_size < 4_000_000 and len(messages := load_messages(path)) >= turns:
             return messages[:turns]
-    require(False, f"no Claude Code transcript of {turns}+ messages under 4 MB in the shared data")
+    require(False, f"needs the shared data: a Claude Code transcript of {turns}+ messages under 4 MB")
     raise AssertionError("unreachable")

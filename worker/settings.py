@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -12,6 +13,22 @@ from worker.memory.prune import parse_at
 from worker.redaction import kingfisher
 
 ANTHROPIC_URL = "https://api.anthropic.com"  # the proxy's upstream and the summarizer's API by default
+
+
+def shown_url(url: str) -> str:
+    """A URL as it may be shown (an error, a log line, the ready block): scheme, host, port and
+    path, never a user, password, query or fragment."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    try:
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        port = ""
+    return (
+        f"{parts.scheme}://{host}{port}{parts.path}".rstrip("/") if parts.scheme and host else "(not a URL)"
+    )
 
 
 class Settings(BaseSettings):

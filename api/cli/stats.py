@@ -88,6 +88,13 @@ def sparkline(values: Sequence[float], width: int = 60, top: float | None = None
     return "".join(BARS[min(last, max(0, round(v / ceiling * last)))] for v in peaks)
 
 
+def _uncompacted(stats: dict[str, Any]) -> str:
+    """The history as the agent produced it, and how much of it went to files at ingest."""
+    offloaded = stats.get("offloaded_tokens", 0)
+    shown = f"{stats['raw_tokens']:,}"
+    return f"{shown} ({offloaded:,} of them offloaded to files at ingest)" if offloaded else shown
+
+
 def _fallbacks(stats: dict[str, Any]) -> str:
     n = sum(1 for p in stats["per_turn"] if p.get("fallback"))
     if not n:
@@ -108,7 +115,7 @@ def render_stats(stats: dict[str, Any], width: int = 60) -> str:
         ("epoch", str(stats["epoch"])),
         ("served tokens", f"{stats['served_tokens']:,} of {stats['budget_tokens']:,} budget"),
         ("fallback turns", _fallbacks(stats)),
-        ("uncompacted tokens", f"{stats['raw_tokens']:,}"),
+        ("uncompacted tokens", _uncompacted(stats)),
         ("compaction ratio", f"{stats['compaction_ratio']}x"),
         ("epochs", epochs),
         ("memory items", str(stats["memory_items"])),

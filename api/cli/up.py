@@ -31,6 +31,7 @@ import structlog
 
 from worker.keyfile import redaction_key
 from worker.logs import configure_logging
+from worker.settings import shown_url
 
 if TYPE_CHECKING:
     from worker.settings import Settings
@@ -283,6 +284,11 @@ def summary(
 ) -> str:
     """The block `compactd up` prints last: where it listens, the key, the inspector, how to stop."""
     shown = key or "<key>"
+    provider_key = (
+        "COMPACTD_UPSTREAM_API_KEY"
+        if settings.upstream_api_key
+        else "COMPACTD_UPSTREAM_API_KEY unset (a tenant's held key, or the client's own with x-compactd-key)"
+    )
     took = f" in {seconds:.1f} s" if seconds is not None else ""
     lines = [
         "",
@@ -299,6 +305,8 @@ def summary(
         )
     lines += [
         f"  try:       curl -H 'Authorization: Bearer {shown}' {url}/v1/sessions",
+        f"  upstream:  {shown_url(settings.upstream_url)} (COMPACTD_UPSTREAM_URL) answers POST /v1/messages;"
+        f" provider key: {provider_key}",
         f"  data:      {settings.database_url}; redis {'embedded (' + redis_url + ')' if embedded else redis_url}",
     ]
     if quiet:

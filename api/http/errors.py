@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
 import structlog
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -12,6 +11,7 @@ from sqlalchemy import exc as sa_exc
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
+from api.http.error_shapes import PROBLEM_JSON, error_response
 from worker.compaction.errors import InvalidTranscript
 from worker.compaction.reading import BadRead
 from worker.errors import TurnTooLarge
@@ -20,7 +20,7 @@ from worker.store.sessions import IdempotencyMismatch
 
 log = structlog.get_logger("compactd.api")
 
-PROBLEM = "application/problem+json"
+PROBLEM = PROBLEM_JSON
 LOCK_NOT_AVAILABLE = "55P03"  # PostgreSQL's SQLSTATE when lock_timeout passes
 # Connection-level database failures (server down or restarting, pool exhausted, SQLite busy):
 # 503 with Retry-After. Integrity and programming errors stay 500s.
@@ -96,15 +96,20 @@ class TooManyRequests(ApiError):
     status, title = 429, "Too many requests"
 
 
-def problem(status: int, title: str, detail: str | None = None, **extensions: Any) -> Response:
-    body: dict[str, Any] = {"type": "about:blank", "title": title, "status": status}
-    if detail:
-        body["detail"] = detail
-    body.update(extensions)
+def problem(
+    status: int, title: str, detail: str | None = None, *, path: str = "", **extensions: Any
+) -> Response:
+    """The error answer: problem+json, or on a drop-in `path` its SDK's own shape (error_shapes.py)."""
     headers = (
         {"WWW-Authenticate": "Bearer"} if status == 401 else {"Retry-After": "1"} if status == 503 else None
     )
-    return Response(orjson.dumps(body), status_code=status, media_type=PROBLEM, headers=headers)
+    return error_response(path, status, title, detail, headers, **extensions)
+
+
+def _answer(
+    request: Request, status: int, title: str, detail: str | None = None, **extensions: Any
+) -> Response:
+    return problem(status, title, detail, path=request.url.path, **extensions)
 
 
 def _redacted(request: Request, value: Any) -> Any:
@@ -115,8 +120,8 @@ def _redacted(request: Request, value: Any) -> Any:
 
 def _api_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ApiError)
-    response = problem(
-        exc.status, exc.title, _redacted(request, exc.detail), **_redacted(request, exc.extensions)
+    response = _answer(
+        request, exc.status, exc.title, _redacted(request, exc.detail), **_redacted(request, exc.extensions)
     )
     if "retry_after_seconds" in exc.extensions:
         response.headers["Retry-After"] = str(exc.extensions["retry_after_seconds"])
@@ -134,8 +139,12 @@ def _validation(request: Request, exc: Exception) -> Response:
         for e in exc.errors()[:20]
     ]
     # a location can name a submitted key (an unknown field): redacted like any request content
-    return problem(
-        422, "Invalid request", "the request does not match the schema", errors=_redacted(request, errors)
+    return _answer(
+        request,
+        422,
+        "Invalid request",
+        "the request does not match the schema",
+        errors=_redacted(request, errors),
     )
 
 
@@ -152,7 +161,8 @@ def _malformed_json(request: Request, error: dict[str, Any]) -> Response:
         before = body.decode("utf-8", errors="replace")[:pos]
         line, column = before.count("\n") + 1, pos - before.rfind("\n")
         where = f" at line {line}, column {column} (character {pos + 1})"
-    return problem(
+    return _answer(
+        request,
         400,
         "Malformed JSON",
         f"the request body is not valid JSON: {reason}{where}",
@@ -168,26 +178,29 @@ def _safe_msg(error: dict[str, Any]) -> str:
 
 def _turn_too_large(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, TurnTooLarge)
-    return problem(
-        413, "Turn too large", _redacted(request, exc.detail), **_redacted(request, exc.extensions)
+    return _answer(
+        request, 413, "Turn too large", _redacted(request, exc.detail), **_redacted(request, exc.extensions)
     )
 
 
 def _invalid_transcript(request: Request, exc: Exception) -> Response:
     # redacted before cut: a cut through a secret would leave a piece no detector recognises
-    return problem(422, "Invalid messages", _redacted(request, str(exc))[:500])
+    return _answer(request, 422, "Invalid messages", _redacted(request, str(exc))[:500])
 
 
-def _idempotency(_: Request, exc: Exception) -> Response:
-    return problem(
-        422, "Idempotency key reused", "this Idempotency-Key was already used with a different request body"
+def _idempotency(request: Request, exc: Exception) -> Response:
+    return _answer(
+        request,
+        422,
+        "Idempotency key reused",
+        "this Idempotency-Key was already used with a different request body",
     )
 
 
-def _memory_cap(_: Request, exc: Exception) -> Response:
+def _memory_cap(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, MemoryOverCap)
-    return problem(
-        422, "Working memory over its hard cap", str(exc), tokens=exc.tokens, hard_cap_tokens=exc.cap
+    return _answer(
+        request, 422, "Working memory over its hard cap", str(exc), tokens=exc.tokens, hard_cap_tokens=exc.cap
     )
 
 
@@ -199,7 +212,7 @@ def _bad_read(request: Request, exc: Exception) -> Response:
         if "pattern" in message
         else message
     )
-    return problem(422, "Invalid read", detail[:300])
+    return _answer(request, 422, "Invalid read", detail[:300])
 
 
 # Starlette's own errors (an unknown path, a wrong method...) under the titles our errors use
@@ -209,9 +222,9 @@ _HTTP_TITLES = {e.status: e.title for e in (ApiError, Unauthorized, NotFound, Pa
 }
 
 
-def _http(_: Request, exc: Exception) -> Response:
+def _http(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
-    return problem(exc.status_code, _HTTP_TITLES.get(exc.status_code, "HTTP error"))
+    return _answer(request, exc.status_code, _HTTP_TITLES.get(exc.status_code, "HTTP error"))
 
 
 def _database_unavailable(request: Request, exc: Exception) -> Response:
@@ -221,15 +234,20 @@ def _database_unavailable(request: Request, exc: Exception) -> Response:
     if code == LOCK_NOT_AVAILABLE:
         # another transaction held the session past COMPACTD_DB_LOCK_TIMEOUT_SECONDS (a frozen writer's
         # is ended by the server after COMPACTD_DB_IDLE_TRANSACTION_TIMEOUT_SECONDS)
-        return problem(
-            503, "Service unavailable", "the session is locked by another writer; nothing was stored, retry"
+        return _answer(
+            request,
+            503,
+            "Service unavailable",
+            "the session is locked by another writer; nothing was stored, retry",
         )
-    return problem(503, "Service unavailable", "the database is unavailable; nothing was stored, retry")
+    return _answer(
+        request, 503, "Service unavailable", "the database is unavailable; nothing was stored, retry"
+    )
 
 
 def _unexpected(request: Request, exc: Exception) -> Response:
     log.error("request.failed", path=request.url.path, error=type(exc).__name__, exc_info=exc)
-    return problem(500, "Internal server error", "the error was logged")
+    return _answer(request, 500, "Internal server error", "the error was logged")
 
 
 def install(app: FastAPI) -> None:

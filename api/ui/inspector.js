@@ -115,7 +115,7 @@ async function openSession(sid) {
   ]);
   if (current !== sid) return;
   $("session-pane").hidden = false;
-  $("file-view").hidden = true;
+  if ($("file-view").open) $("file-view").close();
   $("session-title").textContent = "Session " + sid;
   renderSummary(stats);
   drawChart($("chart"), stats);
@@ -126,15 +126,23 @@ async function openSession(sid) {
 }
 
 function renderSummary(s) {
+  const offloaded = s.offloaded_tokens ? ` (${fmt(s.offloaded_tokens)} offloaded to files at ingest)` : "";
   const items = [
-    ["turns", fmt(s.turns)], ["epoch", s.epoch], ["served tokens", fmt(s.served_tokens)],
+    ["turns", fmt(s.turns)], ["epoch", s.epoch],
+    // the same figure as the prompt's header: what a fetch serves now (its token_count)
+    ["served tokens", fmt(s.served_tokens)],
     ["fallback turns", fmt(s.fallback_turns ?? 0)],
-    ["uncompacted tokens", fmt(s.raw_tokens)], ["budget tokens", fmt(s.budget_tokens)],
+    // what the agent produced: an offloaded output counts whole, not as its preview
+    ["uncompacted tokens", fmt(s.raw_tokens) + offloaded], ["budget tokens", fmt(s.budget_tokens)],
     ["compaction ratio", s.compaction_ratio + "×"], ["memory items", s.memory_items],
     ["virtual files", `${s.files.length} (${s.files_read} read)`],
-    ["epochs", s.epochs.map((e) => `${e.epoch}@${e.at_turn} ${e.kind}`).join(", ") || "none"],
   ];
-  $("summary").replaceChildren(...items.flatMap(([k, v]) => [el("dt", { text: k }), el("dd", { text: String(v) })]));
+  const nodes = items.flatMap(([k, v]) => [el("dt", { text: k }), el("dd", { text: String(v) })]);
+  // each epoch whole on one line (the list wraps between entries, never inside one)
+  const epochs = s.epochs.length ? s.epochs.flatMap((e, i) => [...(i ? [", "] : []),
+    el("span", { class: "entry", text: `${e.epoch}@${e.at_turn} ${e.kind}` })]) : ["none"];
+  nodes.push(el("dt", { text: "epochs" }), el("dd", { id: "epochs", class: "wide" }, ...epochs));
+  $("summary").replaceChildren(...nodes);
 }
 
 // The chart, per turn: what a fetch right after it served (never above the budget), the
@@ -142,16 +150,23 @@ function renderSummary(s) {
 // (the worker had not caught up: a fetch then fell back, so that size was never served).
 function drawChart(canvas, s) {
   const ctx = canvas.getContext("2d");
-  const W = canvas.width, H = canvas.height, L = 56, R = 12, T = 22, B = 40;
+  const pts = s.per_turn;
+  const W = canvas.width, L = 56, R = 12, B = 40, PLOT = 238;
+  const x0 = pts.length ? pts[0].seq : 0, x1 = Math.max(pts.length ? pts[pts.length - 1].seq : 0, x0 + 1);
+  const x = (seq) => L + ((seq - x0) / (x1 - x0)) * (W - L - R);
+  ctx.font = "11px sans-serif";
+  const labels = epochLabelRows(ctx, s.epochs, x);
+  // a label row of 13 px per level above the plot: every epoch keeps its label, however crowded
+  const T = 10 + 13 * Math.max(1, labels.rows);
+  canvas.height = T + PLOT + B;  // resets the context: the font is set again below
+  canvas.dataset.labels = JSON.stringify(labels.boxes);  // [left, right, row] per epoch label
+  const H = canvas.height;
   ctx.fillStyle = "#ffffff";
   ctx.fillRect(0, 0, W, H);
-  const pts = s.per_turn;
   if (!pts.length) return;
   const peak = Math.max(1, s.budget_tokens, ...pts.map((p) => Math.max(p.raw_tokens, p.pressure_tokens ?? 0)));
   const ystep = niceStep(peak, 5);
   const ymax = Math.ceil(peak / ystep) * ystep;
-  const x0 = pts[0].seq, x1 = Math.max(pts[pts.length - 1].seq, x0 + 1);
-  const x = (seq) => L + ((seq - x0) / (x1 - x0)) * (W - L - R);
   const y = (v) => H - B - (v / ymax) * (H - T - B);
   ctx.font = "11px sans-serif"; ctx.lineWidth = 1;
   for (let v = 0; v <= ymax; v += ystep) {
@@ -169,15 +184,14 @@ function drawChart(canvas, s) {
   ctx.fillStyle = COLORS.raw; ctx.beginPath(); ctx.moveTo(x(pts[0].seq), y(0));
   for (const p of pts) ctx.lineTo(x(p.seq), y(p.raw_tokens));
   ctx.lineTo(x(pts[pts.length - 1].seq), y(0)); ctx.closePath(); ctx.fill();
-  let lastLabel = -Infinity;
-  for (const e of s.epochs) {
+  s.epochs.forEach((e, i) => {
+    const row = labels.row[i];
     ctx.strokeStyle = COLORS[e.kind] || COLORS.structural; ctx.lineWidth = 1.5;
     ctx.beginPath(); ctx.moveTo(x(e.at_turn), T); ctx.lineTo(x(e.at_turn), H - B); ctx.stroke();
-    if (x(e.at_turn) - lastLabel > 22) {
-      ctx.fillStyle = ctx.strokeStyle; ctx.fillText("e" + e.epoch, x(e.at_turn), T - 6);
-      lastLabel = x(e.at_turn);
-    }
-  }
+    // row 0 just above the plot, higher rows above it: centred on the line, in its colour
+    ctx.fillStyle = ctx.strokeStyle; ctx.textAlign = "center";
+    ctx.fillText("e" + e.epoch, x(e.at_turn), T - 4 - 13 * row);
+  });
   ctx.setLineDash([6, 4]); ctx.strokeStyle = COLORS.budget; ctx.lineWidth = 1.5;
   ctx.beginPath(); ctx.moveTo(L, y(s.budget_tokens)); ctx.lineTo(W - R, y(s.budget_tokens)); ctx.stroke();
   // over the budget before the worker caught up: dotted, thin, grey, never connected to the served line
@@ -195,6 +209,21 @@ function drawChart(canvas, s) {
   ctx.stroke();
   ctx.strokeStyle = "#8c959f"; ctx.lineWidth = 1;
   ctx.beginPath(); ctx.moveTo(L, T); ctx.lineTo(L, H - B); ctx.lineTo(W - R, H - B); ctx.stroke();
+}
+
+// A row for each epoch's label: the lowest row (nearest the plot) where it clears the label before
+// it; `rows` is how many rows that takes. No label is ever dropped.
+function epochLabelRows(ctx, epochs, x) {
+  const ends = [];
+  const boxes = epochs.map((e) => {
+    const half = ctx.measureText("e" + e.epoch).width / 2 + 2;
+    const centre = x(e.at_turn);
+    let r = ends.findIndex((end) => centre - half > end);
+    if (r < 0) { r = ends.length; ends.push(-Infinity); }
+    ends[r] = centre + half;
+    return [Math.round(centre - half), Math.round(centre + half), r];
+  });
+  return { rows: ends.length, row: boxes.map((b) => b[2]), boxes };
 }
 
 // Text with refs turned into links that open the virtual file.
@@ -253,9 +282,11 @@ function renderPrompt(p) {
   if (system.length) nodes.push(messageNode("system", system));
   for (const m of p.messages) nodes.push(messageNode(m.role, typeof m.content === "string" ? [{ type: "text", text: m.content }] : m.content));
   $("prompt").replaceChildren(...nodes);
-  $("prompt-meta").replaceChildren(el("span", { text: meta[0] }), ...(p.prefill ? [el("p", { id: "prefill", class: "warning",
-    text: "This prompt ends with an assistant message (a prefill): the model is asked to continue it, and some models " +
-      "refuse one. It happens when an imported history stops after the model's turn; append the next user turn first." })] : []));
+  // a finished session (drop-in, Claude Code, run_agent) ends with the model's reply: said, not warned about
+  $("prompt-meta").replaceChildren(el("span", { text: meta[0] }), ...(p.prefill ? [el("p", { id: "prefill", class: "note",
+    text: `The session ends with the model's reply (turn ${p.version}): it waits for the next user turn, which an ` +
+      "agent that goes on sends with its next request (drop-in) or appends before its next fetch. A fetch made " +
+      "before that turn would end on this reply, which the Messages API reads as a prefill." })] : []));
   $("prompt-nav").replaceChildren(...PARTS.map(([name, selector]) => {
     const found = $("prompt").querySelectorAll(selector);
     partAt[name] = -1;
@@ -291,8 +322,12 @@ function archiveNodes(text) {
   });
 }
 
+// The file in a modal dialog above the page: the prompt does not move, so closing it (Close, Esc,
+// a click beside it) puts the reader back at the pointer they clicked. A person's look is not the
+// agent's read: it is not logged (log_read=false), so the file list and status note do not change.
+let opener = null;
 async function openFile(ref) {
-  const f = await api(`/v1/sessions/${encodeURIComponent(current)}/files/${encodeURIComponent(ref)}`);
+  const f = await api(`/v1/sessions/${encodeURIComponent(current)}/files/${encodeURIComponent(ref)}?log_read=false`);
   $("file-ref").textContent = ref;
   $("file-desc").textContent = `${f.kind}: ${f.description}${f.truncated ? " (truncated)" : ""}`;
   if (f.kind === "archive") {
@@ -304,8 +339,13 @@ async function openFile(ref) {
     $("file-text").textContent = f.text;
     $("file-text").hidden = false;
   }
-  $("file-view").hidden = false;
-  $("file-view").scrollIntoView({ block: "nearest" });
+  const dialog = $("file-view");
+  if (!dialog.open) {
+    opener = document.activeElement;
+    dialog.showModal();
+  }
+  dialog.scrollTop = 0;
+  $("file-close").focus({ preventScroll: true });
 }
 
 // An item's line: the value alone when its key says nothing more (a path the value starts with,
@@ -338,13 +378,19 @@ function renderMemory(memory, history) {
   moreHistory();
 }
 
+// "observed in turn 91", not "observed, observed in turn 91": the reason alone when it starts with the origin
+function eventWhy(e) {
+  if (!e.reason) return e.origin;
+  return e.reason.toLowerCase().startsWith(String(e.origin).toLowerCase()) ? e.reason : `${e.origin}, ${e.reason}`;
+}
+
 function moreHistory() {
   const page = historyEvents.slice(historyShown, historyShown + HISTORY_PAGE);
   historyShown += page.length;
   $("memory-history").append(...(historyEvents.length ? page.map(({ v, e }) => el("li", { class: "mem-event" },
     el("span", { class: "hint", text: `v${v.version} ` }),
     `${e.op} ${e.section.replace(/_/g, " ")}${e.key ? ": " + e.key : ""}`,
-    el("span", { class: "hint", text: ` — ${e.origin}${e.reason ? ", " + e.reason : ""}` })))
+    el("span", { class: "hint", text: ` — ${eventWhy(e)}` })))
     : [el("li", { text: "no changes yet" })]));
   $("history-more").hidden = historyShown >= historyEvents.length;
 }
@@ -373,6 +419,16 @@ $("key-form").addEventListener("submit", (ev) => {
 });
 $("logout").addEventListener("click", () => showKeyForm(""));
 $("more").addEventListener("click", guard(loadSessions));
-$("file-close").addEventListener("click", () => { $("file-view").hidden = true; });
+$("file-close").addEventListener("click", () => $("file-view").close());
+// a click on the backdrop (outside the dialog's box) closes it too
+$("file-view").addEventListener("click", (ev) => {
+  const box = $("file-view").getBoundingClientRect();
+  const inside = ev.clientX >= box.left && ev.clientX <= box.right && ev.clientY >= box.top && ev.clientY <= box.bottom;
+  if (ev.target === $("file-view") && !inside) $("file-view").close();
+});
+$("file-view").addEventListener("close", () => {
+  if (opener && opener.isConnected) opener.focus({ preventScroll: true });
+  opener = null;
+});
 $("history-more").addEventListener("click", moreHistory);
 if (sessionStorage.getItem(KEY)) guard(start)(); else showKeyForm("");

@@ -22,19 +22,22 @@ one it did not sign: the documented 400, counted in `refused`; with `prefix_mism
 `preserved_thinking=False` plays a model without the check.
 
 Standard library only (and the stand-ins' rule module), so it also runs on its own, to try the
-drop-in endpoint with no provider:
-`python -m tests.fakes.messages_api` prints its URL and answers every call with a short note
-until Ctrl-C.
+drop-in endpoint with no provider: `python -m tests.fakes.messages_api` listens on
+http://127.0.0.1:8790 (`--port` for another), prints its URL and, until Ctrl-C, plays the model for
+the demo agent (`python -m ops.demo_agent`: `demo_reply` calls its `read_log` tool round after
+round, then answers) and answers every other call with a short note.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import itertools
 import json
+import re
 import threading
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
@@ -161,8 +164,12 @@ class FakeMessagesAPI:
         keep_requests: bool = True,
         first_byte_seconds: float = 0.0,
         preserved_thinking: bool = True,
+        port: int = 0,
+        respond: Callable[[Any], Reply | None] | None = None,
     ) -> None:
         self.default = default or reply("default note")
+        # once the script is spent: the reply `respond(body)` makes of the request, else the default
+        self.respond = respond
         self.keep_requests = keep_requests  # off for benchmarks: bodies of 100s of KB add up
         # a model's time to its first token: each message waits this long before its answer starts
         self.first_byte_seconds = first_byte_seconds
@@ -175,7 +182,7 @@ class FakeMessagesAPI:
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._ids = itertools.count(1)
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), _handler_for(self))
         self._server.daemon_threads = True
         self._thread = threading.Thread(
             # a short poll interval: shutdown() waits up to one interval, once per test
@@ -233,7 +240,10 @@ class FakeMessagesAPI:
         with self._lock:
             if self.keep_requests:
                 self.requests.append(request)
-            return self._script.popleft() if self._script else self.default
+            if self._script:
+                return self._script.popleft()
+        made = self.respond(request.body) if self.respond is not None else None
+        return made or self.default
 
     def checked(self, body: Any, headers: Mapping[str, str]) -> tuple[Any, list[Any], dict[str, Any] | None]:
         """The body as the model reads it (invalid thinking dropped with drop_block), the
@@ -443,10 +453,89 @@ def sse_events(message: dict[str, Any]) -> list[tuple[str, Any]]:
     return events
 
 
-def main() -> None:
+DEMO_PORT = 8790
+DEMO_TOOL = "read_log"
+_DEMO_ROUND = re.compile(r"^toolu_demo(\d{4})$")
+_DEMO_TOTAL = re.compile(r"logs of the (\d+) builds")
+_FAILED = re.compile(r"\b(build-\d+): FAILED\b")
+_REF = re.compile(r"\b([fh]_[0-9a-f]{16})\b")
+
+
+def demo_reply(body: Any) -> Reply | None:
+    """The model's part in the demo (ops/demo_agent.py), from what the request carries: while the
+    task's builds are not all read, a `read_log` call for the next one (the newest result's id says
+    which: compaction may have folded the earlier calls into a summary); then compactd's `grep` on
+    every file the prompt names, for what compaction moved out of it; then an answer naming the
+    failed builds found. None: not the demo's request."""
+    if not isinstance(body, dict) or DEMO_TOOL not in {t.get("name") for t in body.get("tools") or ()}:
+        return None
+    messages = body.get("messages") or [{}]
+    text = json.dumps(messages)
+    total = int(m.group(1)) if (m := _DEMO_TOTAL.search(text)) else 10
+    size = _estimate_tokens(body)
+    last = _blocks(messages[-1])
+    if not any(str(b.get("tool_use_id", "")).startswith("toolu_grep") for b in last):
+        done = max(
+            (int(m.group(1)) for b in last if (m := _DEMO_ROUND.match(str(b.get("tool_use_id", ""))))),
+            default=0,
+        )
+        if done < total:
+            ask = {
+                "type": "tool_use",
+                "id": f"toolu_demo{done + 1:04d}",
+                "name": DEMO_TOOL,
+                "input": {"build": done + 1},
+            }
+            say = {"type": "text", "text": f"Reading the log of build {done + 1} of {total}."}
+            return _calls(size, say, ask)
+    # what compactd clipped, offloaded or summarized is in its files, named in the prompt (and in
+    # its archives): searched with compactd's own grep (answered inside the call), the files found
+    # there searched next, three rounds at most (ids toolu_grep<round><call>)
+    uses = [b for m in messages for b in _blocks(m) if b.get("type") == "tool_use"]
+    grepped = {str(b.get("input", {}).get("ref")) for b in uses if b.get("name") == "grep"}
+    rounds = len({str(b.get("id"))[10] for b in uses if str(b.get("id", "")).startswith("toolu_grep")})
+    new = sorted(set(_REF.findall(text)) - grepped)
+    if new and rounds < 3:
+        pattern = r"FAILED|[fh]_[0-9a-f]{16}"
+        return _calls(
+            size,
+            *(
+                {
+                    "type": "tool_use",
+                    "id": f"toolu_grep{rounds}{i:03d}",
+                    "name": "grep",
+                    "input": {"ref": ref, "pattern": pattern, "max_matches": 200},
+                }
+                for i, ref in enumerate(new[:40])
+            ),
+        )
+    failed = sorted(set(_FAILED.findall(text)), key=lambda b: int(b.split("-")[1]))
+    answer = f"I read all {total} build logs. Failed: {', '.join(failed) or 'none'}."
+    return Reply("message", answer, input_tokens=size, output_tokens=30)
+
+
+def _calls(input_tokens: int, *content: Mapping[str, Any]) -> Reply:
+    return Reply(
+        "message", stop_reason="tool_use", input_tokens=input_tokens, output_tokens=30, content=content
+    )
+
+
+def _blocks(message: Any) -> list[Any]:
+    content = message.get("content") if isinstance(message, dict) else None
+    return [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
+
+
+def main(argv: list[str] | None = None) -> None:
     """Serve until Ctrl-C, whatever stdin is (a terminal, or /dev/null when started with &)."""
-    with FakeMessagesAPI(keep_requests=False) as api:
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.fakes.messages_api", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--port", type=int, default=DEMO_PORT, help="0: any free port (default %(default)s)")
+    args = parser.parse_args(argv)
+    with FakeMessagesAPI(keep_requests=False, port=args.port, respond=demo_reply) as api:
         print(f"a local stand-in for the Messages API at {api.base_url} (Ctrl-C stops it)", flush=True)
+        print(f"  compactd:   COMPACTD_UPSTREAM_URL={api.base_url} make up", flush=True)
+        print("  the demo:   COMPACTD_KEY=cpd_... .venv/bin/python -m ops.demo_agent", flush=True)
         with contextlib.suppress(KeyboardInterrupt):
             threading.Event().wait()
 

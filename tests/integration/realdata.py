@@ -1,4 +1,8 @@
-"""Real transcripts as Anthropic messages: the engine's importer when present, else a small Claude Code reader."""
+"""Real transcripts as Anthropic messages: the engine's importer when present, else a small Claude Code reader.
+
+Where the shared data is absent (a fresh clone), the Claude Code sessions are generated ones
+(tests/synthetic.py), so the tests that need a long realistic session still run; under CI=true
+they are not: the shared data is required there."""
 
 from __future__ import annotations
 
@@ -7,16 +11,25 @@ from typing import Any
 
 import orjson
 
-from tests.conftest import data_dir
+from tests.conftest import IN_CI, REPO, data_dir
+from tests.synthetic import generated_dir
 from worker.compaction.assemble import merge_roles
 
 _KEEP = {"text", "tool_use", "tool_result"}
 
 
-def claude_code_files() -> list[Path]:
+GENERATED = REPO / ".pytest_cache" / "generated-data"
+
+
+def claude_code_files(generated: bool = True) -> list[Path]:
+    """The shared data's Claude Code sessions (sub-agents' aside), smallest first; without the
+    shared data, generated ones (never under CI=true, where the shared data is required, nor
+    when `generated` is False)."""
     root = data_dir() / "transcripts" / "claude-code"
     if not root.is_dir():
-        return []
+        if IN_CI or not generated:
+            return []
+        root = generated_dir(GENERATED)
     return sorted(
         (p for p in root.rglob("*.jsonl") if "subagents" not in p.parts), key=lambda p: p.stat().st_size
     )

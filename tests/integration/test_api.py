@@ -230,6 +230,26 @@ def test_bad_input_is_a_problem_and_leaves_the_session_unchanged(api: AppClient,
     assert_problem(api.get("/v1/sessions/fresh"), 404)
 
 
+@pytest.mark.parametrize(
+    ("stored", "said"),
+    [
+        ([], "indices are those of the messages sent"),
+        ([user("task")], "messages[0] is the session's stored user turns"),
+        (
+            [user("task"), {"role": "assistant", "content": "ok"}],
+            "stands for the stored turns before the last",
+        ),
+    ],
+)
+def test_an_orphan_result_s_422_says_what_its_indices_count(api: AppClient, stored: list, said: str) -> None:
+    """The message names what messages[i] counts: the messages sent on a new session, the stored user
+    turns on a session without an assistant message, a stand-in before the last assistant one else."""
+    if stored:
+        api.appended("orphans", *stored)
+    body = assert_problem(api.append("orphans", result("toolu_nowhere", "x")), 422)
+    assert said in body["detail"], body["detail"]
+
+
 def test_idempotent_retry_returns_the_original_response(api: AppClient) -> None:
     """A retried append with the same key and body returns the first response and appends nothing."""
     first = api.append("s", user("once"), headers={"Idempotency-Key": "abc"}).json()

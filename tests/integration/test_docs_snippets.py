@@ -27,6 +27,7 @@ ELSEWHERE = {
     "quick-start": "tests/e2e/test_up.py runs `compactd up` as `make up` does (checked below); `make test` is the suite",
     "claude-code": "the drop-in endpoint's tests (docs/proxy.md); needs the Claude Code CLI",
     "compose": "tests/integration/test_compose.py validates the file with docker-compose config (services checked below)",
+    "demo": "tests/integration/test_demo_agent.py runs the stand-in's demo and ops.demo_agent through compactd (and reads the block)",
 }
 
 
@@ -142,16 +143,16 @@ def test_the_typed_client_tour_runs_and_leaves_a_valid_session(service: Service,
 
 @pytest.mark.services
 def test_the_sdk_snippet_talks_to_the_drop_in_endpoint(service: Service, tmp_path: Path) -> None:
-    """README's anthropic-SDK snippet runs against compactd's POST /v1/messages (skipped until that endpoint exists)."""
+    """README's anthropic-SDK snippet runs as it stands (COMPACTD_URL, as the curl snippets) against
+    compactd's POST /v1/messages (skipped until that endpoint exists)."""
     probe = httpx.post(
         f"{service.url}/v1/messages", headers={"Authorization": f"Bearer {service.key}"}, json={}
     )
     if probe.status_code in (404, 405):
         pytest.skip("POST /v1/messages is not in this build (docs/proxy.md: built separately)")
     script = tmp_path / "sdk.py"
-    code = snippet(REPO / "README.md", "sdk-proxy").replace(
-        '"http://127.0.0.1:8700"', 'os.environ["COMPACTD_URL"]'
-    )
+    code = snippet(REPO / "README.md", "sdk-proxy")
+    assert 'os.environ.get("COMPACTD_URL"' in code  # the URL as the curl snippets take it
     script.write_text(code)
     run = subprocess.run(
         [sys.executable, str(script)], env=env_for(service), capture_output=True, text=True, timeout=120

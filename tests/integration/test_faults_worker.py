@@ -131,7 +131,7 @@ def corpus(n: int, res: Resources) -> Corpus:
     if n in _CORPORA:
         return _CORPORA[n]
     files = [p for p in claude_code_files() if 20_000 < p.stat().st_size < 400_000][:6]
-    require(bool(files), "no Claude Code transcript of 20-400 KB in the shared data")
+    require(bool(files), "needs the shared data: a Claude Code transcript of 20-400 KB")
     transcripts = [
         ingest(load_messages(p), first_seq=1, redactor=res.redactor, policy=res.base_policy).turns
         for p in files
@@ -469,7 +469,7 @@ def _anthropic_settings(
 def _real_session(res: Resources, tenant_id: int, sid: str = "s") -> sessions.Appended:
     """A real transcript past the deadline of a 10k window: one job summarizes and switches."""
     files = [p for p in claude_code_files() if 60_000 < p.stat().st_size < 400_000]
-    require(bool(files), "no Claude Code transcript of 60-400 KB in the shared data")
+    require(bool(files), "needs the shared data: a Claude Code transcript of 60-400 KB")
     turns = ingest(load_messages(files[-1]), first_seq=1, redactor=res.redactor, policy=res.base_policy).turns
     return sessions.append_turns(
         res.engine, tenant_id, sid, turns, profile=sessions.Profile(context_window=10_000)

@@ -96,7 +96,7 @@ def test_a_real_transcript_imports_once_and_exports_back(settings: Settings, tmp
     model it recorded; a re-run adds nothing; the archive export is exactly the stored (redacted)
     messages, its text form one block per turn, and the prompt export is a valid Messages request."""
     files = [p for p in claude_code_files() if 60_000 < p.stat().st_size < 400_000]
-    require(bool(files), "no Claude Code transcript of 60-400 KB in the shared data")
+    require(bool(files), "needs the shared data: a Claude Code transcript of 60-400 KB")
     path = files[0]
     loaded = load_transcript(path)
     messages = loaded.messages

@@ -536,7 +536,7 @@ def test_planted_samples_appear_nowhere(tmp_path: Path, encoding: str) -> None:
 def check_planted(tmp_path: Path, profile: str, encoding: str) -> None:
     """Plant every sample under `profile` and `encoding`; fail listing every leak not listed, and
     every listed leak that no longer leaks."""
-    require(bool(SAMPLES), f"no secret samples under {data_dir() / 'secrets'}")
+    require(bool(SAMPLES), f"needs the shared data: no secret samples under {data_dir() / 'secrets'}")
     require(answers("127.0.0.1", 6379), "Redis not answering on 127.0.0.1:6379 (run `make services`)")
     found = _plant_one(profile, encoding, tmp_path)
     assert found.keys() == {s.id for s in SAMPLES}
@@ -547,7 +547,7 @@ def check_planted(tmp_path: Path, profile: str, encoding: str) -> None:
 def test_only_samples_that_name_no_secret_are_left_out() -> None:
     """A rule in _NO_CREDENTIAL names no secret in any of its positive samples, and its samples hold
     nothing a credential could be: the exclusion cannot hide a planted credential."""
-    require(bool(SAMPLES), f"no secret samples under {data_dir() / 'secrets'}")
+    require(bool(SAMPLES), f"needs the shared data: no secret samples under {data_dir() / 'secrets'}")
     rows = [
         json.loads(line)
         for path in sorted((data_dir() / "secrets").glob("*.jsonl"))

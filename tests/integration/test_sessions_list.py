@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.factories import long_session, user
+from tests.factories import long_session, tool_unit, user
 from tests.integration.conftest import AppClient
+from worker.compaction.tokens import count_text
 from worker.store.snapshots import KEEP_SNAPSHOTS
 
 pytestmark = pytest.mark.services
@@ -33,7 +34,10 @@ def test_the_list_pages_through_the_tenants_sessions_most_recent_first(api: AppC
     assert pages == 3
     assert seen == [f"s{i}" for i in reversed(range(7))]
     first = api.get("/v1/sessions?limit=1").json()["sessions"][0]
-    assert first["turns"] == 1 and first["epoch"] == 0 and first["served_tokens"] == first["raw_tokens"] > 0
+    fetched = api.get("/v1/sessions/s6/prompt").json()
+    # the served prompt is what a fetch returns: system prompt, memory and status note included
+    assert first["turns"] == 1 and first["epoch"] == 0 and first["served_tokens"] == fetched["token_count"]
+    assert first["served_tokens"] > first["raw_tokens"] > 0
     assert first["last_activity"].endswith("Z")
     api.appended("s2", {"role": "assistant", "content": "ok"}, user("again"))
     assert api.get("/v1/sessions?limit=1").json()["sessions"][0]["id"] == "s2"
@@ -91,8 +95,10 @@ def test_stats_follow_a_real_session_through_several_epochs(api: AppClient) -> N
     assert len(stats["epochs"]) > KEEP_SNAPSHOTS  # the log outlives the pruned snapshots
     assert [e["epoch"] for e in stats["epochs"]] == sorted({e["epoch"] for e in stats["epochs"]})
     assert {e["kind"] for e in stats["epochs"]} <= {"structural", "summary"}
-    assert stats["epoch"] == info["epoch"] and stats["raw_tokens"] == info["tokens"]
-    assert stats["served_tokens"] == info["snapshot_tokens"]  # compacted through the last turn
+    assert stats["epoch"] == info["epoch"]
+    assert stats["raw_tokens"] == info["tokens"] + stats["offloaded_tokens"]  # offloaded blocks whole
+    # one figure for the served prompt: what a fetch's token_count says
+    assert stats["served_tokens"] == api.get("/v1/sessions/real/prompt").json()["token_count"]
     assert stats["served_tokens"] <= stats["budget_tokens"] < stats["raw_tokens"]
     assert stats["compaction_ratio"] > 1
     for mark in stats["epochs"]:
@@ -108,5 +114,34 @@ def test_stats_follow_a_real_session_through_several_epochs(api: AppClient) -> N
         assert again["files"][0]["reads"] == ["lines 1-2"] and again["files_read"] >= 1
     summary = api.get("/v1/sessions").json()["sessions"][0]
     assert summary["id"] == "real" and summary["served_tokens"] == stats["served_tokens"]
+    assert summary["raw_tokens"] == stats["raw_tokens"]
     api.client.delete("/v1/sessions/real", headers={"Authorization": f"Bearer {api.key}"})
     assert api.get("/v1/sessions/real/stats").status_code == 404
+
+
+def test_offloaded_outputs_count_whole_in_the_uncompacted_history(api: AppClient) -> None:
+    """Four ~55 KB tool outputs offloaded at ingest: the uncompacted history (stats, list, chart)
+    counts what the agent produced, not the previews, so the savings show; the served figure is
+    still the fetch's token_count."""
+    outputs = [
+        "\n".join(f"{n:05d} line {n} of output {k}: some words here" for n in range(1200)) for k in range(4)
+    ]
+    messages: list[dict] = [user("run the four commands")]
+    for k, text in enumerate(outputs):
+        messages += tool_unit(f"toolu_off{k:04d}", {"command": f"cat out{k}.txt"}, text)
+    messages.append({"role": "assistant", "content": "done"})
+    api.appended("offloads", *messages)
+    api.compact("offloads")
+    stats = api.get("/v1/sessions/offloads/stats").json()
+    produced = sum(count_text(t) for t in outputs)
+    assert len([f for f in stats["files"] if f["kind"] == "offload"]) == 4
+    assert stats["offloaded_tokens"] > 0.8 * produced
+    assert stats["raw_tokens"] > produced > 3 * stats["served_tokens"]
+    assert stats["compaction_ratio"] > 3
+    assert stats["served_tokens"] == api.get("/v1/sessions/offloads/prompt").json()["token_count"]
+    last = stats["per_turn"][-1]
+    assert (
+        last["raw_tokens"] == stats["raw_tokens"] > 3 * last["prompt_tokens"]
+    )  # the grey area above the line
+    listed = next(s for s in api.get("/v1/sessions").json()["sessions"] if s["id"] == "offloads")
+    assert listed["raw_tokens"] == stats["raw_tokens"] and listed["served_tokens"] == stats["served_tokens"]

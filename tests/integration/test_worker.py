@@ -53,9 +53,11 @@ def worker(settings: Settings, tmp_path: Path, res: Resources) -> Iterator[Worke
     w.stop()
 
 
-def real_messages() -> list[dict]:
-    files = [p for p in claude_code_files() if 60_000 < p.stat().st_size < 400_000]
-    require(bool(files), "no Claude Code transcript of 60-400 KB in the shared data")
+def real_messages(generated: bool = True) -> list[dict]:
+    """A Claude Code session of 60-400 KB (a generated one without the shared data, unless
+    `generated` is False: a test tuned to the real session's token counts)."""
+    files = [p for p in claude_code_files(generated) if 60_000 < p.stat().st_size < 400_000]
+    require(bool(files), "needs the shared data: a Claude Code transcript of 60-400 KB")
     return load_messages(files[-1])
 
 
@@ -210,7 +212,11 @@ def test_beat_sweep_compacts_a_session_whose_message_was_lost(
 def _append_real(res: Resources, tid: int, sid: str, window: int, activity: str) -> sessions.Appended:
     from worker.ingest import ingest
 
-    turns = ingest(real_messages(), first_seq=1, redactor=res.redactor, policy=res.base_policy).turns
+    # the quiet-point test's figures (~15k tokens: past the pre-trigger, short of the deadline) are
+    # those of the shared data's session
+    turns = ingest(
+        real_messages(generated=False), first_seq=1, redactor=res.redactor, policy=res.base_policy
+    ).turns
     return sessions.append_turns(
         res.engine, tid, sid, turns, profile=sessions.Profile(context_window=window), activity=activity
     )
@@ -276,7 +282,7 @@ def test_appends_faster_than_the_idle_interval_are_always_served_within_budget(
         key = create_tenant(res.engine, "fast")[1]
         auth = {"Authorization": f"Bearer {key}"}
         files = [p for p in claude_code_files() if p.stat().st_size > 2_000_000]
-        require(bool(files), "no long Claude Code session in the shared data")
+        require(bool(files), "needs the shared data: a Claude Code session over 2 MB")
         messages = load_messages(files[0])[:200]
         served = []
         with TestClient(create_app(settings)) as client:

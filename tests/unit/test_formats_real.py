@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.conftest import transcript_files
+from tests.conftest import data_params, transcript_files
 from worker.compaction.formats import detect_format, load_transcript
 from worker.compaction.formats.shaping import NO_RESULT
 from worker.compaction.validate import request_problems
@@ -71,7 +71,7 @@ def session_lines(path: Path) -> list[dict[str, Any]]:
 
 
 @pytest.mark.data
-@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name[:40])
+@pytest.mark.parametrize("path", data_params(FILES), ids=lambda p: p.name[:40])
 def test_shared_transcript_imports_as_a_valid_request(shared_data: Path, path: Path) -> None:
     """Each shared file is detected as its format and imports into a valid request with the inventory's tool counts."""
     data = path.read_bytes()
@@ -90,7 +90,9 @@ def test_shared_transcript_imports_as_a_valid_request(shared_data: Path, path: P
 
 
 @pytest.mark.data
-@pytest.mark.parametrize("path", [p for p in FILES if p.suffix == ".jsonl"], ids=lambda p: p.name[:40])
+@pytest.mark.parametrize(
+    "path", data_params([p for p in FILES if p.suffix == ".jsonl"]), ids=lambda p: p.name[:40]
+)
 def test_claude_code_streamed_lines_merge_into_api_messages(shared_data: Path, path: Path) -> None:
     """Each assistant message is one API message: as many assistant messages as distinct message ids."""
     lines = session_lines(path)
@@ -102,7 +104,9 @@ def test_claude_code_streamed_lines_merge_into_api_messages(shared_data: Path, p
 
 
 @pytest.mark.data
-@pytest.mark.parametrize("path", [p for p in FILES if p.suffix == ".jsonl"], ids=lambda p: p.name[:40])
+@pytest.mark.parametrize(
+    "path", data_params([p for p in FILES if p.suffix == ".jsonl"]), ids=lambda p: p.name[:40]
+)
 def test_claude_code_thinking_blocks_are_unchanged(shared_data: Path, path: Path) -> None:
     """Every thinking block of the main conversation is imported byte for byte, in order."""
     source = [

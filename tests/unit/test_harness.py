@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import data_dir, transcript_files
+from tests.conftest import data_dir, data_params, transcript_files
 from worker.compaction.facts import extract
 from worker.compaction.harness import user_instructions
 from worker.compaction.model import Policy, Turn
@@ -92,7 +92,7 @@ CLAUDE_CODE = [p for p in transcript_files() if "claude-code" in p.parts and p.s
 
 
 @pytest.mark.data
-@pytest.mark.parametrize("path", CLAUDE_CODE, ids=lambda p: p.name[:40])
+@pytest.mark.parametrize("path", data_params(CLAUDE_CODE), ids=lambda p: p.name[:40])
 def test_real_claude_code_notes_file_no_harness_message_as_an_instruction(
     shared_data: Path, path: Path
 ) -> None:

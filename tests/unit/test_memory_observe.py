@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import transcript_files
+from tests.conftest import data_params, transcript_files
 from worker.compaction.model import Turn
 from worker.memory import commands as C
 from worker.memory.model import MAX_FILES, Change, Item, apply
@@ -394,7 +394,7 @@ def replay(path: Path, step: int = 2) -> tuple[tuple[Item, ...], int]:
 
 
 @pytest.mark.data
-@pytest.mark.parametrize("path", CLAUDE_CODE, ids=lambda p: p.name[:40])
+@pytest.mark.parametrize("path", data_params(CLAUDE_CODE), ids=lambda p: p.name[:40])
 def test_real_sessions_give_sane_memory(shared_data: Path, path: Path) -> None:
     """On every real Claude Code session: at most 7 files, each one the session touched, blockers keyed by commands it ran."""
     items, _ = replay(path)

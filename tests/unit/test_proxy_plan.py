@@ -422,7 +422,10 @@ def test_the_chain_memo_over_histories_longer_than_its_tail() -> None:
         ({"system": "plain"}, None),
         ({"system": [{"type": "text", "text": "s", **MARKED}]}, 300),
         ({"tools": [{"name": "t", "cache_control": {"type": "ephemeral", "ttl": "1h"}}]}, 3600),
-        ({"system": [{"type": "text", "text": "s", "cache_control": {"type": "ephemeral", "ttl": "5m"}}]}, 300),
+        (
+            {"system": [{"type": "text", "text": "s", "cache_control": {"type": "ephemeral", "ttl": "5m"}}]},
+            300,
+        ),
     ],
 )
 def test_the_cache_lifetime_a_request_asks_for(body: dict[str, Any], ttl: int | None) -> None:

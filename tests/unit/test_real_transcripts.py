@@ -7,7 +7,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.conftest import transcript_files
+from tests.conftest import data_params, transcript_files
 from worker.compaction.assemble import assemble
 from worker.compaction.model import Policy, Transcript, canonical_json
 from worker.compaction.pipeline import compact
@@ -32,7 +32,7 @@ def compacted(path: Path, window: int) -> tuple[Transcript, Transcript, Policy]:
 
 @pytest.mark.data
 @pytest.mark.parametrize("window", [200_000, 32_000])
-@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name[:40])
+@pytest.mark.parametrize("path", data_params(FILES), ids=lambda p: p.name[:40])
 def test_real_transcript_invariants(shared_data: Path, path: Path, window: int) -> None:
     """Valid, complete, idempotent, deterministic and never larger, on real agent sessions."""
     t, out, policy = compacted(path, window)
@@ -50,7 +50,7 @@ def test_real_transcript_invariants(shared_data: Path, path: Path, window: int) 
 
 
 @pytest.mark.data
-@pytest.mark.parametrize("path", LONG, ids=lambda p: p.name[:8])
+@pytest.mark.parametrize("path", data_params(LONG), ids=lambda p: p.name[:8])
 def test_long_sessions_fit_a_32k_window(shared_data: Path, path: Path) -> None:
     """The two long Claude Code sessions are served within a 32k window's budget."""
     _, out, policy = compacted(path, 32_000)

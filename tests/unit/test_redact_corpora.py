@@ -9,7 +9,7 @@ import pytest
 
 from ops.bench.held_out import held_out_redactors, known_families, score_held_out
 from ops.bench.secrets_scoring import CORPORA, overall, score_corpus
-from tests.conftest import transcript_files
+from tests.conftest import data_params, transcript_files
 from worker.redaction import Redactor
 
 R = Redactor(b"corpus-key")
@@ -68,7 +68,7 @@ def test_each_secret_corpus_holds_its_level(shared_data: Path, name: str) -> Non
     assert figures["fp_rate"] <= fp_ceiling, figures["false_positives"]
 
 
-@pytest.mark.parametrize("path", CLAUDE_CODE, ids=[p.name[:40] for p in CLAUDE_CODE])
+@pytest.mark.parametrize("path", data_params(CLAUDE_CODE), ids=lambda p: p.name[:40])
 def test_ids_shas_and_uuids_in_real_transcripts_survive(path: Path) -> None:
     """No toolu_ id, 40-hex git SHA or UUID in a real Claude Code transcript is redacted."""
     for line in path.read_text(errors="replace").splitlines():

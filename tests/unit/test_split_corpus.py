@@ -81,5 +81,5 @@ def _leaks(profile: str, split: Any) -> dict[str, list[int]]:
 @pytest.mark.parametrize("split", [_one_append, _two_appends], ids=["one-append", "two-appends"])
 @pytest.mark.parametrize("profile", ["standard", "strict"])
 def test_a_secret_cut_anywhere_is_gone_from_both_halves(profile: str, split: Any) -> None:
-    require(bool(SAMPLES), f"no secret samples under {data_dir() / 'secrets'}")
+    require(bool(SAMPLES), f"needs the shared data: no secret samples under {data_dir() / 'secrets'}")
     assert _leaks(profile, split) == {}

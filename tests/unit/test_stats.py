@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 
 from api.cli.stats import BARS, render_stats, sparkline
+from worker.compaction.model import Transcript, Turn
+from worker.compaction.offload import Offload
+from worker.compaction.tokens import count_message
 from worker.session_stats import (
     FileRow,
     Publish,
@@ -14,6 +18,7 @@ from worker.session_stats import (
     count_redactions,
     epoch_marks,
     per_turn,
+    produced_tokens,
     session_stats,
     snapshot_kind,
 )
@@ -174,3 +179,31 @@ def test_render_stats_is_a_table_with_the_curve() -> None:
     assert len(bars) == 30 and set(bars) <= set(BARS)
     # the summary at turn 20 (20,000 uncompacted -> 3,000 served) shows as a drop
     assert BARS.index(bars[19]) < BARS.index(bars[18])
+
+
+def test_an_offloaded_block_counts_whole_in_the_uncompacted_history() -> None:
+    """A turn whose blocks were offloaded at ingest (a tool result, a text, a tool input) counts
+    what the agent produced, read from each pointer; the served prompt counts what was stored."""
+    big = "\n".join(f"line {n}: the output goes on and on" for n in range(3000))
+    blocks = (
+        {"type": "tool_result", "tool_use_id": "toolu_1", "content": big},
+        {"type": "text", "text": big + " and a text"},
+        {"type": "tool_use", "id": "toolu_2", "name": "write", "input": {"content": big + " input"}},
+    )
+    whole = count_message(blocks)
+    [stored] = Offload(1_000, 100)(Transcript("", (Turn(1, "user", blocks, whole),))).turns
+    assert stored.tokens < whole / 10
+    produced = produced_tokens(stored.tokens, orjson.dumps(list(stored.content)).decode())
+    assert abs(produced - whole) < 0.01 * whole
+    assert produced_tokens(42, orjson.dumps([{"type": "text", "text": "plain"}]).decode()) == 42
+    # someone quoting a pointer's words without its ref is not an offload
+    quoted = [
+        {
+            "type": "text",
+            "text": "[compactd: offloaded; only the start is shown. The whole text is 9,999 tokens",
+        }
+    ]
+    assert produced_tokens(42, orjson.dumps(quoted).decode()) == 42
+    curve = per_turn([TurnRow(1, "user", stored.tokens, produced), TurnRow(2, "assistant", 10)], [])
+    assert [p["raw_tokens"] for p in curve] == [produced, produced + 10]
+    assert [p["prompt_tokens"] for p in curve] == [stored.tokens, stored.tokens + 10]

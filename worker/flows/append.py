@@ -56,11 +56,8 @@ REJECTED_KEEP = 1000
 class BrokenConversation(Exception):
     """Raised when an append would make the session an invalid Anthropic conversation."""
 
-    def __init__(self, problems: list[str]) -> None:
-        super().__init__(
-            "the messages would make the session an invalid Anthropic conversation"
-            " (indices count from the last stored assistant message, after a stand-in for earlier turns)"
-        )
+    def __init__(self, problems: list[str], counted: str = "indices are those of the messages sent") -> None:
+        super().__init__(f"the messages would make the session an invalid Anthropic conversation ({counted})")
         self.problems = problems
 
 
@@ -291,7 +288,21 @@ def check_window(window: list[dict[str, Any]], new: list[dict[str, Any]]) -> Non
     """Refuse an append that would break the conversation (tool_use without its result, ...)."""
     problems = request_problems({"messages": merge_roles(window + new)}, allow_pending_tool_use=True)
     if problems:
-        raise BrokenConversation(problems[:10])
+        raise BrokenConversation(problems[:10], _counted(window))
+
+
+def _counted(window: list[dict[str, Any]]) -> str:
+    """What the problems' message indices count: the window a new session has not (it is the
+    messages sent), or one that starts with a user message standing for the stored turns."""
+    if not window:
+        return "indices are those of the messages sent"
+    if len(window) == 1:
+        # no assistant message stored: the stored turns are all user turns, merged into one
+        return "messages[0] is the session's stored user turns, the messages sent merged after them"
+    return (
+        "messages[0] stands for the stored turns before the last stored assistant message, which "
+        "follows with the turns after it, then the messages sent"
+    )
 
 
 def profile_of(body: AppendRequest, res: Resources, tenant_id: int) -> Profile:

@@ -10,7 +10,15 @@ from typing import Any
 import orjson
 from sqlalchemy import Engine, and_, func, or_, select
 
-from worker.session_stats import FileRow, Publish, TurnRow, count_redactions, snapshot_kind
+from worker.session_stats import (
+    OFFLOADED,
+    FileRow,
+    Publish,
+    TurnRow,
+    count_redactions,
+    produced_tokens,
+    snapshot_kind,
+)
 from worker.store import memory as memory_store
 from worker.store.db import read_tx
 from worker.store.files import file_infos
@@ -33,7 +41,8 @@ def list_sessions(
     engine: Engine, tenant_id: int, limit: int, after: tuple[datetime, int] | None = None
 ) -> list[dict[str, Any]]:
     """The tenant's sessions, most recently active first (ties by newest pk), starting after the
-    cursor (last_append_at, pk) of the previous page; each with its served prompt tokens."""
+    cursor (last_append_at, pk) of the previous page; each with its uncompacted tokens (offloaded
+    blocks whole) and the published snapshot's tokens plus the turns since."""
     query = select(S.c.id, S.c.client_id, S.c.version, S.c.epoch, S.c.tokens, S.c.last_append_at).where(
         S.c.tenant_id == tenant_id
     )
@@ -52,6 +61,15 @@ def list_sessions(
                 .group_by(TT.c.session_id)
             ).all()
         )
+        # the uncompacted history counts each block offloaded at ingest whole: only the turns
+        # holding an offload pointer are read
+        offloaded: dict[int, int] = {}
+        for sid, tokens, content in conn.execute(
+            select(TT.c.session_id, TT.c.tokens, TT.c.content).where(
+                TT.c.session_id.in_(pks), TT.c.content.contains(OFFLOADED, autoescape=True)
+            )
+        ):
+            offloaded[sid] = offloaded.get(sid, 0) + produced_tokens(tokens, content) - tokens
         snaps: dict[int, int] = {}
         # at most KEEP_SNAPSHOTS per session: the last in this order is the published one
         for sid, tokens in conn.execute(
@@ -66,7 +84,7 @@ def list_sessions(
             "id": r.client_id,
             "turns": r.version,
             "epoch": r.epoch,
-            "raw_tokens": r.tokens,
+            "raw_tokens": r.tokens + offloaded.get(r.id, 0),
             "served_tokens": snaps.get(r.id, 0) + int(tails.get(r.id) or 0),
             "last_activity": r.last_append_at,
         }
@@ -88,7 +106,7 @@ def session_rows(engine: Engine, tenant_id: int, client_id: str) -> SessionRows 
             .where(TT.c.session_id == row.id)
             .order_by(TT.c.seq)
         ):
-            turns.append(TurnRow(seq, role, tokens))
+            turns.append(TurnRow(seq, role, tokens, produced_tokens(tokens, content)))
             contents.append(content)
         logged = [
             Publish(r.epoch, r.through_seq, r.tokens, r.kind)

@@ -21,6 +21,8 @@ class BearerRequired:
             header = dict(scope["headers"]).get(b"authorization", b"")
             scheme, _, key = header.partition(b" ")
             if scheme.lower() != b"bearer" or not key.strip():
-                response = errors.problem(401, "Unauthorized", "send Authorization: Bearer <api key>")
+                response = errors.problem(
+                    401, "Unauthorized", "send Authorization: Bearer <api key>", path=scope["path"]
+                )
                 return await response(scope, receive, send)
         await self.app(scope, receive, send)

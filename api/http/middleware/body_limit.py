@@ -1,4 +1,4 @@
-"""BodyLimit: a request body over max_request_bytes is a 413 problem, declared or streamed."""
+"""BodyLimit: a request body over max_request_bytes is a 413 (in the path's error shape), declared or streamed."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ class BodyLimit:
         for name, value in scope["headers"]:
             if name == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
                 response = errors.problem(
-                    413, "Request body too large", f"the limit is {self.max_bytes} bytes"
+                    413, "Request body too large", f"the limit is {self.max_bytes} bytes", path=scope["path"]
                 )
                 return await response(scope, receive, send)
         seen = 0

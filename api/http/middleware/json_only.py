@@ -25,7 +25,7 @@ class JsonOnly:
             headers = dict(scope["headers"])
             problem = media_type_problem(headers.get(b"content-type"), _has_body(headers))
             if problem:
-                response = errors.problem(415, "Unsupported media type", problem)
+                response = errors.problem(415, "Unsupported media type", problem, path=scope["path"])
                 return await response(scope, receive, send)
         await self.app(scope, receive, send)
 

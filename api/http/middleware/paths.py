@@ -1,11 +1,11 @@
-"""Which /v1 paths the compactd middlewares guard (bearer key, JSON body, problem+json answers)."""
+"""Which /v1 paths the compactd middlewares guard (bearer key, JSON body)."""
 
 from __future__ import annotations
 
-# the Anthropic-compatible endpoint authenticates and answers errors itself, in the Anthropic shape
-ANTHROPIC_PATHS = ("/v1/messages",)
+from api.http.error_shapes import drop_in
 
 
 def compactd_api(path: str) -> bool:
-    """A /v1 path answered with problem+json (every one but the Anthropic-compatible endpoint)."""
-    return path.startswith("/v1/") and not path.startswith(ANTHROPIC_PATHS)
+    """A /v1 path of compactd's own API: every one but the drop-in endpoints (api/http/error_shapes.py
+    SHAPES), which authenticate and answer in their provider's shape themselves."""
+    return path.startswith("/v1/") and not drop_in(path)

@@ -55,8 +55,13 @@ def read_file(
     pattern: str | None = Query(default=None, min_length=1, max_length=1000),
     context_lines: int = Query(default=0, ge=0, le=20),
     max_matches: int = Query(default=50, ge=1, le=500),
+    log_read: bool = Query(
+        default=True,
+        description="false: a person's look (the inspector), not logged: the agent's reads stay the agent's",
+    ),
 ) -> dict[str, Any]:
-    """An excerpt of a file: lines (default), bytes, or lines matching an RE2 pattern. Each read is logged."""
+    """An excerpt of a file: lines (default), bytes, or lines matching an RE2 pattern. Each read is
+    logged (the agent's reads, listed in its memory note) unless `log_read=false`."""
     row = sessions.get_session(res.engine, tenant, sid)
     found = None if row is None else files.read_file(res.engine, row.id, ref)
     if row is None or found is None:
@@ -71,7 +76,8 @@ def read_file(
     else:
         excerpt = read_lines(text, start_line, end_line)
         logged = excerpt.description.rsplit(" of ", 1)[0]
-    files.log_read(res.engine, file_id, row.id, logged)
+    if log_read:
+        files.log_read(res.engine, file_id, row.id, logged)
     return {
         "ref": ref,
         "kind": kind,

@@ -27,6 +27,7 @@ from starlette.background import BackgroundTask
 from starlette.types import Receive, Scope, Send
 
 from api.http.deps import Reads, TenantDep, authorize_key
+from api.http.error_shapes import anthropic_type
 from api.http.errors import ApiError, NotFound, TooManyRequests
 from api.http.guard import Guard
 from api.http.jobs import note_command
@@ -70,28 +71,13 @@ from worker.proxy.provider_keys import HeldKeys
 from worker.proxy.reconcile import plan
 from worker.proxy.sse import EventSplitter, Relay, encode_event
 from worker.resources import Resources, redaction_key
-from worker.settings import Settings
+from worker.settings import Settings, shown_url
 from worker.store.proxy import load_records, provider_key_id
 from worker.store.sessions import Appended
 from worker.store.tenants import hash_key
 
 router = APIRouter(tags=["messages"])
 log = structlog.get_logger("compactd.proxy")
-
-ERROR_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    413: "request_too_large",
-    422: "invalid_request_error",
-    429: "rate_limit_error",
-    500: "api_error",
-    502: "api_error",
-    503: "api_error",
-    504: "api_error",
-    529: "overloaded_error",
-}
 
 
 def anthropic_error(
@@ -100,7 +86,7 @@ def anthropic_error(
     headers: Mapping[str, str] | None = None,
     details: Mapping[str, str] | None = None,
 ) -> Response:
-    body = error_body(ERROR_TYPES.get(status, "api_error"), message)
+    body = error_body(anthropic_type(status), message)
     if details:
         body["error"]["details"] = dict(details)
     return Response(orjson.dumps(body), status_code=status, media_type="application/json", headers=headers)
@@ -607,8 +593,14 @@ async def _open(call: Call, path: str, body: bytes) -> UpstreamResponse:
     except httpx.TimeoutException:
         raise ProxyError(504, "the upstream did not answer in time") from None
     except httpx.HTTPError as exc:
-        log.warning("proxy.upstream_unreachable", error=type(exc).__name__)
-        raise ProxyError(502, "the upstream could not be reached") from None
+        raise _unreachable(call, exc) from None
+
+
+def _unreachable(call: Call, exc: Exception) -> ProxyError:
+    """The 502 for an upstream that could not be reached, naming it (never its credentials), logged."""
+    shown = shown_url(call.res.settings.upstream_url)
+    log.warning("proxy.upstream_unreachable", upstream=shown, error=type(exc).__name__)
+    return ProxyError(502, f"the upstream {shown} (COMPACTD_UPSTREAM_URL) could not be reached")
 
 
 async def _upstream_error(response: UpstreamResponse) -> Response:
@@ -627,8 +619,8 @@ async def _pass_through(call: Call, raw: bytes, path: str) -> Response:
         response = await open_stream(client, path, call.request.url.query, call.headers(), raw)
     except httpx.TimeoutException:
         raise ProxyError(504, "the upstream did not answer in time") from None
-    except httpx.HTTPError:
-        raise ProxyError(502, "the upstream could not be reached") from None
+    except httpx.HTTPError as exc:
+        raise _unreachable(call, exc) from None
     if response.status_code != 200 or not call.body.get("stream"):
         return await _upstream_error(response)
 
@@ -705,7 +697,7 @@ async def _rounds(call: Call, relay: Relay, response: UpstreamResponse) -> Async
             try:
                 response = await _open(call, "/v1/messages", orjson.dumps(body))
             except ProxyError as exc:
-                yield encode_event("error", error_body(ERROR_TYPES.get(exc.status, "api_error"), exc.message))
+                yield encode_event("error", error_body(anthropic_type(exc.status), exc.message))
                 relay.current.error = True
                 return
             if response.status_code != 200:

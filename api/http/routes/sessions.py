@@ -19,6 +19,7 @@ from api.http.schemas import (
     SessionInfo,
 )
 from worker.flows import serve as prompts
+from worker.resources import Resources
 from worker.session_stats import session_stats
 from worker.store import inspector as stats_store
 from worker.store import sessions
@@ -34,8 +35,8 @@ class SessionSummary(BaseModel):
     id: str
     turns: int
     epoch: int
-    raw_tokens: int  # every stored turn, uncompacted
-    served_tokens: int  # the published snapshot plus the turns after it
+    raw_tokens: int  # every turn as the agent produced it (offloaded blocks whole), uncompacted
+    served_tokens: int  # a fetch's token_count now (the budget while the worker is behind)
     last_activity: str  # the last append, ISO 8601 UTC
 
 
@@ -87,13 +88,23 @@ def list_sessions(
                 turns=r["turns"],
                 epoch=r["epoch"],
                 raw_tokens=r["raw_tokens"],
-                served_tokens=r["served_tokens"],
+                served_tokens=served_now(res, tenant, r["id"], r["served_tokens"]),
                 last_activity=r["last_activity"].isoformat() + "Z",
             )
             for r in page
         ],
         next_cursor=encode_cursor(page[-1]["last_activity"], page[-1]["pk"]) if more else None,
     )
+
+
+def served_now(res: Resources, tenant: int, sid: str, published: int) -> int:
+    """What a fetch of the session serves now, `token_count`: snapshot, tail, memory and status
+    note; past the budget (the worker behind) the budget, which the fallback a fetch then serves
+    never passes. `published`, the snapshot plus the turns since, when there is no prompt to read."""
+    served = prompts.fetch_ready(res.engine, res.cache, tenant, sid, res.policy_for)
+    if served is None:
+        return published
+    return served.tokens if served.fits else served.budget_tokens
 
 
 @router.get("/v1/sessions/{sid}/stats")
@@ -105,6 +116,8 @@ def get_stats(sid: SessionId, res: ResourcesDep, tenant: TenantDep) -> dict[str,
     if rows is None:
         raise NotFound("no such session")
     policy = res.policy_for(rows.session.context_window, rows.session.output_reserve)
+    # the figure a fetch's token_count says: the inspector shows one number for the served prompt
+    served = prompts.fetch(res.engine, res.cache, tenant, sid, res.policy_for)
     return session_stats(
         sid,
         rows.turns,
@@ -113,6 +126,7 @@ def get_stats(sid: SessionId, res: ResourcesDep, tenant: TenantDep) -> dict[str,
         memory_items=rows.memory_items,
         files=rows.files,
         redactions=rows.redactions,
+        served_tokens=served.tokens if served is not None else None,
     )
 
 

@@ -1,0 +1,1 @@
+"""Third-party test data: its manifest and `make data`."""
