@@ -20,7 +20,13 @@ from functools import cache
 
 from ops.bench.families import canonical
 from worker.redaction.detectors import DETECTORS
-from worker.redaction.scanner import CONFIG_POSITIONS, KEYED_FIELD, KUBERNETES_MANIFEST
+from worker.redaction.scanner import (
+    CONFIG_POSITIONS,
+    GENERIC_POSITIONS,
+    GENERIC_TOKENS,
+    KEYED_FIELD,
+    KUBERNETES_MANIFEST,
+)
 
 EVERY = "*"
 GENERIC_BEFORE_LOG: dict[str, frozenset[str]] = {
@@ -51,9 +57,14 @@ SINCE_LOG: dict[str, frozenset[str]] = {
     CONFIG_POSITIONS: frozenset(
         {"newrelic", "generic", "kubernetes", "azure", "odbc", "keyword", "freemius"}
     ),
+    # issue 42 (TUNING.md 2026-12-01): the crafted negatives the generic layer newly flagged, read
+    GENERIC_POSITIONS: frozenset({"huggingface", "generic"}),
+    GENERIC_TOKENS: frozenset({"aws", "huggingface", "github", "openai"}),
 }
 # rules that did not exist before the log: tuned on what SINCE_LOG says and nothing else
-NEW_SINCE_LOG = frozenset({"okta_token", "thingsboard_token", CONFIG_POSITIONS})
+NEW_SINCE_LOG = frozenset(
+    {"okta_token", "thingsboard_token", CONFIG_POSITIONS, GENERIC_POSITIONS, GENERIC_TOKENS}
+)
 
 
 def rule_family(name: str, known: frozenset[str]) -> str:
@@ -79,7 +90,13 @@ def detector_families(name: str, known: frozenset[str], strict: bool) -> frozens
 @cache
 def left_out(held_out: frozenset[str], known: frozenset[str], strict: bool) -> frozenset[str]:
     """Our rule names tuned on any of the held-out families."""
-    names = {d.name for d in DETECTORS} | {KEYED_FIELD, KUBERNETES_MANIFEST, CONFIG_POSITIONS}
+    names = {d.name for d in DETECTORS} | {
+        KEYED_FIELD,
+        KUBERNETES_MANIFEST,
+        CONFIG_POSITIONS,
+        GENERIC_POSITIONS,
+        GENERIC_TOKENS,
+    }
     return frozenset(
         n for n in names if (tuned := detector_families(n, known, strict)) & held_out or EVERY in tuned
     )

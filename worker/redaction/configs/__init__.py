@@ -24,7 +24,7 @@ piece of a file, a diff, a grep hit or several files at once, which no parser ta
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 import re2
 
@@ -32,6 +32,7 @@ from worker.redaction.configs.markup import element_spans
 from worker.redaction.configs.oneliners import KEY_FILE_NAMES, key_file_spans, line_spans, npmrc_spans
 from worker.redaction.configs.pairs import line_pairs, spaced_pairs
 from worker.redaction.configs.sections import section_spans
+from worker.redaction.lines import decode, scan_windows, to_bytes, windows
 from worker.redaction.search import leftmost, match_spans
 
 Span = tuple[str, int, int]
@@ -56,60 +57,6 @@ _SECTIONS = (
     b"stringData:",
 )
 _MARKERS = re2.compile(b"|".join(re2.escape(m) for m in (*KEY_FILE_NAMES, *_SECTIONS)))
-# a line longer than this (a JSONL record, minified code) is read around each keyword only
-_LONG_LINE = 4_096
-_BEFORE, _AFTER = 512, 1_024
-
-
-def _decode(raw: bytes) -> str:
-    try:
-        return raw.decode("utf-8", "surrogatepass")
-    except UnicodeDecodeError:
-        return raw.decode("latin-1")  # one character per byte: the offsets are the bytes'
-
-
-def _to_bytes(text: str, raw: bytes, base: int, spans: Iterable[Span]) -> list[Span]:
-    """str spans of text (the decoding of raw, at byte base) as byte spans of the whole data."""
-    if len(text) == len(raw):
-        return [(k, base + s, base + e) for k, s, e in spans]
-    size = lambda t: len(t.encode("utf-8", "surrogatepass"))  # noqa: E731
-    return [(k, base + size(text[:s]), base + size(text[:e])) for k, s, e in spans]
-
-
-def _windows(data: bytes, starts: Iterable[int]) -> list[tuple[int, int, bool]]:
-    """(start, end, whole line) of the line around each position; a long line's part around it."""
-    out: list[tuple[int, int, bool]] = []
-    for at in starts:
-        if out and at < out[-1][1]:
-            continue
-        start = data.rfind(b"\n", 0, at) + 1
-        end = data.find(b"\n", at)
-        end = len(data) if end < 0 else end
-        whole = end - start <= _LONG_LINE
-        if not whole:
-            start, end = max(start, at - _BEFORE), min(end, at + _AFTER)
-            while start < at and data[start] & 0xC0 == 0x80:
-                start += 1  # not inside a character
-            while end < len(data) and data[end] & 0xC0 == 0x80:
-                end += 1
-        if out and start < out[-1][1]:
-            out[-1] = (out[-1][0], max(end, out[-1][1]), out[-1][2] and whole)
-        else:
-            out.append((start, end, whole))
-    return out
-
-
-def _scan(
-    data: bytes, windows: list[tuple[int, int, bool]], read: Callable[[str, bool], Iterable[Span]]
-) -> list[Span]:
-    found: list[Span] = []
-    for start, end, whole in windows:
-        raw = data[start:end]
-        text = _decode(raw)
-        spans = list(read(text, whole))
-        if spans:
-            found += _to_bytes(text, raw, start, spans)
-    return found
 
 
 def _keyword_line(text: str, whole: bool) -> Iterable[Span]:
@@ -127,16 +74,16 @@ def config_spans(data: bytes) -> list[Span]:
     found: list[Span] = []
     hits = [start for start, _ in match_spans(_KEYWORD, data)]
     if hits:
-        found += _scan(data, _windows(data, hits), _keyword_line)
+        found += scan_windows(data, windows(data, hits), _keyword_line)
     ones = [start for start, _ in match_spans(_ONE_LINE, data)] if b":" in data else []
     if ones:
-        found += _scan(data, _windows(data, ones), lambda text, whole: line_spans(text))
+        found += scan_windows(data, windows(data, ones), lambda text, whole: line_spans(text))
     marked = leftmost(_MARKERS, data) is not None if hits else False
     if marked and any(name in data for name in KEY_FILE_NAMES):
-        found += key_file_spans(data, _decode)
+        found += key_file_spans(data, decode)
     if marked and any(marker in data for marker in _SECTIONS):
-        text = _decode(data)
-        found += _to_bytes(text, data, 0, section_spans(text))
+        text = decode(data)
+        found += to_bytes(text, data, 0, section_spans(text))
     return _disjoint(found)
 
 
@@ -144,7 +91,7 @@ def config_text_spans(text: str) -> list[Span]:
     """config_spans of a str, in str offsets (for tests and tools)."""
     data = text.encode("utf-8", "surrogatepass")
     spans = config_spans(data)
-    return [(k, len(_decode(data[:s])), len(_decode(data[:e]))) for k, s, e in spans]
+    return [(k, len(decode(data[:s])), len(decode(data[:e]))) for k, s, e in spans]
 
 
 def _disjoint(spans: list[Span]) -> list[Span]:

@@ -1,0 +1,80 @@
+"""The generic layer: credentials found by structure and shape, whatever the format or vendor (issue 42).
+
+It runs beneath the rules (scanner.find_spans, rules GENERIC_POSITIONS and GENERIC_TOKENS) and
+knows no format and no vendor:
+
+    names.py       which names name a credential, in any spelling and case (`auth_pass`,
+                   `requirepass`, `passwod`, `rocommunity`, `X-Upstream-Token`)
+    directives.py  a credential name, whitespace, its value (`sentinel auth-pass m PW`,
+                   `enable secret 5 HASH`, `proxy_set_header Authorization "Basic …"`)
+    tokens.py      a short vendor-style prefix and a long random body (`ztk_live_4Q9v…`)
+
+Key/value pairs (`=`, `:`, `=>`, JSON, attributes) and XML elements are read with the config
+positions' own readers (configs/pairs.py, configs/markup.py), given this layer's wider names;
+an element that holds its value in a child (`<Password><Value>x</Value>`) is read here.
+Encoded forms come from the scanner: base64 runs are scanned decoded (a run that decodes to
+`user:password` is a credential, `decoded_userinfo`), and encoded.py re-scans percent- and
+JSON-escaped text decoded, this layer included. Placeholders and references are spared as in
+config positions (configs/names.py `spared`). The text is read line by line around a keyword
+(lines.py), never parsed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+import re2
+
+from worker.redaction.configs.markup import element_spans
+from worker.redaction.configs.names import spared
+from worker.redaction.configs.pairs import line_pairs
+from worker.redaction.generic.directives import directive_spans
+from worker.redaction.generic.names import credential_name
+from worker.redaction.generic.tokens import token_spans
+from worker.redaction.lines import decode, scan_windows, to_bytes, windows
+from worker.redaction.search import match_spans
+
+__all__ = ["decoded_userinfo", "position_spans", "token_spans"]
+
+Span = tuple[str, int, int]
+
+# a line worth reading names a credential somewhere (one RE2 pass; the rest is not looked at)
+_KEYWORD = re2.compile(rb"(?i)pass|pwd|secret|token|key|cred|auth|psk|community")
+# an element whose value is in a child: `<Password>\n  <Value>x</Value>` (Windows answer files)
+_CHILD_VALUE = re.compile(
+    r"<(?:[\w.-]+:)?([A-Za-z_][\w.-]*)(?:\s[^<>]*)?>\s*<(?:[\w.-]+:)?(?:Value|value)>([^<]*)</"
+)
+_USERINFO = re.compile(r"[\w.@+-]{1,64}:[!-~]{3,128}")
+
+
+def _line(text: str, whole: bool) -> Iterable[Span]:
+    yield from line_pairs(text, line_start=whole, kind_of=credential_name)
+    if whole:
+        yield from directive_spans(text)
+    if "<" in text:
+        yield from element_spans(text, kind_of=credential_name)
+
+
+def _child_values(text: str) -> Iterable[Span]:
+    for m in _CHILD_VALUE.finditer(text):
+        named = credential_name(m.group(1))
+        if named is not None and not spared(m.group(2), *named):
+            yield named[0], m.start(2), m.end(2)
+
+
+def position_spans(data: bytes) -> list[Span]:
+    """(kind, start, end) byte spans of credentials in credential positions (any line syntax)."""
+    hits = [start for start, _ in match_spans(_KEYWORD, data)]
+    if not hits:
+        return []
+    found = scan_windows(data, windows(data, hits), _line)
+    if b"<Value>" in data or b"<value>" in data:
+        text = decode(data)
+        found += to_bytes(text, data, 0, _child_values(text))
+    return sorted(found, key=lambda s: s[1])
+
+
+def decoded_userinfo(text: bytes) -> bool:
+    """Whether a base64 run's decoded text is `user:password` (Basic auth credentials)."""
+    return _USERINFO.fullmatch(text.decode("ascii", "replace")) is not None

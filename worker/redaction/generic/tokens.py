@@ -1,0 +1,117 @@
+"""Vendor-style tokens nobody has a rule for: a short prefix, then a long random body.
+
+    ztk_live_4Q9vX2mB7rL8tY3wZ6pN1sK5     upt_Hq7Zx2Lm9Rv4Tk8Wn3Bs6Yc1     acme-pat-Q7vL2…
+
+Judged by shape alone: a prefix of one to three short lower-case words ending in `_` or `-`, then
+a body of 20 to 120 letters and digits, with upper and lower case or letters and digits mixed,
+high entropy per character and no run of words. What looks like that and is no secret is
+excluded by its structure, not by a list of prefixes:
+
+- hashes and encoded text: a body of hex digits (content hashes, git SHAs, digests named after
+  their algorithm), or base64 that decodes to printable text;
+- ids a system mints: a body in a versioned id format (`01` then base62: `toolu_01…`, `msg_01…`),
+  any token in an id's position (after a key or word that names an id: `"id": "…"`,
+  `tool_use_id`, `call_id=`), and the ids of the wire formats compactd itself stores (`call_…`,
+  `chatcmpl-…`: the one list, since an OpenAI call id has no shape a token lacks);
+- public keys: a prefix that says so (`pk_…`, `pub_…`, `publishable_…`);
+- versions, paths and encoded data: a token inside a path or URL path (`/`, `\\` before it), with
+  dots in its body (a version, a host, a file name), or whose body runs on as base64 (`+`, `/`,
+  `=` after it: `sha512-rp3So…+ppb…==`) — the body pattern takes letters and digits only.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from collections.abc import Iterator
+
+import re2
+
+from worker.redaction.shapes import entropy_bits, is_wordy
+
+Span = tuple[str, int, int]
+
+# RE2 over bytes: the candidates (a clean text costs one DFA pass)
+CANDIDATE = re2.compile(
+    rb"(?:^|[^A-Za-z0-9_./\\-])((?:[a-z][a-z0-9]{1,9}[_-]){1,3})([A-Za-z0-9]{20,120})(?:[^A-Za-z0-9_/.+=-]|$)"
+)
+_HEX = re.compile(rb"^[0-9a-fA-F]+$")
+_VERSIONED_ID = re.compile(rb"^0[0-9][A-Za-z0-9]{18,}$")
+# the ids of the wire formats compactd speaks (Anthropic and OpenAI tool calls, messages, requests,
+# files, responses): minted by the API, stored in every transcript, and no different in shape from
+# a token; their prefixes are the one list here (redact.py keeps their fields unscanned too)
+_MINTED = frozenset(
+    [
+        b"toolu_",
+        b"srvtoolu_",
+        b"mcptoolu_",
+        b"msg_",
+        b"call_",
+        b"req_",
+        b"file_",
+        b"chatcmpl-",
+        b"resp_",
+        b"fc_",
+        b"run_",
+        b"thread_",
+        b"asst_",
+        b"batch_",
+        b"step_",
+        b"cs_",
+        b"rs_",
+        b"ws_",
+    ]
+)
+# a key or word right before the token that names an id (`"id": "`, `tool_use_id=`, `call_id `)
+_ID_BEFORE = re.compile(rb"(?:(?:\b|_)(?i:ids?)|[a-z]I[Dd]s?)[\"'\[\]\s:=,]{0,8}$")
+# words joined in camel case (`SomeLongIdentifierName12`): a name, however long
+# a prefix that says the key is public (`pk_live_…`, `pub-…`): published by design
+_PUBLIC = re.compile(rb"^(?:pk|pub|public|publishable)[_-]")
+_CAMEL_WORD = re.compile(r"[A-Z]?[a-z]{3,}")
+_MIN_BITS = 3.6
+
+
+def _random_body(body: bytes) -> bool:
+    """A body that reads as random: mixed classes, high entropy, not words joined up."""
+    text = body.decode("ascii")
+    digits = sum(c.isdigit() for c in text)
+    upper = sum(c.isupper() for c in text)
+    lower = sum(c.islower() for c in text)
+    if digits < 2 or lower + upper < 6 or (upper == 0 and lower == 0):
+        return False
+    if upper == 0 and digits < 4:
+        return False  # lower-case letters and a number or two: a name with a counter
+    if sum(len(w) for w in _CAMEL_WORD.findall(text)) >= 0.6 * len(text):
+        return False
+    return entropy_bits(text) >= _MIN_BITS and not is_wordy(text)
+
+
+def _encoded_text(body: bytes) -> bool:
+    """A body that is base64 of printable text (`YmVkcm9jay5hbWF6b25h…`): encoded words, not a key."""
+    try:
+        decoded = base64.b64decode(body + b"=" * (-len(body) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    return len(decoded) >= 12 and _PRINTABLE.fullmatch(decoded) is not None
+
+
+_PRINTABLE = re.compile(rb"[\x20-\x7e]+")
+
+
+def token_spans(data: bytes) -> Iterator[Span]:
+    """(kind, start, end) byte spans of vendor-style tokens in data."""
+    pos = 0
+    while True:
+        m = CANDIDATE.search(data, pos)
+        if m is None:
+            return
+        pos = m.end(2)
+        prefix, body = m.group(1), m.group(2)
+        if _HEX.match(body) or _VERSIONED_ID.match(body) or _encoded_text(body) or not _random_body(body):
+            continue
+        if _ID_BEFORE.search(data[max(0, m.start(1) - 24) : m.start(1)]):
+            continue
+        if prefix in _MINTED or prefix.rstrip(b"_-").endswith((b"id", b"uuid")) or _PUBLIC.match(prefix):
+            continue  # `run_id_…`, `uuid-…`: an id by its own name
+        yield "token", m.start(1), m.end(2)
