@@ -47,6 +47,11 @@ GENERIC_BEFORE_LOG: dict[str, frozenset[str]] = {
     "private_key": frozenset({"private"}),
     KUBERNETES_MANIFEST: frozenset({"kubernetes"}),
 }
+# the dev-half families whose held-out misses were read while tuning the generic layer (issue 42)
+LOOKED_AT_42 = frozenset(
+    "huggingface jwt kubernetes messagebird sonar sumologic doppler github gradle pwhash krb5 hashicorp"
+    " teams odbc postmark psexec shopify cloudant softlayer".split()
+)
 # rule name -> families looked at while writing or changing it since 2026-11-23 (TUNING.md)
 SINCE_LOG: dict[str, frozenset[str]] = {
     "authorization": frozenset({"curl"}),
@@ -57,9 +62,11 @@ SINCE_LOG: dict[str, frozenset[str]] = {
     CONFIG_POSITIONS: frozenset(
         {"newrelic", "generic", "kubernetes", "azure", "odbc", "keyword", "freemius"}
     ),
-    # issue 42 (TUNING.md 2026-12-01): the crafted negatives the generic layer newly flagged, read
-    GENERIC_POSITIONS: frozenset({"huggingface", "generic"}),
-    GENERIC_TOKENS: frozenset({"aws", "huggingface", "github", "openai"}),
+    # issue 42 (TUNING.md 2026-12-01): the crafted negatives the generic layer newly flagged, and the
+    # misses of the dev half of the families (ops/bench/generic.py DEV_FAMILIES) outside keyword and
+    # generic, read
+    GENERIC_POSITIONS: frozenset({"huggingface", "generic", *LOOKED_AT_42}),
+    GENERIC_TOKENS: frozenset({"aws", "huggingface", "github", "openai", *LOOKED_AT_42}),
 }
 # rules that did not exist before the log: tuned on what SINCE_LOG says and nothing else
 NEW_SINCE_LOG = frozenset(

@@ -6,11 +6,13 @@ knows no format and no vendor:
     names.py       which names name a credential, in any spelling and case (`auth_pass`,
                    `requirepass`, `passwod`, `rocommunity`, `X-Upstream-Token`)
     directives.py  a credential name, whitespace, its value (`sentinel auth-pass m PW`,
-                   `enable secret 5 HASH`, `proxy_set_header Authorization "Basic …"`)
+                   `enable secret 5 HASH`, `proxy_set_header Authorization "Basic …"`); flags
+                   (`--api-token X`, `--db-pass=X`) and headers (`X-Upstream-Token: v`)
     tokens.py      a short vendor-style prefix and a long random body (`ztk_live_4Q9v…`)
 
-Key/value pairs (`=`, `:`, `=>`, JSON, attributes) and XML elements are read with the config
-positions' own readers (configs/pairs.py, configs/markup.py), given this layer's wider names;
+Key/value pairs (`=`, `:`, `=>`, JSON, attributes), XML elements and URL userinfo
+(`scheme://user:p#ss@host`) are read with the config positions' own readers (configs/pairs.py,
+configs/markup.py, configs/oneliners.py), given this layer's wider names;
 an element that holds its value in a child (`<Password><Value>x</Value>`) is read here.
 Encoded forms come from the scanner: base64 runs are scanned decoded (a run that decodes to
 `user:password` is a credential, `decoded_userinfo`), and encoded.py re-scans percent- and
@@ -28,8 +30,9 @@ import re2
 
 from worker.redaction.configs.markup import element_spans
 from worker.redaction.configs.names import spared
+from worker.redaction.configs.oneliners import url_spans
 from worker.redaction.configs.pairs import line_pairs
-from worker.redaction.generic.directives import directive_spans
+from worker.redaction.generic.directives import directive_spans, flag_spans, header_spans
 from worker.redaction.generic.names import credential_name
 from worker.redaction.generic.tokens import token_spans
 from worker.redaction.lines import decode, scan_windows, to_bytes, windows
@@ -40,7 +43,7 @@ __all__ = ["decoded_userinfo", "position_spans", "token_spans"]
 Span = tuple[str, int, int]
 
 # a line worth reading names a credential somewhere (one RE2 pass; the rest is not looked at)
-_KEYWORD = re2.compile(rb"(?i)pass|pwd|secret|token|key|cred|auth|psk|community")
+_KEYWORD = re2.compile(rb"(?i)pass|pwd|pw\b|secret|token|key|salt|cred|auth|psk|community|://[^\s:/@]*:[^\s@]+@")
 # an element whose value is in a child: `<Password>\n  <Value>x</Value>` (Windows answer files)
 _CHILD_VALUE = re.compile(
     r"<(?:[\w.-]+:)?([A-Za-z_][\w.-]*)(?:\s[^<>]*)?>\s*<(?:[\w.-]+:)?(?:Value|value)>([^<]*)</"
@@ -50,8 +53,14 @@ _USERINFO = re.compile(r"[\w.@+-]{1,64}:[!-~]{3,128}")
 
 def _line(text: str, whole: bool) -> Iterable[Span]:
     yield from line_pairs(text, line_start=whole, kind_of=credential_name)
+    if "://" in text:
+        yield from url_spans(text)
     if whole:
         yield from directive_spans(text)
+    if "-" in text:
+        yield from flag_spans(text)
+    if ": " in text or ":\t" in text:
+        yield from header_spans(text)
     if "<" in text:
         yield from element_spans(text, kind_of=credential_name)
 

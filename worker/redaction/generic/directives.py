@@ -13,7 +13,7 @@ several tokens follow (`auth-pass <master> <password>`), the first that could be
 digit or symbol in it; not a number, address or mode word); none such, no
 value (`secret IP addresses` in a table's heading). A line that reads as prose or code (`the
 password is`, `return token`, `if secret:`) has no directive, and a computed value (a call, an
-attribute) or an option spelled as words (`new-format`) is none. Only a visible reference or
+attribute) is none. Only a visible reference or
 placeholder is spared (configs/names.py `spared`).
 """
 
@@ -177,7 +177,8 @@ _MAX_BEFORE = 5  # words before the name: `snmp-server community`, `ppp pap sent
 _MAX_WORDS = 12
 _MAX_LINE_CHARS = 300  # a directive is a short line; a JSONL record or minified code is none
 # an unquoted value is one run without quotes, brackets or braces (`x"},"caller":{…` is JSON)
-_BARE_VALUE = re.compile(r"[^\s\"'`{}()\[\]<>]+")
+# (`{SSHA}…`, `{SHA}…`: a hash's scheme before it)
+_BARE_VALUE = re.compile(r"(?:\{[A-Z0-9-]{2,12}\})?[^\s\"'`{}()\[\]<>]+")
 _TEMPLATE_OPEN = ("{{", "{%", "${", "<%")
 
 
@@ -190,14 +191,13 @@ def _could_be_secret(token: str) -> bool:
 
 
 def _is_computed(value: str) -> bool:
-    """A value code computes (`System.getenv("X")`, `settings.db.password`), or an option
-    spelled as words (`new-format`): no literal credential."""
-    return bool(_CALL.search(value) or _DOTTED.fullmatch(value) or _OPTION.fullmatch(value))
+    """A value code computes (`System.getenv("X")`, `settings.db.password`): no literal credential."""
+    return bool(_CALL.search(value) or _DOTTED.fullmatch(value))
 
 
 _CALL = re.compile(r"^[A-Za-z_$][\w$.]*\(")
 _DOTTED = re.compile(r"[A-Za-z_$]+(?:\.[A-Za-z_$]+)+")
-_OPTION = re.compile(r"[a-z]+(?:-[a-z]+)+")
+
 
 
 def _quoted_at(line: str, start: int) -> tuple[int, int] | None:
@@ -307,3 +307,37 @@ def _header(line: str, at: int) -> Iterator[Span]:
     judged = authorization(rest, None)
     if judged is not None:
         yield judged[0], lead + judged[1], lead + judged[2]
+
+
+# `--api-token X`, `-Password X`, `--db-pass=X`: a flag whose name names a credential, then its value
+_FLAG = re.compile(r"(?:^|[\s\"'=])(--?)([A-Za-z][\w.-]*)(=|[ \t]+)(\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'`;&|)]+)")
+# `X-Upstream-Token: v`, `Private-Token: v` (a header's name: capitalised words joined by `-`)
+# (`Authorization:` is the positions' own detector's, with its schemes)
+_HEADER = re.compile(r"\b((?:[A-Z][A-Za-z0-9]*-)+[A-Z][A-Za-z0-9]*):[ \t]*([^\s\"'`\\,;<>]+)")
+
+
+def flag_spans(line: str) -> Iterator[Span]:
+    """The value of a credential flag (`--api-token X`, `--db-pass=X`), anywhere on a line that is
+    no prose; a metavar (`--password PASSWORD`) is none."""
+    if _reads_as_prose(line.split() or [""]):
+        return
+    for m in _FLAG.finditer(line):
+        named = credential_name(m.group(2))
+        if named is None:
+            continue
+        value, start = m.group(4), m.start(4)
+        if value[0] in "\"'":
+            value, start = value[1:-1], start + 1
+        if value.startswith("-") or (m.group(3) != "=" and value.lower() in _PROSE):
+            continue
+        if value.isupper() and value.replace("_", "").isalpha():
+            continue  # a metavar in help text
+        yield from _judged(line, named, start, start + len(value))
+
+
+def header_spans(line: str) -> Iterator[Span]:
+    """The value of a header whose name names a credential (`-H "X-Upstream-Token: v"`)."""
+    for m in _HEADER.finditer(line):
+        named = credential_name(m.group(1))
+        if named is not None:
+            yield from _judged(line, named, m.start(2), m.end(2))

@@ -2,6 +2,10 @@
 
     ztk_live_4Q9vX2mB7rL8tY3wZ6pN1sK5     upt_Hq7Zx2Lm9Rv4Tk8Wn3Bs6Yc1     acme-pat-Q7vL2…
 
+And shapes that are credentials by structure wherever they sit: password hashes after their
+scheme (`{SSHA}W6ph5Mm5Pz8G…`, `$6$salt$…`: crackable offline), JSON Web Tokens (`eyJ….eyJ…`), and
+padded base64 that decodes to `user:password` (`YWRtaW46cGFzc3dvcmQ=`).
+
 Judged by shape alone: a prefix of one to three short lower-case words ending in `_` or `-`, then
 a body of 20 to 120 letters and digits, with upper and lower case or letters and digits mixed,
 high entropy per character and no run of words. What looks like that and is no secret is
@@ -34,8 +38,13 @@ Span = tuple[str, int, int]
 
 # RE2 over bytes: the candidates (a clean text costs one DFA pass)
 CANDIDATE = re2.compile(
-    rb"(?:^|[^A-Za-z0-9_./\\-])((?:[a-z][a-z0-9]{1,9}[_-]){1,3})([A-Za-z0-9]{20,120})(?:[^A-Za-z0-9_/.+=-]|$)"
+    rb"(?:^|[^A-Za-z0-9_./\\-])((?:[a-z][a-z0-9]{1,9}[_-]){1,3}|(?:[a-z]{2,4}\.){2,3})"
+    rb"([A-Za-z0-9]{20,120}(?:_[A-Za-z0-9]{8,60})?)(?:[^A-Za-z0-9_/.+=-]|$)"
 )
+# a JSON Web Token: a base64url JSON header and payload (`eyJ…`), then the signature
+JWT = re2.compile(rb"\beyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}(?:\.[A-Za-z0-9_-]{8,})?")
+# base64 with padding that may be `user:password` (Basic auth, a Secret's data)
+PADDED = re2.compile(rb"(?:^|[^A-Za-z0-9+/])([A-Za-z0-9+/]{11,200}={1,2})")
 _HEX = re.compile(rb"^[0-9a-fA-F]+$")
 _VERSIONED_ID = re.compile(rb"^0[0-9][A-Za-z0-9]{18,}$")
 # the ids of the wire formats compactd speaks (Anthropic and OpenAI tool calls, messages, requests,
@@ -69,20 +78,30 @@ _ID_BEFORE = re.compile(rb"(?:(?:\b|_)(?i:ids?)|[a-z]I[Dd]s?)[\"'\[\]\s:=,]{0,8}
 # a prefix that says the key is public (`pk_live_…`, `pub-…`): published by design
 _PUBLIC = re.compile(rb"^(?:pk|pub|public|publishable)[_-]")
 _CAMEL_WORD = re.compile(r"[A-Z]?[a-z]{3,}")
+_TITLE_WORD = re.compile(r"[A-Z][a-z]{3,}")
 _MIN_BITS = 3.6
+_MIN_LETTER_BITS = 4.0
 
 
 def _random_body(body: bytes) -> bool:
-    """A body that reads as random: mixed classes, high entropy, not words joined up."""
-    text = body.decode("ascii")
+    """A body that reads as random: mixed classes, high entropy, not words joined up. Letters alone
+    are random when upper and lower case are mixed throughout (a quarter to three quarters upper
+    case: camelCase names have an upper-case letter a word); with digits, when the letters are not
+    mostly words."""
+    text = body.decode("ascii").replace("_", "")
     digits = sum(c.isdigit() for c in text)
     upper = sum(c.isupper() for c in text)
     lower = sum(c.islower() for c in text)
-    if digits < 2 or lower + upper < 6 or (upper == 0 and lower == 0):
+    if lower + upper < 6:
         return False
+    if sum(len(w) for w in _TITLE_WORD.findall(text)) >= 0.5 * len(text):
+        return False  # `SponsoredProductsRemoteRHFSearch…`: capitalised words, however mixed
+    if digits < 2:
+        mixed = 0.25 <= upper / (upper + lower) <= 0.75
+        return mixed and len(text) >= 24 and entropy_bits(text) >= _MIN_LETTER_BITS
     if upper == 0 and digits < 4:
         return False  # lower-case letters and a number or two: a name with a counter
-    if sum(len(w) for w in _CAMEL_WORD.findall(text)) >= 0.6 * len(text):
+    if upper < 0.2 * (upper + lower) and sum(len(w) for w in _CAMEL_WORD.findall(text)) >= 0.6 * len(text):
         return False
     return entropy_bits(text) >= _MIN_BITS and not is_wordy(text)
 
@@ -99,8 +118,40 @@ def _encoded_text(body: bytes) -> bool:
 _PRINTABLE = re.compile(rb"[\x20-\x7e]+")
 
 
+# a password hash after its scheme (`{SSHA}W6ph5Mm5…`, `{SHA}…=`, LDAP and Apache): crackable offline
+HASHED = re2.compile(
+    rb"\{(?:S?SHA(?:256|384|512)?|S?MD5|CRYPT|PBKDF2[A-Z0-9-]*)\}[A-Za-z0-9+/.$]{16,}={0,2}"
+    # crypt(3) and its kin: `$1$salt$hash`, `$2a$05$…`, `$6$…`, `$y$…`, `$krb5asrep$23$…`
+    rb"|\$(?:1|2[abxy]?|5|6|7|8|9|y|gy|md5|sha1|apr1|argon2(?:id|i|d)|scrypt|pbkdf2[a-z0-9-]*|krb5[a-z]*)"
+    rb"\$[A-Za-z0-9./$=,@:+-]{16,}"
+)
+
+
+def _userinfo(run: bytes) -> bool:
+    """Whether a padded base64 run decodes to `user:password`."""
+    try:
+        decoded = base64.b64decode(run, validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    return _USERINFO.fullmatch(decoded) is not None
+
+
+_USERINFO = re.compile(rb"[\w.@+-]{1,64}:[!-~]{3,128}")
+
+
 def token_spans(data: bytes) -> Iterator[Span]:
-    """(kind, start, end) byte spans of vendor-style tokens in data."""
+    """(kind, start, end) byte spans of vendor-style tokens, JWTs, password hashes and padded
+    base64 `user:password` in data."""
+    if b"}" in data or b"$" in data:
+        for m in HASHED.finditer(data):
+            yield "password_hash", m.start(), m.end()
+    if b"eyJ" in data:
+        for m in JWT.finditer(data):
+            yield "jwt", m.start(), m.end()
+    if b"=" in data:
+        for m in PADDED.finditer(data):
+            if _userinfo(m.group(1)):
+                yield "basic_auth", m.start(1), m.end(1)
     pos = 0
     while True:
         m = CANDIDATE.search(data, pos)
