@@ -18,6 +18,7 @@ Run: python -m ops.bench generic   (reads ../shared/data or COMPACTD_DATA_DIR)
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections import Counter
 from pathlib import Path
@@ -89,24 +90,34 @@ def config_corpora(root: Path) -> list[dict[str, Any]]:
 
 
 def transcripts(root: Path) -> dict[str, Any]:
-    """Placeholders per MB of the real transcripts, before and after, and each added redaction."""
+    """Placeholders per MB of the real transcripts (each file redacted whole, escaped copies
+    included, as `ops.bench secrets` counts them), before and after, and each line the generic
+    layer changes, with what it took."""
     files = sorted(p for p in (root / "transcripts").rglob("*") if p.suffix in (".json", ".jsonl", ".traj"))
-    texts = [p.read_text(errors="replace") for p in files]
-    size_mb = sum(len(t.encode()) for t in texts) / 1e6
-    counts: dict[str, Counter[str]] = {}
+    counts: Counter[str] = Counter()
     added: list[str] = []
+    size = 0
     before_r, after_r = Redactor(b"bench", BEFORE), Redactor(b"bench", ALL)
-    for path, text in zip(files, texts, strict=True):
-        before, after = before_r.findings(text), after_r.findings(text)
-        counts.setdefault("before", Counter()).update(f.kind for f in before)
-        counts.setdefault("after", Counter()).update(f.kind for f in after)
-        old = {(f.start, f.end) for f in before}
-        for f in after:
-            if (f.start, f.end) not in old:
-                context = text[max(0, f.start - 60) : f.end + 20].replace("\n", "\\n")
-                added.append(f"{path.name[:24]} {f.kind}: …{context}…")
-    per_mb = {k: round(sum(v.values()) / size_mb, 1) for k, v in counts.items()}
+    for path in files:
+        for line in path.read_text(errors="replace").splitlines():
+            size += len(line.encode()) + 1
+            before, after = before_r.redact_text(line), after_r.redact_text(line)
+            counts["before"] += len(_PLACEHOLDER.findall(before))
+            counts["after"] += len(_PLACEHOLDER.findall(after))
+            if before != after:
+                added += [f"{path.name[:24]}: {taken}" for taken in _taken(before, after)]
+    size_mb = size / 1e6
+    per_mb = {k: round(v / size_mb, 1) for k, v in counts.items()}
     return {"mb": round(size_mb, 1), "per_mb": per_mb, "added": added}
+
+
+def _taken(before: str, after: str) -> list[str]:
+    """What the after text replaced that the before text kept, with some context each side."""
+    out = []
+    for op, a1, a2, b1, b2 in difflib.SequenceMatcher(None, before, after, autojunk=False).get_opcodes():
+        if op != "equal" and "[REDACTED:" in after[b1:b2]:
+            out.append(f"…{before[max(0, a1 - 50) : a1]}«{before[a1:a2]}»{before[a2 : a2 + 20]}…")
+    return out
 
 
 def main() -> dict[str, Any]:

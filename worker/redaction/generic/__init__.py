@@ -34,7 +34,7 @@ from worker.redaction.configs.oneliners import url_spans
 from worker.redaction.configs.pairs import line_pairs
 from worker.redaction.generic.directives import directive_spans, flag_spans, header_spans
 from worker.redaction.generic.names import credential_name
-from worker.redaction.generic.tokens import token_spans
+from worker.redaction.generic.tokens import decoded_userinfo, token_spans
 from worker.redaction.lines import decode, scan_windows, to_bytes, windows
 from worker.redaction.search import match_spans
 
@@ -43,12 +43,13 @@ __all__ = ["decoded_userinfo", "position_spans", "token_spans"]
 Span = tuple[str, int, int]
 
 # a line worth reading names a credential somewhere (one RE2 pass; the rest is not looked at)
-_KEYWORD = re2.compile(rb"(?i)pass|pwd|pw\b|secret|token|key|salt|cred|auth|psk|community|://[^\s:/@]*:[^\s@]+@")
+_KEYWORD = re2.compile(
+    rb"(?i)pass|pwd|pw\b|secret|token|key|salt|cred|auth|psk|community|://[^\s:/@]*:[^\s@]+@"
+)
 # an element whose value is in a child: `<Password>\n  <Value>x</Value>` (Windows answer files)
 _CHILD_VALUE = re.compile(
     r"<(?:[\w.-]+:)?([A-Za-z_][\w.-]*)(?:\s[^<>]*)?>\s*<(?:[\w.-]+:)?(?:Value|value)>([^<]*)</"
 )
-_USERINFO = re.compile(r"[\w.@+-]{1,64}:[!-~]{3,128}")
 
 
 def _line(text: str, whole: bool) -> Iterable[Span]:
@@ -83,7 +84,3 @@ def position_spans(data: bytes) -> list[Span]:
         found += to_bytes(text, data, 0, _child_values(text))
     return sorted(found, key=lambda s: s[1])
 
-
-def decoded_userinfo(text: bytes) -> bool:
-    """Whether a base64 run's decoded text is `user:password` (Basic auth credentials)."""
-    return _USERINFO.fullmatch(text.decode("ascii", "replace")) is not None

@@ -12,8 +12,9 @@ an encryption type (`0`, `5`, `7`) and a type word (`password`, `string`) are sk
 several tokens follow (`auth-pass <master> <password>`), the first that could be a secret (a
 digit or symbol in it; not a number, address or mode word); none such, no
 value (`secret IP addresses` in a table's heading). A line that reads as prose or code (`the
-password is`, `return token`, `if secret:`) has no directive, and a computed value (a call, an
-attribute) is none. Only a visible reference or
+password is`, `return token`, `if secret:`, `* Token usage`) has no directive: a name that is a
+plain word takes a word as its value only when it starts the line in lower case and the value
+ends it (`password vagrant`). A computed value (a call, an attribute) is none. Only a visible reference or
 placeholder is spared (configs/names.py `spared`).
 """
 
@@ -140,6 +141,24 @@ _CODE = frozenset(
         "val",
     ]
 )
+_CREDENTIAL_WORDS = frozenset(
+    [
+        "password",
+        "passwords",
+        "passphrase",
+        "secret",
+        "secrets",
+        "token",
+        "tokens",
+        "credential",
+        "credentials",
+        "key",
+        "keys",
+        "auth",
+        "community",
+        "pass",
+    ]
+)
 # tokens skipped before a directive's value: types and encodings of the value
 _TYPE_WORDS = frozenset(["password", "string", "plain", "plaintext", "cleartext", "text"])
 _MODE = frozenset(
@@ -197,7 +216,6 @@ def _is_computed(value: str) -> bool:
 
 _CALL = re.compile(r"^[A-Za-z_$][\w$.]*\(")
 _DOTTED = re.compile(r"[A-Za-z_$]+(?:\.[A-Za-z_$]+)+")
-
 
 
 def _quoted_at(line: str, start: int) -> tuple[int, int] | None:
@@ -271,10 +289,25 @@ def directive_spans(line: str) -> Iterator[Span]:
         if rest and rest[0].group() in ("=", ":", "=>", ":="):
             return  # a key/value pair: pairs.py reads those
         found = _value(line, rest)
-        if found is None:
+        if found is None or (_is_word(name) and not _stands_alone(line, tokens, i, found)):
             return
         yield from _judged(line, named, *found)
         return
+
+
+def _is_word(name: str) -> bool:
+    """A name that is a plain English word (`password`, `Token`, `credential`): prose uses it too."""
+    return name.isalpha() and name.lower() in _CREDENTIAL_WORDS
+
+
+def _stands_alone(line: str, tokens: list[re.Match[str]], i: int, found: tuple[int, int]) -> bool:
+    """Whether a plain-word name and its value are a directive, not prose (`* Token usage`,
+    `Reduce token usage`): a value with a digit or symbol is; a word value only when the name
+    starts the line in lower case and the value ends it (`password vagrant`)."""
+    value = line[found[0] : found[1]]
+    if not value.isalpha():
+        return True
+    return i == 0 and tokens[i].group().islower() and found[1] == tokens[-1].end()
 
 
 def _judged(line: str, named: tuple[str, bool], start: int, end: int) -> Iterator[Span]:
@@ -284,7 +317,7 @@ def _judged(line: str, named: tuple[str, bool], start: int, end: int) -> Iterato
         # `stats auth admin:s3cret`: a user and a password
         user, _, password = value.partition(":")
         if user and password and _NAME.fullmatch(user):
-            start, value = start + len(user) + 1, password
+            start, value, kind, strong = start + len(user) + 1, password, "password", True
     if "://" in value:
         return  # `Token https://host/settings/tokens`: where a credential is made, not one
     if (

@@ -32,6 +32,7 @@ from collections.abc import Iterator
 
 import re2
 
+from worker.redaction.configs.names import spared
 from worker.redaction.shapes import entropy_bits, is_wordy
 
 Span = tuple[str, int, int]
@@ -133,10 +134,20 @@ def _userinfo(run: bytes) -> bool:
         decoded = base64.b64decode(run, validate=True)
     except (binascii.Error, ValueError):
         return False
-    return _USERINFO.fullmatch(decoded) is not None
+    return decoded_userinfo(decoded)
 
 
-_USERINFO = re.compile(rb"[\w.@+-]{1,64}:[!-~]{3,128}")
+def decoded_userinfo(decoded: bytes) -> bool:
+    """Whether decoded base64 is `user:password` (Basic auth) with a password that is no placeholder
+    (`artif-key:AP6xxxxxxxxxx` is a mask)."""
+    if USERINFO.fullmatch(decoded) is None:
+        return False
+    password = decoded.split(b":", 1)[1].decode("ascii", "replace")
+    return not spared(password, "password", True)
+
+
+# one colon, no path after it: `arn:aws:iam::…`, `https://…` are no credentials
+USERINFO = re.compile(rb"[\w.@+-]{1,64}:[!-.0-9;-~][!-9;-~]{2,127}")
 
 
 def token_spans(data: bytes) -> Iterator[Span]:
