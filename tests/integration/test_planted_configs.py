@@ -13,10 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,8 +23,9 @@ import structlog
 
 import tests.integration.test_planted_secrets as planted
 from ops.bench.configs import ConfigFile, load
-from tests.conftest import REPO, data_dir, require
+from tests.conftest import data_dir, require
 from tests.fakes.messages_api import FakeMessagesAPI
+from tests.integration.test_offline_files import compact
 from worker.flows import compact as jobs
 from worker.redaction import Redactor
 
@@ -45,6 +43,20 @@ def _public() -> list[ConfigFile]:
 
 
 CORPORA: dict[str, Callable[[], list[ConfigFile]]] = {"configs": lambda: FILES, "public": _public}
+
+
+def _leaks(files: list[ConfigFile], places: dict[str, str]) -> list[str]:
+    """Each credential found in a place (as written or JSON-unescaped), but those `_left` allows."""
+    left = _left(files)
+    unescaped = {
+        k: v.replace("\\\\", "\\").replace('\\"', '"').replace("\\/", "/") for k, v in places.items()
+    }
+    return [
+        f"{where}: {name} {secret!r}"
+        for name, secret in _needles(files).items()
+        for where, text in unescaped.items()
+        if secret not in left and (secret in text or secret in places[where])
+    ]
 
 
 def _left(files: list[ConfigFile]) -> set[str]:
@@ -129,16 +141,7 @@ def test_planted_config_credentials_appear_nowhere(
     }
     assert messages_api.requests, "the summarizer was not called: nothing was tested there"
     assert re.search(r'"kind":\s*"offload"', places["responses"]), "nothing was offloaded to a file"
-    unescaped = {
-        k: v.replace("\\\\", "\\").replace('\\"', '"').replace("\\/", "/") for k, v in places.items()
-    }
-    left = _left(files)
-    leaks = [
-        f"{where}: {name} {secret!r}"
-        for name, secret in _needles(files).items()
-        for where, text in unescaped.items()
-        if secret not in left and (secret in text or secret in places[where])
-    ]
+    leaks = _leaks(files, places)
     assert leaks == [], f"{len(leaks)} leaks:\n" + "\n".join(leaks)
     assert "[REDACTED:" in places["database"]
 
@@ -154,31 +157,11 @@ def test_planted_config_credentials_appear_nowhere_offline(tmp_path: Path, corpu
     messages[-1:-1] = planted._tool_unit(len(files) + 1, {"command": "cat /srv/app/* /srv/app/*"}, whole)
     session = tmp_path / "session.json"
     session.write_text(json.dumps({"system": "You are a coding agent.", "messages": messages}))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("COMPACTD_")} | {"PYTHONPATH": str(REPO)}
-    env["XDG_CONFIG_HOME"] = str(tmp_path / ".config")  # the offline redaction key, not the user's
-    done = subprocess.run(
-        [sys.executable, "-m", "api.cli.command", "compact", str(session), "--context-window", "16000"]
-        + ["--json", "--out", str(tmp_path / "files")],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
+    done = compact(tmp_path, str(session), "--json", "--out", str(tmp_path / "files"), window="16000")
     written = {p.name: p.read_text(errors="replace") for p in (tmp_path / "files").iterdir()}
     assert any(n.startswith("f_") for n in written) and any(n.startswith("h_") for n in written), sorted(
         written
     )
     places = {"request": done.stdout, "stderr": done.stderr, **written}
-    unescaped = {
-        k: v.replace("\\\\", "\\").replace('\\"', '"').replace("\\/", "/") for k, v in places.items()
-    }
-    left = _left(files)
-    leaks = [
-        f"{where}: {name} {secret!r}"
-        for name, secret in _needles(files).items()
-        for where, text in unescaped.items()
-        if secret not in left and (secret in text or secret in places[where])
-    ]
+    leaks = _leaks(files, places)
     assert leaks == [], f"{len(leaks)} leaks:\n" + "\n".join(leaks)

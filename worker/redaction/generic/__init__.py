@@ -83,4 +83,3 @@ def position_spans(data: bytes) -> list[Span]:
         text = decode(data)
         found += to_bytes(text, data, 0, _child_values(text))
     return sorted(found, key=lambda s: s[1])
-
