@@ -18,7 +18,6 @@ Run: python -m ops.bench generic   (reads ../shared/data or COMPACTD_DATA_DIR)
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections import Counter
 from pathlib import Path
@@ -112,12 +111,23 @@ def transcripts(root: Path) -> dict[str, Any]:
 
 
 def _taken(before: str, after: str) -> list[str]:
-    """What the after text replaced that the before text kept, with some context each side."""
+    """Each placeholder the after text has and the before text has not, with what it replaced:
+    the text between the context on its left and on its right, found in the before text."""
     out = []
-    for op, a1, a2, b1, b2 in difflib.SequenceMatcher(None, before, after, autojunk=False).get_opcodes():
-        if op != "equal" and "[REDACTED:" in after[b1:b2]:
-            out.append(f"…{before[max(0, a1 - 50) : a1]}«{before[a1:a2]}»{before[a2 : a2 + 20]}…")
+    kept = Counter(_PLACEHOLDER_TEXT.findall(before))
+    for m in _PLACEHOLDER_TEXT.finditer(after):
+        if kept[m.group()] > 0:
+            kept[m.group()] -= 1
+            continue
+        left = _PLACEHOLDER_TEXT.split(after[max(0, m.start() - 40) : m.start()])[-1]
+        right = _PLACEHOLDER_TEXT.split(after[m.end() : m.end() + 20])[0]
+        at = before.find(left) + len(left) if left else 0
+        stop = before.find(right, at) if right else len(before)
+        out.append(f"…{left}«{before[at:stop] if stop >= at else '?'}»{right}…")
     return out
+
+
+_PLACEHOLDER_TEXT = re.compile(r"\[REDACTED:[a-z0-9_]+:[0-9a-f]{8}\]")
 
 
 def main() -> dict[str, Any]:

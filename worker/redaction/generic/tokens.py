@@ -6,9 +6,10 @@ And shapes that are credentials by structure wherever they sit: password hashes 
 scheme (`{SSHA}W6ph5Mm5Pz8G…`, `$6$salt$…`: crackable offline), JSON Web Tokens (`eyJ….eyJ…`), and
 padded base64 that decodes to `user:password` (`YWRtaW46cGFzc3dvcmQ=`).
 
-Judged by shape alone: a prefix of one to three short lower-case words ending in `_` or `-`, then
-a body of 20 to 120 letters and digits, with upper and lower case or letters and digits mixed,
-high entropy per character and no run of words. What looks like that and is no secret is
+Judged by shape alone: a prefix of one to three short words ending in `_`, `-` or `.` (`ghp_`,
+`xoxb-`, `SG.`, `dp.st.`), then a body of 20 to 120 letters and digits (in runs that `_` or `-`
+may join: `xoxb-1234…-5678…-AbC…`), with upper and lower case or letters and digits mixed, high
+entropy per character and no run of words. What looks like that and is no secret is
 excluded by its structure, not by a list of prefixes:
 
 - hashes and encoded text: a body of hex digits (content hashes, git SHAs, digests named after
@@ -39,9 +40,11 @@ Span = tuple[str, int, int]
 
 # RE2 over bytes: the candidates (a clean text costs one DFA pass)
 CANDIDATE = re2.compile(
-    rb"(?:^|[^A-Za-z0-9_./\\-])((?:[a-z][a-z0-9]{1,9}[_-]){1,3}|(?:[a-z]{2,4}\.){2,3})"
-    rb"([A-Za-z0-9]{20,120}(?:_[A-Za-z0-9]{8,60})?)(?:[^A-Za-z0-9_/.+=-]|$)"
+    rb"(?:^|[^A-Za-z0-9_./\\-])((?:[A-Za-z][A-Za-z0-9]{1,9}[_-]){1,3}|(?:[A-Za-z]{2,5}\.){1,3})"
+    rb"([A-Za-z0-9]{8,120}(?:[_-][A-Za-z0-9]{4,60}){0,6})(?:[^A-Za-z0-9_/.+=-]|$)"
 )
+_SEPARATORS = re.compile(rb"[_-]")
+_MIN_BODY = 20
 # a JSON Web Token: a base64url JSON header and payload (`eyJ…`), then the signature
 JWT = re2.compile(rb"\beyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}(?:\.[A-Za-z0-9_-]{8,})?")
 # base64 with padding that may be `user:password` (Basic auth, a Secret's data)
@@ -169,8 +172,14 @@ def token_spans(data: bytes) -> Iterator[Span]:
         if m is None:
             return
         pos = m.end(2)
-        prefix, body = m.group(1), m.group(2)
-        if _HEX.match(body) or _VERSIONED_ID.match(body) or _encoded_text(body) or not _random_body(body):
+        prefix, body = m.group(1), _SEPARATORS.sub(b"", m.group(2))
+        if (
+            len(body) < _MIN_BODY
+            or _HEX.match(body)
+            or _VERSIONED_ID.match(body)
+            or _encoded_text(body)
+            or not _random_body(body)
+        ):
             continue
         if _ID_BEFORE.search(data[max(0, m.start(1) - 24) : m.start(1)]):
             continue
