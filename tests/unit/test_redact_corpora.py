@@ -35,8 +35,8 @@ def test_secret_corpora_recall_and_false_positives(shared_data: Path) -> None:
     # five negatives of other rules that are credentials by shape or position (`foo_wWPw5k4a…`,
     # a look-alike `sk-proj-…`, `Ldap password ---- H7IKC85R#@4$`; two token-shaped ones not read)
     assert total["fp_rate"] <= 0.105, total
-    # 0.047: the same `real_key`; 0.054 since the generic layer (the three above)
-    assert total["fp_rate_unlisted"] <= 0.055, total
+    # 0.047: the same `real_key`; 0.059 since the generic layer (the five above)
+    assert total["fp_rate_unlisted"] <= 0.06, total
 
 
 def test_family_held_out_figures_hold(shared_data: Path) -> None:
@@ -57,10 +57,8 @@ def test_family_held_out_figures_hold(shared_data: Path) -> None:
 # corpus: (recall floor, false-positive ceiling), just past today's figures
 PER_CORPUS = {
     "gitleaks_rule_cases": (0.98, 0.12),  # look-alike Anthropic keys are redacted on purpose
-    "noseyparker_rule_examples": (
-        0.96,
-        0.08,
-    ),  # 0.078: a table's `Ldap password ---- H7IKC85R#@4$` (issue 42)
+    # 0.098: a table's `Ldap password ---- H7IKC85R#@4$` and two token shapes (issue 42)
+    "noseyparker_rule_examples": (0.96, 0.1),
     # `password: real_key`, a secret since issue 25; token shapes since issue 42 (`foo_wWPw5k4a…`)
     "detect_secrets_plugin_cases": (0.955, 0.085),
     "detect_secrets_test_files": (0.96, 0.0),
