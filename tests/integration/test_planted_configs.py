@@ -23,7 +23,7 @@ import structlog
 
 import tests.integration.test_planted_secrets as planted
 from ops.bench.configs import ConfigFile, load
-from tests.conftest import data_dir, require
+from tests.conftest import public_configs
 from tests.fakes.messages_api import FakeMessagesAPI
 from tests.integration.test_offline_files import compact
 from worker.flows import compact as jobs
@@ -37,9 +37,7 @@ FILES = load()
 
 
 def _public() -> list[ConfigFile]:
-    root = data_dir() / "public_configs"
-    require(root.is_dir(), f"the public-config corpus is not at {root}")
-    return [f for half in ("dev", "held") for f in load(root / half)]
+    return [f for half in ("dev", "held") for f in load(public_configs() / half)]
 
 
 CORPORA: dict[str, Callable[[], list[ConfigFile]]] = {"configs": lambda: FILES, "public": _public}

@@ -3,12 +3,10 @@ the public-config corpus (fetched upstream example files with planted credential
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from ops.bench import configs
-from tests.conftest import require
+from tests.conftest import public_configs
 from worker.redaction.scanner import ALL, CONFIG_POSITIONS, Ruleset
 
 WITHOUT_FORMATS = Ruleset.without(frozenset({CONFIG_POSITIONS}))
@@ -35,10 +33,9 @@ def test_config_corpus_without_its_formats_rules_is_mostly_caught() -> None:
 
 
 @pytest.mark.parametrize("half", sorted(PUBLIC))
-def test_public_config_corpus_holds_its_level(shared_data: Path, half: str) -> None:
+def test_public_config_corpus_holds_its_level(half: str) -> None:
     """The fetched example files with planted credentials keep today's catch and near-miss figures."""
-    folder = shared_data / "public_configs" / half
-    require(folder.is_dir(), f"the public-config corpus is not at {folder}")
+    folder = public_configs() / half
     caught, total, changed = _totals(configs.score(ALL, configs.load(folder)))
     least, most = PUBLIC[half]
     assert caught >= least, f"{caught}/{total} credential lines caught"
