@@ -2,8 +2,9 @@
 
 - leave-one-family-out on the four secret corpora: each family scored without every rule tuned on
   it; `held_out` keeps Kingfisher's catalog, `ablation` also removes Kingfisher's rules of the
-  family's vendor (the real ablation: no rule of the family at all). False positives of the
-  deployed rules on the crafted negatives are the in-sample ones;
+  family's vendor (the real ablation: no rule of the family at all); overall, per half of the
+  families (`family_half`: the dev half was read while tuning, the held half never) and per
+  family. False positives of the deployed rules on the crafted negatives are the in-sample ones;
 - leave-the-formats-out on the config corpus (tests/data/configs): every file scored with the
   config-position pass removed, so no format keeps a rule of its own (a lower bound on leaving
   one format out at a time: the other formats' rules are gone too);
@@ -18,15 +19,17 @@ Run: python -m ops.bench generic   (reads ../shared/data or COMPACTD_DATA_DIR)
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from ops.bench import configs
+from ops.bench import families as families_of
 from ops.bench.common import data_dir, table
-from ops.bench.held_out import held_out_redactors, known_families, score_held_out
-from ops.bench.secrets_scoring import CORPORA, overall, score_corpus
+from ops.bench.held_out import held_out_redactors, known_families
+from ops.bench.secrets_scoring import CORPORA, load_rows, overall, score, score_corpus
 from worker.redaction import Redactor
 from worker.redaction.scanner import ALL, CONFIG_POSITIONS, GENERIC_POSITIONS, GENERIC_TOKENS, Ruleset
 
@@ -35,19 +38,68 @@ BEFORE = Ruleset.without(GENERIC)
 _PLACEHOLDER = re.compile(r"\[REDACTED:([a-z0-9_]+):[0-9a-f]{8}\]")
 
 
-def families(root: Path) -> list[dict[str, Any]]:
-    """Leave-one-family-out recall and false positives, before and after, overall."""
+def family_half(family: str) -> str:
+    """`dev` or `held`: the half of the families a family is in (sha256 of its name, first byte
+    even: dev). Only dev families' samples were read while tuning the generic layer (TUNING.md)."""
+    return "dev" if hashlib.sha256(family.encode()).digest()[0] % 2 == 0 else "held"
+
+
+def _by_family(root: Path, redactors: dict[str, Redactor]) -> dict[str, dict[str, Any]]:
+    """Each family's figures pooled over the four corpora, scored with its own redactor."""
+    out: dict[str, dict[str, Any]] = {}
+    for name in CORPORA:
+        rows = load_rows(root / "secrets" / f"{name}.jsonl")
+        for fam, redactor in redactors.items():
+            mine = [r for r in rows if families_of.family(r) == fam]
+            if mine:
+                part = score(name, mine, redactor)
+                out[fam] = overall([out[fam], part]) if fam in out else part
+    return out
+
+
+def families(root: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Leave-one-family-out recall and false positives, before and after: overall, per half of the
+    families, and per family (the real ablation)."""
     known = known_families(root)
-    rows = []
+    rows: list[dict[str, Any]] = []
+    per_family: dict[str, dict[str, Any]] = {}
     for label, theirs in (("held_out", "none"), ("ablation", "vendor")):
         for when, extra in (("before", GENERIC), ("after", frozenset())):
             redactors = held_out_redactors(known, strict=False, theirs=theirs, also_left_out=extra)
-            total = overall([score_held_out(root, name, redactors) for name in CORPORA])
-            rows.append({"figure": f"{label} {when}", "recall": total["recall"], "fp_rate": total["fp_rate"]})
+            figures = _by_family(root, redactors)
+            for half in ("all", "dev", "held"):
+                mine = [f for fam, f in figures.items() if half == "all" or family_half(fam) == half]
+                total = overall(mine)
+                rows.append(
+                    {
+                        "figure": f"{label} {when}",
+                        "families": half,
+                        "positives": total["positives"],
+                        "recall": total["recall"],
+                        "negatives": total["negatives"],
+                        "fp_rate": total["fp_rate"],
+                    }
+                )
+            if label == "ablation":
+                for fam, f in figures.items():
+                    row = per_family.setdefault(
+                        fam, {"family": fam, "half": family_half(fam), "positives": f["positives"]}
+                    )
+                    row[f"caught_{when}"] = f["caught"]
+                    row[f"fps_{when}"] = f"{f['fps']}/{f['negatives']}"
     for when, rules in (("before", BEFORE), ("after", ALL)):
         total = overall([score_corpus(root, name, Redactor(b"bench", rules)) for name in CORPORA])
-        rows.append({"figure": f"in-sample {when}", "recall": total["recall"], "fp_rate": total["fp_rate"]})
-    return rows
+        rows.append(
+            {
+                "figure": f"in-sample {when}",
+                "families": "all",
+                "positives": total["positives"],
+                "recall": total["recall"],
+                "negatives": total["negatives"],
+                "fp_rate": total["fp_rate"],
+            }
+        )
+    return rows, sorted(per_family.values(), key=lambda r: (r["half"], r["family"]))
 
 
 def _corpus_row(name: str, rules: Ruleset, files: list[configs.ConfigFile]) -> dict[str, Any]:
@@ -132,8 +184,15 @@ _PLACEHOLDER_TEXT = re.compile(r"\[REDACTED:[a-z0-9_]+:[0-9a-f]{8}\]")
 
 def main() -> dict[str, Any]:
     root = data_dir()
-    fams = families(root)
-    print(table(fams, ["figure", "recall", "fp_rate"]))
+    fams, per_family = families(root)
+    print(table(fams, list(fams[0])))
+    print()
+    print(
+        table(
+            per_family,
+            ["family", "half", "positives", "caught_before", "caught_after", "fps_before", "fps_after"],
+        )
+    )
     corpora = config_corpora(root)
     cols = [k for k in corpora[0] if k not in ("missed", "changed_lines")]
     print()
@@ -149,7 +208,7 @@ def main() -> dict[str, Any]:
     print(f"\ntranscripts: {seen['mb']} MB, placeholders per MB {seen['per_mb']}")
     for line in seen["added"]:
         print(f"added  {line}")
-    return {"families": fams, "corpora": corpora, "transcripts": seen}
+    return {"families": fams, "per_family": per_family, "corpora": corpora, "transcripts": seen}
 
 
 if __name__ == "__main__":

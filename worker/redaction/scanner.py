@@ -26,7 +26,7 @@ import re2
 from worker.redaction import kingfisher
 from worker.redaction.configs import config_spans, merged
 from worker.redaction.detectors import DETECTORS
-from worker.redaction.generic import decoded_userinfo, position_spans, token_spans
+from worker.redaction.generic import WIDER, decoded_userinfo, token_spans
 from worker.redaction.manifests import kubernetes_secret_spans
 from worker.redaction.needs import prefilter
 from worker.redaction.rules import Detector
@@ -367,10 +367,12 @@ def uncovered(start: int, end: int, covered: list[tuple[int, int]]) -> list[tupl
 def find_spans(data: bytes, rules: Ruleset = ALL, depth: int = 1) -> list[Span]:
     """Byte spans of all secrets: patterns, percent-decoded and base64-decoded views, Kingfisher."""
     spans = scan_bytes(data, rules)
-    if rules.has(CONFIG_POSITIONS):  # credentials where config files put them (configs/)
-        spans = merged(spans, _outside_placeholders(data, config_spans(data)))
-    if rules.has(GENERIC_POSITIONS):  # the generic layer beneath the rules (generic/)
-        spans = merged(spans, _outside_placeholders(data, position_spans(data)))
+    formats, generic = rules.has(CONFIG_POSITIONS), rules.has(GENERIC_POSITIONS)
+    if formats or generic:
+        # credentials where config files put them (configs/), and in any line syntax (generic/):
+        # one pass over the lines that name a credential
+        found = config_spans(data, formats=formats, wider=WIDER if generic else None)
+        spans = merged(spans, _outside_placeholders(data, found))
     extra: list[Span] = []
     if rules.has(GENERIC_TOKENS):
         for kind, start, end in _outside_placeholders(data, list(token_spans(data))):

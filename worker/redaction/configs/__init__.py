@@ -16,7 +16,8 @@ per family of syntax:
     sections.py   sections whose every entry is one (composer's `github-oauth`, NuGet `<apikeys>`,
                   a Kubernetes Secret's `stringData:`)
 
-`config_spans(data)` is one pass of the scanner (scanner.find_spans, rule CONFIG_POSITIONS); its
+`config_spans(data)` is one pass of the scanner (scanner.find_spans, rule CONFIG_POSITIONS; the
+generic layer's line readers run in the same pass over the same lines, `Wider`); its
 spans win over a shorter one a pattern found inside them (`postgres://u:p#ss@h`: the whole
 password, not `p`). The text is scanned line by line, not parsed: a tool result is a numbered
 piece of a file, a diff, a grep hit or several files at once, which no parser takes whole.
@@ -24,11 +25,14 @@ piece of a file, a diff, a grep hit or several files at once, which no parser ta
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from functools import partial
 
 import re2
 
 from worker.redaction.configs.markup import element_spans
+from worker.redaction.configs.names import credential_kind
 from worker.redaction.configs.oneliners import KEY_FILE_NAMES, key_file_spans, line_spans, npmrc_spans
 from worker.redaction.configs.pairs import line_pairs, spaced_pairs
 from worker.redaction.configs.sections import section_spans
@@ -59,22 +63,44 @@ _SECTIONS = (
 _MARKERS = re2.compile(b"|".join(re2.escape(m) for m in (*KEY_FILE_NAMES, *_SECTIONS)))
 
 
-def _keyword_line(text: str, whole: bool) -> Iterable[Span]:
-    yield from line_pairs(text, line_start=whole)
-    if whole:
+@dataclass(frozen=True, slots=True)
+class Wider:
+    """A wider reading of the same lines, in the same pass (the generic layer, generic/): more
+    keywords mark a line, more names name a credential, and more readers read it."""
+
+    keyword: re2._Regexp
+    kind_of: Callable[[str], tuple[str, bool] | None]
+    line: Callable[[str, bool], Iterable[Span]]
+    whole: Callable[[bytes], list[Span]]
+
+
+def _keyword_line(text: str, whole: bool, formats: bool = True, wider: Wider | None = None) -> Iterable[Span]:
+    kind_of = wider.kind_of if wider is not None else credential_kind
+    yield from line_pairs(text, line_start=whole, kind_of=kind_of)
+    if formats and whole:
         yield from spaced_pairs(text)
     if "<" in text:
-        yield from element_spans(text)
-    if "_auth" in text or "_password" in text:
+        yield from element_spans(text, kind_of=kind_of)
+    if formats and ("_auth" in text or "_password" in text):
         yield from npmrc_spans(text)
+    if wider is not None:
+        yield from wider.line(text, whole)
 
 
-def config_spans(data: bytes) -> list[Span]:
-    """(kind, start, end) byte spans of every credential in a config position, sorted, disjoint."""
+def config_spans(data: bytes, formats: bool = True, wider: Wider | None = None) -> list[Span]:
+    """(kind, start, end) byte spans of every credential in a config position, sorted, disjoint.
+    formats: the formats' own rules take part (the one-line formats, rc files, npmrc, key files,
+    sections); wider: the generic layer reads the same lines in the same pass (its names replace
+    the formats' own, which they include)."""
     found: list[Span] = []
-    hits = [start for start, _ in match_spans(_KEYWORD, data)]
+    hits = [start for start, _ in match_spans(wider.keyword if wider else _KEYWORD, data)]
     if hits:
-        found += scan_windows(data, windows(data, hits), _keyword_line)
+        read = partial(_keyword_line, formats=formats, wider=wider)
+        found += scan_windows(data, windows(data, hits), read)
+    if wider is not None:
+        found += wider.whole(data)
+    if not formats:
+        return _disjoint(found)
     ones = [start for start, _ in match_spans(_ONE_LINE, data)] if b":" in data else []
     if ones:
         found += scan_windows(data, windows(data, ones), lambda text, whole: line_spans(text))

@@ -28,17 +28,15 @@ from collections.abc import Iterable
 
 import re2
 
-from worker.redaction.configs.markup import element_spans
+from worker.redaction.configs import Wider, config_spans
 from worker.redaction.configs.names import spared
 from worker.redaction.configs.oneliners import url_spans
-from worker.redaction.configs.pairs import line_pairs
 from worker.redaction.generic.directives import directive_spans, flag_spans, header_spans
 from worker.redaction.generic.names import credential_name
 from worker.redaction.generic.tokens import decoded_userinfo, token_spans
-from worker.redaction.lines import decode, scan_windows, to_bytes, windows
-from worker.redaction.search import match_spans
+from worker.redaction.lines import decode, to_bytes
 
-__all__ = ["decoded_userinfo", "position_spans", "token_spans"]
+__all__ = ["WIDER", "decoded_userinfo", "position_spans", "token_spans"]
 
 Span = tuple[str, int, int]
 
@@ -53,7 +51,8 @@ _CHILD_VALUE = re.compile(
 
 
 def _line(text: str, whole: bool) -> Iterable[Span]:
-    yield from line_pairs(text, line_start=whole, kind_of=credential_name)
+    """The generic readers of one line beyond pairs and elements (which configs/ reads with
+    `credential_name` in the same pass)."""
     if "://" in text:
         yield from url_spans(text)
     if whole:
@@ -62,8 +61,6 @@ def _line(text: str, whole: bool) -> Iterable[Span]:
         yield from flag_spans(text)
     if ": " in text or ":\t" in text:
         yield from header_spans(text)
-    if "<" in text:
-        yield from element_spans(text, kind_of=credential_name)
 
 
 def _child_values(text: str) -> Iterable[Span]:
@@ -73,13 +70,18 @@ def _child_values(text: str) -> Iterable[Span]:
             yield named[0], m.start(2), m.end(2)
 
 
-def position_spans(data: bytes) -> list[Span]:
-    """(kind, start, end) byte spans of credentials in credential positions (any line syntax)."""
-    hits = [start for start, _ in match_spans(_KEYWORD, data)]
-    if not hits:
+def _whole(data: bytes) -> list[Span]:
+    if b"<Value>" not in data and b"<value>" not in data:
         return []
-    found = scan_windows(data, windows(data, hits), _line)
-    if b"<Value>" in data or b"<value>" in data:
-        text = decode(data)
-        found += to_bytes(text, data, 0, _child_values(text))
-    return sorted(found, key=lambda s: s[1])
+    text = decode(data)
+    return to_bytes(text, data, 0, _child_values(text))
+
+
+# the generic layer's reading of the lines config positions read (configs.config_spans)
+WIDER = Wider(_KEYWORD, credential_name, _line, _whole)
+
+
+def position_spans(data: bytes) -> list[Span]:
+    """(kind, start, end) byte spans of credentials in credential positions (any line syntax) by
+    the generic layer alone (the formats' own rules out)."""
+    return config_spans(data, formats=False, wider=WIDER)

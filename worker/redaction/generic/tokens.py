@@ -34,15 +34,28 @@ from collections.abc import Iterator
 import re2
 
 from worker.redaction.configs.names import spared
+from worker.redaction.search import leftmost, match_spans
 from worker.redaction.shapes import entropy_bits, is_wordy
 
 Span = tuple[str, int, int]
 
-# RE2 over bytes: the candidates (a clean text costs one DFA pass)
-CANDIDATE = re2.compile(
+
+def _spans_only() -> re2.Options:
+    options = re2.Options()
+    options.never_capture = True
+    return options
+
+
+# the candidates: a prefix, then a body whose first run holds an upper-case letter or a digit (a
+# random body has one) and does not start like a versioned id (`01…`)
+_PATTERN = (
     rb"(?:^|[^A-Za-z0-9_./\\-])((?:[A-Za-z][A-Za-z0-9]{1,9}[_-]){1,3}|(?:[A-Za-z]{2,5}\.){1,3})"
-    rb"([A-Za-z0-9]{8,120}(?:[_-][A-Za-z0-9]{4,60}){0,6})(?:[^A-Za-z0-9_/.+=-]|$)"
+    rb"((?:[1-9A-Z]|0[A-Za-z]|[a-z]+[A-Z0-9])[A-Za-z0-9]{7,119}(?:[_-][A-Za-z0-9]{4,60}){0,6})"
+    rb"(?:[^A-Za-z0-9_/.+=-]|$)"
 )
+# RE2 finds the candidates' spans (one DFA pass, no groups); `re` reads the groups of each one
+CANDIDATE = re2.compile(_PATTERN, _spans_only())
+_GROUPS = re.compile(_PATTERN)
 _SEPARATORS = re.compile(rb"[_-]")
 _MIN_BODY = 20
 # a JSON Web Token: a base64url JSON header and payload (`eyJ…`), then the signature
@@ -50,7 +63,6 @@ JWT = re2.compile(rb"\beyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}(?:\.[A-Za-z0
 # base64 with padding that may be `user:password` (Basic auth, a Secret's data)
 PADDED = re2.compile(rb"(?:^|[^A-Za-z0-9+/])([A-Za-z0-9+/]{11,200}={1,2})")
 _HEX = re.compile(rb"^[0-9a-fA-F]+$")
-_VERSIONED_ID = re.compile(rb"^0[0-9][A-Za-z0-9]{18,}$")
 # the ids of the wire formats compactd speaks (Anthropic and OpenAI tool calls, messages, requests,
 # files, responses): minted by the API, stored in every transcript, and no different in shape from
 # a token; their prefixes are the one list here (redact.py keeps their fields unscanned too)
@@ -153,36 +165,34 @@ def decoded_userinfo(decoded: bytes) -> bool:
 USERINFO = re.compile(rb"[\w.@+-]{1,64}:[!-.0-9;-~][!-9;-~]{2,127}")
 
 
+_SHAPES = re2.compile(b"|".join(b"(?:" + r.pattern + b")" for r in (HASHED, JWT, PADDED)), _spans_only())
+# every shape at once: a clean text (nearly all of them) costs this one DFA pass
+_ANY = re2.compile(_SHAPES.pattern + b"|" + _PATTERN, _spans_only())
+
+
 def token_spans(data: bytes) -> Iterator[Span]:
     """(kind, start, end) byte spans of vendor-style tokens, JWTs, password hashes and padded
     base64 `user:password` in data."""
-    if b"}" in data or b"$" in data:
-        for m in HASHED.finditer(data):
-            yield "password_hash", m.start(), m.end()
-    if b"eyJ" in data:
-        for m in JWT.finditer(data):
-            yield "jwt", m.start(), m.end()
-    if b"=" in data:
+    if leftmost(_ANY, data) is None:
+        return
+    if leftmost(_SHAPES, data) is not None:
+        for start, end in match_spans(HASHED, data):
+            yield "password_hash", start, end
+        for start, end in match_spans(JWT, data):
+            yield "jwt", start, end
         for m in PADDED.finditer(data):
             if _userinfo(m.group(1)):
                 yield "basic_auth", m.start(1), m.end(1)
-    pos = 0
-    while True:
-        m = CANDIDATE.search(data, pos)
+    for start, end in match_spans(CANDIDATE, data):
+        m = _GROUPS.match(data, start, end)
         if m is None:
-            return
-        pos = m.end(2)
+            continue
         prefix, body = m.group(1), _SEPARATORS.sub(b"", m.group(2))
-        if (
-            len(body) < _MIN_BODY
-            or _HEX.match(body)
-            or _VERSIONED_ID.match(body)
-            or _encoded_text(body)
-            or not _random_body(body)
-        ):
+        # cheapest first: minted ids and public keys by their prefix, then the body's shape
+        if prefix in _MINTED or _PUBLIC.match(prefix) or prefix.rstrip(b"_-").endswith((b"id", b"uuid")):
             continue
-        if _ID_BEFORE.search(data[max(0, m.start(1) - 24) : m.start(1)]):
+        if len(body) < _MIN_BODY or _HEX.match(body) or not _random_body(body) or _encoded_text(body):
             continue
-        if prefix in _MINTED or prefix.rstrip(b"_-").endswith((b"id", b"uuid")) or _PUBLIC.match(prefix):
-            continue  # `run_id_…`, `uuid-…`: an id by its own name
+        if _ID_BEFORE.search(data, max(0, m.start(1) - 24), m.start(1)):
+            continue  # `"id": "…"`, `tool_use_id=…`: an id by its position
         yield "token", m.start(1), m.end(2)
