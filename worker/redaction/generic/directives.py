@@ -266,33 +266,48 @@ def directive_spans(line: str) -> Iterator[Span]:
     tokens = list(_TOKEN.finditer(line))
     if not tokens or len(tokens) > _MAX_WORDS:
         return
-    words = [t.group() for t in tokens]
-    if _COMMENT.match(words[0]):
-        tokens, words = tokens[1:], words[1:]
-    if len(tokens) < 2 or _reads_as_prose(words) or any(w in _CODE for w in words[:2]):
+    if _COMMENT.match(tokens[0].group()):
+        tokens = tokens[1:]
+    found = _named(tokens)
+    if found is None or len(tokens) < 2:
         return
+    i, named = found
+    words = [t.group() for t in tokens]
+    if _reads_as_prose(words) or any(w in _CODE for w in words[:2]):
+        return
+    name = words[i]
+    if named is _HEADER_NAME:
+        yield from _header(line, tokens[i].end())
+        return
+    before = words[i - 1] if i else ""
+    if before.startswith("-") or before.endswith(_TEMPLATE_OPEN):
+        return  # `--password secret shop`: a flag's value; `{{ rabbit_pass }}`: a template
+    rest = tokens[i + 1 :]
+    rest = rest[: next((j for j, t in enumerate(rest) if _TRAILING_COMMENT.match(t.group())), len(rest))]
+    if rest and rest[0].group() in ("=", ":", "=>", ":="):
+        return  # a key/value pair: pairs.py reads those
+    value = _value(line, rest)
+    if value is None or (_is_word(name) and not _stands_alone(line, tokens, i, value)):
+        return
+    yield from _judged(line, named, *value)
+
+
+# what `_named` returns for an `Authorization` header name
+_HEADER_NAME = ("authorization", True)
+
+
+def _named(tokens: list[re.Match[str]]) -> tuple[int, tuple[str, bool]] | None:
+    """The first of a line's first words that names a credential, and what it names."""
     for i, token in enumerate(tokens[: _MAX_BEFORE + 1]):
         name = token.group()
         if _NAME.fullmatch(name) is None:
             continue
         if name.lower() in ("authorization", "proxy-authorization"):
-            yield from _header(line, token.end())
-            return
+            return i, _HEADER_NAME
         named = credential_name(name)
-        if named is None:
-            continue
-        before = tokens[i - 1].group() if i else ""
-        if before.startswith("-") or before.endswith(_TEMPLATE_OPEN):
-            return  # `--password secret shop`: a flag's value; `{{ rabbit_pass }}`: a template
-        rest = tokens[i + 1 :]
-        rest = rest[: next((j for j, t in enumerate(rest) if _TRAILING_COMMENT.match(t.group())), len(rest))]
-        if rest and rest[0].group() in ("=", ":", "=>", ":="):
-            return  # a key/value pair: pairs.py reads those
-        found = _value(line, rest)
-        if found is None or (_is_word(name) and not _stands_alone(line, tokens, i, found)):
-            return
-        yield from _judged(line, named, *found)
-        return
+        if named is not None:
+            return i, named
+    return None
 
 
 def _is_word(name: str) -> bool:
