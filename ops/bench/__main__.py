@@ -1,6 +1,6 @@
 """`make bench`: every benchmark in turn, figures printed (copy them into BENCHMARKS.md).
 
-Run one part with: python -m ops.bench [engine|fidelity|replay|paced|memory|secrets|configs|service|load|proxy|startup]
+Run one part with: python -m ops.bench [engine|fidelity|replay|paced|memory|secrets|configs|generic|service|load|proxy|startup]
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ PARTS = (
     "memory",
     "secrets",
     "configs",
+    "generic",
     "service",
     "load",
     "proxy",

@@ -25,13 +25,17 @@ HELD_OUT = {
 }
 
 
-def held_out_redactors(known: frozenset[str], strict: bool, theirs: str) -> dict[str, Redactor]:
-    """Per family, a redactor without the rules tuned on that family."""
+def held_out_redactors(
+    known: frozenset[str], strict: bool, theirs: str, also_left_out: frozenset[str] = frozenset()
+) -> dict[str, Redactor]:
+    """Per family, a redactor without the rules tuned on that family (and without also_left_out:
+    the bench's "before" of a new rule)."""
     out: dict[str, Redactor] = {}
     for name in known:
         fam = frozenset({name})
         skip = _kingfisher_skipped(fam, known, theirs)
-        out[name] = Redactor(b"bench", Ruleset.without(tuning.left_out(fam, known, strict), skip))
+        left_out = tuning.left_out(fam, known, strict) | also_left_out
+        out[name] = Redactor(b"bench", Ruleset.without(left_out, skip))
     return out
 
 

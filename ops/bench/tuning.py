@@ -20,7 +20,13 @@ from functools import cache
 
 from ops.bench.families import canonical
 from worker.redaction.detectors import DETECTORS
-from worker.redaction.scanner import CONFIG_POSITIONS, KEYED_FIELD, KUBERNETES_MANIFEST
+from worker.redaction.scanner import (
+    CONFIG_POSITIONS,
+    GENERIC_POSITIONS,
+    GENERIC_TOKENS,
+    KEYED_FIELD,
+    KUBERNETES_MANIFEST,
+)
 
 EVERY = "*"
 GENERIC_BEFORE_LOG: dict[str, frozenset[str]] = {
@@ -41,6 +47,30 @@ GENERIC_BEFORE_LOG: dict[str, frozenset[str]] = {
     "private_key": frozenset({"private"}),
     KUBERNETES_MANIFEST: frozenset({"kubernetes"}),
 }
+# the dev-half families whose held-out misses were read while tuning the generic layer (issue 42)
+LOOKED_AT_42 = frozenset(
+    [
+        "huggingface",
+        "jwt",
+        "kubernetes",
+        "messagebird",
+        "sonar",
+        "sumologic",
+        "doppler",
+        "github",
+        "gradle",
+        "pwhash",
+        "krb5",
+        "hashicorp",
+        "teams",
+        "odbc",
+        "postmark",
+        "psexec",
+        "shopify",
+        "cloudant",
+        "softlayer",
+    ]
+)
 # rule name -> families looked at while writing or changing it since 2026-11-23 (TUNING.md)
 SINCE_LOG: dict[str, frozenset[str]] = {
     "authorization": frozenset({"curl"}),
@@ -51,9 +81,16 @@ SINCE_LOG: dict[str, frozenset[str]] = {
     CONFIG_POSITIONS: frozenset(
         {"newrelic", "generic", "kubernetes", "azure", "odbc", "keyword", "freemius"}
     ),
+    # issue 42 (TUNING.md 2026-12-01): the crafted negatives the generic layer newly flagged, and the
+    # misses of the dev half of the families (ops/bench/generic.py family_half) outside keyword and
+    # generic, read
+    GENERIC_POSITIONS: frozenset({"huggingface", "generic", *LOOKED_AT_42}),
+    GENERIC_TOKENS: frozenset({"aws", "huggingface", "github", "openai", *LOOKED_AT_42}),
 }
 # rules that did not exist before the log: tuned on what SINCE_LOG says and nothing else
-NEW_SINCE_LOG = frozenset({"okta_token", "thingsboard_token", CONFIG_POSITIONS})
+NEW_SINCE_LOG = frozenset(
+    {"okta_token", "thingsboard_token", CONFIG_POSITIONS, GENERIC_POSITIONS, GENERIC_TOKENS}
+)
 
 
 def rule_family(name: str, known: frozenset[str]) -> str:
@@ -79,7 +116,13 @@ def detector_families(name: str, known: frozenset[str], strict: bool) -> frozens
 @cache
 def left_out(held_out: frozenset[str], known: frozenset[str], strict: bool) -> frozenset[str]:
     """Our rule names tuned on any of the held-out families."""
-    names = {d.name for d in DETECTORS} | {KEYED_FIELD, KUBERNETES_MANIFEST, CONFIG_POSITIONS}
+    names = {d.name for d in DETECTORS} | {
+        KEYED_FIELD,
+        KUBERNETES_MANIFEST,
+        CONFIG_POSITIONS,
+        GENERIC_POSITIONS,
+        GENERIC_TOKENS,
+    }
     return frozenset(
         n for n in names if (tuned := detector_families(n, known, strict)) & held_out or EVERY in tuned
     )

@@ -29,16 +29,17 @@ def transcript(path: Path, runs: int) -> Path:
     return path
 
 
-def compact(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def compact(cwd: Path, *args: str, window: str = "32000") -> subprocess.CompletedProcess[str]:
+    """`compactd compact` run in cwd with args at a context window, as a user runs it; it must succeed."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("COMPACTD_")} | {"PYTHONPATH": str(REPO)}
     env["XDG_CONFIG_HOME"] = str(cwd / ".config")  # the offline redaction key, not the user's
     done = subprocess.run(
-        [sys.executable, "-m", "api.cli.command", "compact", *args, "--context-window", "32000"],
+        [sys.executable, "-m", "api.cli.command", "compact", *args, "--context-window", window],
         cwd=cwd,
         env=env,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr
     return done

@@ -26,6 +26,7 @@ import re2
 from worker.redaction import kingfisher
 from worker.redaction.configs import config_spans, merged
 from worker.redaction.detectors import DETECTORS
+from worker.redaction.generic import WIDER, decoded_userinfo, token_spans
 from worker.redaction.manifests import kubernetes_secret_spans
 from worker.redaction.needs import prefilter
 from worker.redaction.rules import Detector
@@ -126,6 +127,9 @@ def _lanes(detectors: tuple[Detector, ...]) -> tuple[_Lane, ...]:
 KUBERNETES_MANIFEST = "kubernetes_manifest"
 KEYED_FIELD = "keyed_field"
 CONFIG_POSITIONS = "config_positions"
+# the generic layer (generic/): credential positions in any line syntax, vendor-style token shapes
+GENERIC_POSITIONS = "generic_positions"
+GENERIC_TOKENS = "generic_tokens"
 
 
 @dataclass(frozen=True, slots=True)
@@ -363,9 +367,17 @@ def uncovered(start: int, end: int, covered: list[tuple[int, int]]) -> list[tupl
 def find_spans(data: bytes, rules: Ruleset = ALL, depth: int = 1) -> list[Span]:
     """Byte spans of all secrets: patterns, percent-decoded and base64-decoded views, Kingfisher."""
     spans = scan_bytes(data, rules)
-    if rules.has(CONFIG_POSITIONS):  # credentials where config files put them (configs/)
-        spans = merged(spans, _outside_placeholders(data, config_spans(data)))
+    formats, generic = rules.has(CONFIG_POSITIONS), rules.has(GENERIC_POSITIONS)
+    if formats or generic:
+        # credentials where config files put them (configs/), and in any line syntax (generic/):
+        # one pass over the lines that name a credential
+        found = config_spans(data, formats=formats, wider=WIDER if generic else None)
+        spans = merged(spans, _outside_placeholders(data, found))
     extra: list[Span] = []
+    if rules.has(GENERIC_TOKENS):
+        for kind, start, end in _outside_placeholders(data, list(token_spans(data))):
+            if not _overlaps(spans, start, end):
+                extra.append((kind, start, end))
     manifests = kubernetes_secret_spans(data) if rules.has(KUBERNETES_MANIFEST) else []
     for kind, start, end in manifests:
         if not _overlaps(spans, start, end):
@@ -395,6 +407,8 @@ def find_spans(data: bytes, rules: Ruleset = ALL, depth: int = 1) -> list[Span]:
             inner = find_spans(text, rules, depth - 1) if text is not None else []
             if inner:
                 extra.append((inner[0][0], start, end))
+            elif text is not None and rules.has(GENERIC_POSITIONS) and decoded_userinfo(text):
+                extra.append(("basic_auth", start, end))  # `user:password`, base64: Basic auth
     return sorted(spans + extra, key=lambda s: s[1]) if extra else spans
 
 

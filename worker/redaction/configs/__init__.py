@@ -16,7 +16,8 @@ per family of syntax:
     sections.py   sections whose every entry is one (composer's `github-oauth`, NuGet `<apikeys>`,
                   a Kubernetes Secret's `stringData:`)
 
-`config_spans(data)` is one pass of the scanner (scanner.find_spans, rule CONFIG_POSITIONS); its
+`config_spans(data)` is one pass of the scanner (scanner.find_spans, rule CONFIG_POSITIONS; the
+generic layer's line readers run in the same pass over the same lines, `Wider`); its
 spans win over a shorter one a pattern found inside them (`postgres://u:p#ss@h`: the whole
 password, not `p`). The text is scanned line by line, not parsed: a tool result is a numbered
 piece of a file, a diff, a grep hit or several files at once, which no parser takes whole.
@@ -25,13 +26,17 @@ piece of a file, a diff, a grep hit or several files at once, which no parser ta
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from functools import partial
 
 import re2
 
 from worker.redaction.configs.markup import element_spans
+from worker.redaction.configs.names import credential_kind
 from worker.redaction.configs.oneliners import KEY_FILE_NAMES, key_file_spans, line_spans, npmrc_spans
 from worker.redaction.configs.pairs import line_pairs, spaced_pairs
 from worker.redaction.configs.sections import section_spans
+from worker.redaction.lines import decode, scan_windows, to_bytes, windows
 from worker.redaction.search import leftmost, match_spans
 
 Span = tuple[str, int, int]
@@ -56,87 +61,55 @@ _SECTIONS = (
     b"stringData:",
 )
 _MARKERS = re2.compile(b"|".join(re2.escape(m) for m in (*KEY_FILE_NAMES, *_SECTIONS)))
-# a line longer than this (a JSONL record, minified code) is read around each keyword only
-_LONG_LINE = 4_096
-_BEFORE, _AFTER = 512, 1_024
 
 
-def _decode(raw: bytes) -> str:
-    try:
-        return raw.decode("utf-8", "surrogatepass")
-    except UnicodeDecodeError:
-        return raw.decode("latin-1")  # one character per byte: the offsets are the bytes'
+@dataclass(frozen=True, slots=True)
+class Wider:
+    """A wider reading of the same lines, in the same pass (the generic layer, generic/): more
+    keywords mark a line, more names name a credential, and more readers read it."""
+
+    keyword: re2._Regexp
+    kind_of: Callable[[str], tuple[str, bool] | None]
+    line: Callable[[str, bool], Iterable[Span]]
+    whole: Callable[[bytes], list[Span]]
 
 
-def _to_bytes(text: str, raw: bytes, base: int, spans: Iterable[Span]) -> list[Span]:
-    """str spans of text (the decoding of raw, at byte base) as byte spans of the whole data."""
-    if len(text) == len(raw):
-        return [(k, base + s, base + e) for k, s, e in spans]
-    size = lambda t: len(t.encode("utf-8", "surrogatepass"))  # noqa: E731
-    return [(k, base + size(text[:s]), base + size(text[:e])) for k, s, e in spans]
-
-
-def _windows(data: bytes, starts: Iterable[int]) -> list[tuple[int, int, bool]]:
-    """(start, end, whole line) of the line around each position; a long line's part around it."""
-    out: list[tuple[int, int, bool]] = []
-    for at in starts:
-        if out and at < out[-1][1]:
-            continue
-        start = data.rfind(b"\n", 0, at) + 1
-        end = data.find(b"\n", at)
-        end = len(data) if end < 0 else end
-        whole = end - start <= _LONG_LINE
-        if not whole:
-            start, end = max(start, at - _BEFORE), min(end, at + _AFTER)
-            while start < at and data[start] & 0xC0 == 0x80:
-                start += 1  # not inside a character
-            while end < len(data) and data[end] & 0xC0 == 0x80:
-                end += 1
-        if out and start < out[-1][1]:
-            out[-1] = (out[-1][0], max(end, out[-1][1]), out[-1][2] and whole)
-        else:
-            out.append((start, end, whole))
-    return out
-
-
-def _scan(
-    data: bytes, windows: list[tuple[int, int, bool]], read: Callable[[str, bool], Iterable[Span]]
-) -> list[Span]:
-    found: list[Span] = []
-    for start, end, whole in windows:
-        raw = data[start:end]
-        text = _decode(raw)
-        spans = list(read(text, whole))
-        if spans:
-            found += _to_bytes(text, raw, start, spans)
-    return found
-
-
-def _keyword_line(text: str, whole: bool) -> Iterable[Span]:
-    yield from line_pairs(text, line_start=whole)
-    if whole:
+def _keyword_line(text: str, whole: bool, formats: bool = True, wider: Wider | None = None) -> Iterable[Span]:
+    kind_of = wider.kind_of if wider is not None else credential_kind
+    yield from line_pairs(text, line_start=whole, kind_of=kind_of)
+    if formats and whole:
         yield from spaced_pairs(text)
     if "<" in text:
-        yield from element_spans(text)
-    if "_auth" in text or "_password" in text:
+        yield from element_spans(text, kind_of=kind_of)
+    if formats and ("_auth" in text or "_password" in text):
         yield from npmrc_spans(text)
+    if wider is not None:
+        yield from wider.line(text, whole)
 
 
-def config_spans(data: bytes) -> list[Span]:
-    """(kind, start, end) byte spans of every credential in a config position, sorted, disjoint."""
+def config_spans(data: bytes, formats: bool = True, wider: Wider | None = None) -> list[Span]:
+    """(kind, start, end) byte spans of every credential in a config position, sorted, disjoint.
+    formats: the formats' own rules take part (the one-line formats, rc files, npmrc, key files,
+    sections); wider: the generic layer reads the same lines in the same pass (its names replace
+    the formats' own, which they include)."""
     found: list[Span] = []
-    hits = [start for start, _ in match_spans(_KEYWORD, data)]
+    hits = [start for start, _ in match_spans(wider.keyword if wider else _KEYWORD, data)]
     if hits:
-        found += _scan(data, _windows(data, hits), _keyword_line)
+        read = partial(_keyword_line, formats=formats, wider=wider)
+        found += scan_windows(data, windows(data, hits), read)
+    if wider is not None:
+        found += wider.whole(data)
+    if not formats:
+        return _disjoint(found)
     ones = [start for start, _ in match_spans(_ONE_LINE, data)] if b":" in data else []
     if ones:
-        found += _scan(data, _windows(data, ones), lambda text, whole: line_spans(text))
+        found += scan_windows(data, windows(data, ones), lambda text, whole: line_spans(text))
     marked = leftmost(_MARKERS, data) is not None if hits else False
     if marked and any(name in data for name in KEY_FILE_NAMES):
-        found += key_file_spans(data, _decode)
+        found += key_file_spans(data, decode)
     if marked and any(marker in data for marker in _SECTIONS):
-        text = _decode(data)
-        found += _to_bytes(text, data, 0, section_spans(text))
+        text = decode(data)
+        found += to_bytes(text, data, 0, section_spans(text))
     return _disjoint(found)
 
 
@@ -144,7 +117,7 @@ def config_text_spans(text: str) -> list[Span]:
     """config_spans of a str, in str offsets (for tests and tools)."""
     data = text.encode("utf-8", "surrogatepass")
     spans = config_spans(data)
-    return [(k, len(_decode(data[:s])), len(_decode(data[:e]))) for k, s, e in spans]
+    return [(k, len(decode(data[:s])), len(decode(data[:e]))) for k, s, e in spans]
 
 
 def _disjoint(spans: list[Span]) -> list[Span]:

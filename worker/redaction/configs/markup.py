@@ -13,7 +13,7 @@ base64 or otherwise encoded: its position says it is a credential.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from worker.redaction.configs.names import credential_kind, spared
 
@@ -30,16 +30,19 @@ _NAMED = re.compile(
 )
 
 
-def element_spans(text: str) -> Iterator[Span]:
-    """The text of credential elements and of name/value entries naming a credential."""
+def element_spans(
+    text: str, kind_of: Callable[[str], tuple[str, bool] | None] = credential_kind
+) -> Iterator[Span]:
+    """The text of credential elements and of name/value entries naming a credential (by
+    `kind_of`: the config positions' names, or the generic layer's wider ones)."""
     if "</" in text:
         for m in _ELEMENT.finditer(text):
-            named = credential_kind(m.group(1))
+            named = kind_of(m.group(1))
             group = 2 if m.group(2) is not None else 3
             if named is not None and not spared(m.group(group), *named):
                 yield _trimmed(text, named[0], m.start(group), m.end(group))
     for m in _NAMED.finditer(text):
-        named = credential_kind(m.group(1))
+        named = kind_of(m.group(1))
         if named is None:
             continue
         group = next(g for g in (2, 3, 4, 5) if m.group(g) is not None)

@@ -60,6 +60,11 @@ def line_spans(text: str) -> Iterator[Span]:
     for m in _SASL.finditer(text):
         if not spared(m.group(1), "password", True):
             yield "password", m.start(1), m.end(1)
+    yield from url_spans(text)
+
+
+def url_spans(text: str) -> Iterator[Span]:
+    """The password of every `scheme://user:password@host` in text (it may hold `#`, `@`, `!`)."""
     for m in _URL.finditer(text):
         password = m.group(2)
         if re.match(r"\d+(?:[/?#]|$)", password):

@@ -20,7 +20,7 @@ only `=` (`password=x`), never `:` (prose: `token: the one from…`).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from worker.redaction.configs.names import credential_kind, spared
 from worker.redaction.keywords import echoes_key
@@ -119,7 +119,7 @@ def _bare(key: str) -> str:
 
 
 # the words a credential's key holds (keywords of the scanner's prefilter), in lower case
-_KEYWORD = re.compile(r"pass|pwd|pw\b|secret|token|key|salt|cred|auth")
+_KEYWORD = re.compile(r"pass|pwd|pw\b|secret|token|key|salt|cred|auth|psk|community")
 _KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-$@>")
 
 
@@ -143,9 +143,12 @@ def _pairs_named(line: str) -> Iterator[re.Match[str]]:
             yield m
 
 
-def line_pairs(line: str, line_start: bool = True) -> Iterator[Span]:
+def line_pairs(
+    line: str, line_start: bool = True, kind_of: Callable[[str], tuple[str, bool] | None] = credential_kind
+) -> Iterator[Span]:
     """The credential values of one line's key/value pairs, as (kind, start, end) in the line.
-    line_start: the text starts a line (not a piece of a long one)."""
+    line_start: the text starts a line (not a piece of a long one); kind_of: which keys name a
+    credential (the config positions' names, or the generic layer's wider ones)."""
     head = _HEAD.match(line) if line_start else None
     first = head.end() if head is not None else (0 if line_start else -1)
     for m in _pairs_named(line):
@@ -153,7 +156,7 @@ def line_pairs(line: str, line_start: bool = True) -> Iterator[Span]:
         quoted_key = key[0] in "\\\"'"
         if sep == "," and not (quoted_key or line[max(0, m.start() - 1) : m.start()] == "{"):
             continue
-        named = credential_kind(_bare(key))
+        named = kind_of(_bare(key))
         if named is None:
             continue
         kind, strong = named
@@ -162,7 +165,7 @@ def line_pairs(line: str, line_start: bool = True) -> Iterator[Span]:
             continue
         start, end, quoted = found
         value = line[start:end]
-        if not quoted and not _unquoted_literal(line, head, m, value):
+        if not quoted and not _unquoted_literal(line, head, m, value, kind_of):
             continue
         if sep == "," and _call_arguments(line, m.start(), end):
             continue
@@ -179,13 +182,19 @@ def _call_arguments(line: str, key_at: int, value_end: int) -> bool:
     return not line[:key_at].rstrip().endswith(("define(", "define (", "{", "["))
 
 
-def _unquoted_literal(line: str, head: re.Match[str] | None, m: re.Match[str], value: str) -> bool:
+def _unquoted_literal(
+    line: str,
+    head: re.Match[str] | None,
+    m: re.Match[str],
+    value: str,
+    kind_of: Callable[[str], tuple[str, bool] | None] = credential_kind,
+) -> bool:
     """Whether an unquoted value is a literal (a config file's) rather than code or prose."""
     if _COMPUTED.match(value) or _DOTTED.match(value):
         return False
     if m.group("sep") == ":" and _TYPE_NAME.match(value):
         return False  # `password: SecretStr`: a type annotation
-    named = credential_kind(_bare(m.group("key")))
+    named = kind_of(_bare(m.group("key")))
     if " " in value and all(w.isalpha() for w in value.split()) and named and named[0] != "password":
         return False  # `api_token: alpha beta gamma`: words, not a token (a passphrase is a password)
     key, sep = m.group("key"), m.group("sep")

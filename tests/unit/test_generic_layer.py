@@ -1,0 +1,167 @@
+"""The generic layer (worker/redaction/generic/): credentials by structure and shape, no format or vendor known."""
+
+from __future__ import annotations
+
+import base64
+import json
+from urllib.parse import quote
+
+import pytest
+
+from worker.redaction import Redactor
+from worker.redaction.generic.names import credential_name
+from worker.redaction.scanner import CONFIG_POSITIONS, Ruleset
+
+R = Redactor(b"generic-key")
+# the generic layer alone beneath the detectors: no config position knows these formats
+NO_FORMATS = Redactor(b"generic-key", Ruleset.without(frozenset({CONFIG_POSITIONS})))
+
+# (case, text, secret): the secret must be gone, and the rest of the text kept
+CAUGHT = [
+    ("daemon-directive", "auth_pass Kx7vR2pQ", "Kx7vR2pQ"),
+    ("directive-after-args", "sentinel auth-pass mymaster Qm9vLm8-pX2r_wq", "Qm9vLm8-pX2r_wq"),
+    ("directive-type-word", "d-i passwd/user-password password Preseed-User-4410", "Preseed-User-4410"),
+    ("directive-flag-skipped", "rootpw --plaintext Ks-Root-Pw-93", "Ks-Root-Pw-93"),
+    ("router-encryption-type", "username ddclient password 7 107D3D232342041E3A", "107D3D232342041E3A"),
+    ("router-secret", "enable secret 5 $1$Q0Zl$LN7ONybETL5LJZF1", "$1$Q0Zl$LN7ONybETL5LJZF1"),
+    ("community", " rocommunity c0mmUn1ty-Ro-88  default    -V systemonly", "c0mmUn1ty-Ro-88"),
+    ("weak-word-alone", "password vagrant", "vagrant"),
+    ("misspelt-name-xml", '<option name="passwod" value="Mnt-Ice-7765" />', "Mnt-Ice-7765"),
+    ("child-value-xml", "<Password>\n  <Value>LocalAcct-Pw-31</Value>\n</Password>", "LocalAcct-Pw-31"),
+    (
+        "proxy-header",
+        'proxy_set_header Authorization "Basic YmFja2VuZDpOZ2lueC1VcHN0cmVhbS05MQ==";',
+        "YmFja2VuZDpOZ2lueC1VcHN0cmVhbS05MQ==",
+    ),
+    (
+        "custom-header-directive",
+        "proxy_set_header X-Upstream-Token upt_Hq7Zx2Lm9Rv4Tk8Wn3Bs6Yc1;",
+        "upt_Hq7Zx2Lm9Rv4Tk8Wn3Bs6Yc1",
+    ),
+    ("header-in-curl", 'curl -H "X-Acme-Token: 7Hq2Lx9Pw4" https://api.example', "7Hq2Lx9Pw4"),
+    ("credential-flag", "acmectl deploy --api-token abcd1234efgh --verbose", "abcd1234efgh"),
+    ("credential-flag-equals", "tool --db-pass=hunter2x", "hunter2x"),
+    ("haproxy-user-password", "stats auth admin:H4proxy-St4ts", "H4proxy-St4ts"),
+    ("url-userinfo", "DATABASE_URL=postgres://app:p#ss@w0rd!@db.internal:5432/app", "p#ss@w0rd!"),
+    ("compound-key", "turn_external_secret = 'tUrN-Ext-8Hq2Lx9Pw'", "tUrN-Ext-8Hq2Lx9Pw"),
+    (
+        "unknown-vendor-token",
+        'export X="ztk_live_4Q9vX2mB7rL8tY3wZ6pN1sK5"',
+        "ztk_live_4Q9vX2mB7rL8tY3wZ6pN1sK5",
+    ),
+    (
+        "letters-only-token",
+        "login --with 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",
+        "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",
+    ),
+    (
+        "dotted-prefix-token",
+        "dp.st.dev.bAqhcVzrhy5cRHkOlNTc0Ve6w5NUDCpcutm8vGE9myi",
+        "bAqhcVzrhy5cRHkOlNTc0Ve6w5NUDCpcutm8vGE9myi",
+    ),
+    ("hash-scheme", "bob:{SHA}W6ph5Mm5Pz8GgiULbPgzG37mj9g=", "W6ph5Mm5Pz8GgiULbPgzG37mj9g="),
+    (
+        "crypt-hash",
+        "root:$6$qoE2letU$wWPRl.PVczjzeMVgjiA8LLy2nOyZbf7Amj3qLIL978o18:19000:0",
+        "wWPRl.PVczjzeMVgjiA8LLy2nOyZbf7Amj3qLIL978o18",
+    ),
+    ("jwt", "token eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhYmMifQ.c2lnbmF0dXJlMTIz", "eyJzdWIiOiJhYmMifQ"),
+    ("base64-userinfo", "data:\n  extra: 'YWRtaW46cGFzc3dvcmQ='", "YWRtaW46cGFzc3dvcmQ="),
+]
+# (case, text): nothing is redacted
+SPARED = [
+    ("reference", "sentinel auth-pass mymaster <password>"),
+    ("variable", "requirepass ${REDIS_PASSWORD}"),
+    ("prose", "Set the password to use to authenticate with the master and replicas."),
+    ("markdown-bullet", "  * Token usage"),
+    ("prose-heading", "Reduce token usage"),
+    ("table-heading", "# client\tserver\tsecret\t\tIP addresses"),
+    ("mode-word", "auth_type PASS"),
+    ("code-return", "return token"),
+    ("computed", 'password System.getenv("REPO_PASSWORD")'),
+    ("help-metavar", "  -p PASSWORD, --password PASSWORD   database password"),
+    ("prose-flag", "Pass the --password flag to be prompted for it."),
+    ("flag-value-name", "mysqldump --password-stdin shop"),
+    ("about-word", "auth_file = /etc/pgbouncer/userlist.txt"),
+    ("authentication", "aaa authentication login default local"),
+    ("where-made", "# HuggingFace API Token https://huggingface.co/settings/tokens"),
+    ("template", "amqp://{{ rabbit_user }}:{{ rabbit_pass }}@rabbit/"),
+    ("tool-use-id", '"id":"toolu_01A09q90qw90lq917835lq9X"'),
+    ("openai-call-id", "call_8fJ2kL9mN3pQ5rS7tU1vW4xY"),
+    ("id-position", '"tool_call_id": "call2_abc123XYZ789defGHI456jk"'),
+    ("hex-digest", "sha_0123456789abcdef0123456789abcdef01234567"),
+    ("uuid", "session 2ea6c743-4cb1-45cf-9d5c-cacbed866043"),
+    ("camel-name", "my_SomeLongIdentifierName12"),
+    (
+        "capitalised-words",
+        'data-cel-widget="desktop-rhf_SponsoredProductsRemoteRHFSearchEXPSubsK2ClickPagination"',
+    ),
+    ("base64-words", "bedrock-api-key-YmVkcm9jay5hbWF6b25hd3MuY29x"),
+    (
+        "integrity-hash",
+        "integrity: sha512-rp3So07KcdmmKbGvgaNxQSJr7bGVSVk5S9Eq1F+ppbRo70+YeaDxkw5Dd8NPN+GD6bjnYm2VuPuCXmpuYvmCXQ==",
+    ),
+    ("public-key-prefix", "pk_live_ReTllpYQYfIZu2Jnf2lAPFjD"),
+    ("path", "/usr/lib/foo_Abc123Def456Ghi789Jkl0"),
+]
+
+
+@pytest.mark.parametrize(("case", "text", "secret"), CAUGHT, ids=[c[0] for c in CAUGHT])
+def test_a_credential_no_format_rule_names_is_redacted(case: str, text: str, secret: str) -> None:
+    """Without the config positions, the generic layer takes the credential and leaves its name."""
+    out = NO_FORMATS.redact_text(text)
+    assert secret not in out, out
+    assert "[REDACTED:" in out
+
+
+@pytest.mark.parametrize(("case", "text"), SPARED, ids=[c[0] for c in SPARED])
+def test_a_reference_prose_id_or_hash_is_untouched(case: str, text: str) -> None:
+    """Placeholders, prose, code, ids, digests and names come through unchanged."""
+    assert R.redact_text(text) == text
+
+
+@pytest.mark.parametrize(
+    "encode",
+    [
+        lambda t: base64.b64encode(t.encode()).decode(),
+        lambda t: quote(t, safe=""),
+        lambda t: json.dumps(t)[1:-1],
+    ],
+    ids=["base64", "percent", "json-escaped"],
+)
+def test_encoded_directives_are_redacted(encode: object) -> None:
+    """A daemon directive inside base64, percent-encoding or JSON escapes loses its credential too."""
+    text = "global_defs {\n  router_id r1\n}\nsentinel auth-pass mymaster Qm9vLm8-pX2r_wq\n"
+    encoded = encode(text)  # type: ignore[operator]
+    out = R.redact_text(f"payload: {encoded}")
+    assert "Qm9vLm8-pX2r_wq" not in out and quote("Qm9vLm8-pX2r_wq", safe="") not in out
+    assert "[REDACTED:" in out
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [
+        ("auth_pass", "password"),
+        ("requirepass", "password"),
+        ("passwod", "password"),
+        ("rocommunity", "secret"),
+        ("wpa_psk", "key"),
+        ("X-Upstream-Token", "token"),
+        ("passwd/user-password", "password"),
+        ("turn_external_secret", "secret"),
+        ("creds", "credential"),
+        ("passwd/user-fullname", None),
+        ("authentication", None),
+        ("password-encryption", None),
+        ("token_url", None),
+        ("bypass", None),
+        ("passwordeval", None),
+        ("existingSecret", None),
+        ("credo", None),
+        ("max_tokens", None),
+    ],
+)
+def test_credential_names_in_any_spelling(name: str, kind: str | None) -> None:
+    """A name's last word decides: a credential stem or compound names one, an about-word does not."""
+    named = credential_name(name)
+    assert (named[0] if named else None) == kind

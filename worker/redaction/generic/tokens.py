@@ -1,0 +1,198 @@
+"""Vendor-style tokens nobody has a rule for: a short prefix, then a long random body.
+
+    ztk_live_4Q9vX2mB7rL8tY3wZ6pN1sK5     upt_Hq7Zx2Lm9Rv4Tk8Wn3Bs6Yc1     acme-pat-Q7vL2…
+
+And shapes that are credentials by structure wherever they sit: password hashes after their
+scheme (`{SSHA}W6ph5Mm5Pz8G…`, `$6$salt$…`: crackable offline), JSON Web Tokens (`eyJ….eyJ…`), and
+padded base64 that decodes to `user:password` (`YWRtaW46cGFzc3dvcmQ=`).
+
+Judged by shape alone: a prefix of one to three short words ending in `_`, `-` or `.` (`ghp_`,
+`xoxb-`, `SG.`, `dp.st.`), then a body of 20 to 120 letters and digits (in runs that `_` or `-`
+may join: `xoxb-1234…-5678…-AbC…`), with upper and lower case or letters and digits mixed, high
+entropy per character and no run of words. What looks like that and is no secret is
+excluded by its structure, not by a list of prefixes:
+
+- hashes and encoded text: a body of hex digits (content hashes, git SHAs, digests named after
+  their algorithm), or base64 that decodes to printable text;
+- ids a system mints: a body in a versioned id format (`01` then base62: `toolu_01…`, `msg_01…`),
+  any token in an id's position (after a key or word that names an id: `"id": "…"`,
+  `tool_use_id`, `call_id=`), and the ids of the wire formats compactd itself stores (`call_…`,
+  `chatcmpl-…`: the one list, since an OpenAI call id has no shape a token lacks);
+- public keys: a prefix that says so (`pk_…`, `pub_…`, `publishable_…`);
+- versions, paths and encoded data: a token inside a path or URL path (`/`, `\\` before it), with
+  dots in its body (a version, a host, a file name), or whose body runs on as base64 (`+`, `/`,
+  `=` after it: `sha512-rp3So…+ppb…==`) — the body pattern takes letters and digits only.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from collections.abc import Iterator
+
+import re2
+
+from worker.redaction.configs.names import spared
+from worker.redaction.search import leftmost, match_spans
+from worker.redaction.shapes import entropy_bits, is_wordy
+
+Span = tuple[str, int, int]
+
+
+def _spans_only() -> re2.Options:
+    options = re2.Options()
+    options.never_capture = True
+    return options
+
+
+# the candidates: a prefix, then a body whose first run holds an upper-case letter or a digit (a
+# random body has one) and does not start like a versioned id (`01…`)
+_PATTERN = (
+    rb"(?:^|[^A-Za-z0-9_./\\-])((?:[A-Za-z][A-Za-z0-9]{1,9}[_-]){1,3}|(?:[A-Za-z]{2,5}\.){1,3})"
+    rb"((?:[1-9A-Z]|0[A-Za-z]|[a-z]+[A-Z0-9])[A-Za-z0-9]{7,119}(?:[_-][A-Za-z0-9]{4,60}){0,6})"
+    rb"(?:[^A-Za-z0-9_/.+=-]|$)"
+)
+# RE2 finds the candidates' spans (one DFA pass, no groups); `re` reads the groups of each one
+CANDIDATE = re2.compile(_PATTERN, _spans_only())
+_GROUPS = re.compile(_PATTERN)
+_SEPARATORS = re.compile(rb"[_-]")
+_MIN_BODY = 20
+# a JSON Web Token: a base64url JSON header and payload (`eyJ…`), then the signature
+JWT = re2.compile(rb"\beyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}(?:\.[A-Za-z0-9_-]{8,})?")
+# base64 with padding that may be `user:password` (Basic auth, a Secret's data)
+PADDED = re2.compile(rb"(?:^|[^A-Za-z0-9+/])([A-Za-z0-9+/]{11,200}={1,2})")
+_HEX = re.compile(rb"^[0-9a-fA-F]+$")
+# the ids of the wire formats compactd speaks (Anthropic and OpenAI tool calls, messages, requests,
+# files, responses): minted by the API, stored in every transcript, and no different in shape from
+# a token; their prefixes are the one list here (redact.py keeps their fields unscanned too)
+_MINTED = frozenset(
+    [
+        b"toolu_",
+        b"srvtoolu_",
+        b"mcptoolu_",
+        b"msg_",
+        b"call_",
+        b"req_",
+        b"file_",
+        b"chatcmpl-",
+        b"resp_",
+        b"fc_",
+        b"run_",
+        b"thread_",
+        b"asst_",
+        b"batch_",
+        b"step_",
+        b"cs_",
+        b"rs_",
+        b"ws_",
+    ]
+)
+# a key or word right before the token that names an id (`"id": "`, `tool_use_id=`, `call_id `)
+_ID_BEFORE = re.compile(rb"(?:(?:\b|_)(?i:ids?)|[a-z]I[Dd]s?)[\"'\[\]\s:=,]{0,8}$")
+# words joined in camel case (`SomeLongIdentifierName12`): a name, however long
+# a prefix that says the key is public (`pk_live_…`, `pub-…`): published by design
+_PUBLIC = re.compile(rb"^(?:pk|pub|public|publishable)[_-]")
+_CAMEL_WORD = re.compile(r"[A-Z]?[a-z]{3,}")
+_TITLE_WORD = re.compile(r"[A-Z][a-z]{3,}")
+_MIN_BITS = 3.6
+_MIN_LETTER_BITS = 4.0
+
+
+def _random_body(body: bytes) -> bool:
+    """A body that reads as random: mixed classes, high entropy, not words joined up. Letters alone
+    are random when upper and lower case are mixed throughout (a quarter to three quarters upper
+    case: camelCase names have an upper-case letter a word); with digits, when the letters are not
+    mostly words."""
+    text = body.decode("ascii").replace("_", "")
+    digits = sum(c.isdigit() for c in text)
+    upper = sum(c.isupper() for c in text)
+    lower = sum(c.islower() for c in text)
+    if lower + upper < 6:
+        return False
+    if sum(len(w) for w in _TITLE_WORD.findall(text)) >= 0.5 * len(text):
+        return False  # `SponsoredProductsRemoteRHFSearch…`: capitalised words, however mixed
+    if digits < 2:
+        mixed = 0.25 <= upper / (upper + lower) <= 0.75
+        return mixed and len(text) >= 24 and entropy_bits(text) >= _MIN_LETTER_BITS
+    if upper == 0 and digits < 4:
+        return False  # lower-case letters and a number or two: a name with a counter
+    if upper < 0.2 * (upper + lower) and sum(len(w) for w in _CAMEL_WORD.findall(text)) >= 0.6 * len(text):
+        return False
+    return entropy_bits(text) >= _MIN_BITS and not is_wordy(text)
+
+
+def _encoded_text(body: bytes) -> bool:
+    """A body that is base64 of printable text (`YmVkcm9jay5hbWF6b25h…`): encoded words, not a key."""
+    try:
+        decoded = base64.b64decode(body + b"=" * (-len(body) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    return len(decoded) >= 12 and _PRINTABLE.fullmatch(decoded) is not None
+
+
+_PRINTABLE = re.compile(rb"[\x20-\x7e]+")
+
+
+# a password hash after its scheme (`{SSHA}W6ph5Mm5…`, `{SHA}…=`, LDAP and Apache): crackable offline
+HASHED = re2.compile(
+    rb"\{(?:S?SHA(?:256|384|512)?|S?MD5|CRYPT|PBKDF2[A-Z0-9-]*)\}[A-Za-z0-9+/.$]{16,}={0,2}"
+    # crypt(3) and its kin: `$1$salt$hash`, `$2a$05$…`, `$6$…`, `$y$…`, `$krb5asrep$23$…`
+    rb"|\$(?:1|2[abxy]?|5|6|7|8|9|y|gy|md5|sha1|apr1|argon2(?:id|i|d)|scrypt|pbkdf2[a-z0-9-]*|krb5[a-z]*)"
+    rb"\$[A-Za-z0-9./$=,@:+-]{16,}"
+)
+
+
+def _userinfo(run: bytes) -> bool:
+    """Whether a padded base64 run decodes to `user:password`."""
+    try:
+        decoded = base64.b64decode(run, validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    return decoded_userinfo(decoded)
+
+
+def decoded_userinfo(decoded: bytes) -> bool:
+    """Whether decoded base64 is `user:password` (Basic auth) with a password that is no placeholder
+    (`artif-key:AP6xxxxxxxxxx` is a mask)."""
+    if USERINFO.fullmatch(decoded) is None:
+        return False
+    password = decoded.split(b":", 1)[1].decode("ascii", "replace")
+    return not spared(password, "password", True)
+
+
+# one colon, no path after it: `arn:aws:iam::…`, `https://…` are no credentials
+USERINFO = re.compile(rb"[\w.@+-]{1,64}:[!-.0-9;-~][!-9;-~]{2,127}")
+
+
+_SHAPES = re2.compile(b"|".join(b"(?:" + r.pattern + b")" for r in (HASHED, JWT, PADDED)), _spans_only())
+# every shape at once: a clean text (nearly all of them) costs this one DFA pass
+_ANY = re2.compile(_SHAPES.pattern + b"|" + _PATTERN, _spans_only())
+
+
+def token_spans(data: bytes) -> Iterator[Span]:
+    """(kind, start, end) byte spans of vendor-style tokens, JWTs, password hashes and padded
+    base64 `user:password` in data."""
+    if leftmost(_ANY, data) is None:
+        return
+    if leftmost(_SHAPES, data) is not None:
+        for start, end in match_spans(HASHED, data):
+            yield "password_hash", start, end
+        for start, end in match_spans(JWT, data):
+            yield "jwt", start, end
+        for m in PADDED.finditer(data):
+            if _userinfo(m.group(1)):
+                yield "basic_auth", m.start(1), m.end(1)
+    for start, end in match_spans(CANDIDATE, data):
+        m = _GROUPS.match(data, start, end)
+        if m is None:
+            continue
+        prefix, body = m.group(1), _SEPARATORS.sub(b"", m.group(2))
+        # cheapest first: minted ids and public keys by their prefix, then the body's shape
+        if prefix in _MINTED or _PUBLIC.match(prefix) or prefix.rstrip(b"_-").endswith((b"id", b"uuid")):
+            continue
+        if len(body) < _MIN_BODY or _HEX.match(body) or not _random_body(body) or _encoded_text(body):
+            continue
+        if _ID_BEFORE.search(data, max(0, m.start(1) - 24), m.start(1)):
+            continue  # `"id": "…"`, `tool_use_id=…`: an id by its position
+        yield "token", m.start(1), m.end(2)
