@@ -244,7 +244,8 @@ function withRefs(text) {
 // Text with compactd's markers highlighted by kind (and their refs clickable).
 function marked(text) {
   if (text.startsWith("[compactd handoff note]")) return [el("span", { class: "summarized" }, ...withRefs(text))];
-  if (text.startsWith("[compactd status]")) return [el("span", { class: "status-note" }, ...withRefs(text))];
+  // working-memory changes, carried by the user turn they were appended with (never taken back)
+  if (text.startsWith("<compactd-memory>")) return [el("span", { class: "memory-note" }, ...withRefs(text))];
   const out = [];
   let last = 0;
   for (const m of text.matchAll(MARKER)) {
@@ -324,7 +325,7 @@ function archiveNodes(text) {
 
 // The file in a modal dialog above the page: the prompt does not move, so closing it (Close, Esc,
 // a click beside it) puts the reader back at the pointer they clicked. A person's look is not the
-// agent's read: it is not logged (log_read=false), so the file list and status note do not change.
+// agent's read: it is not logged (log_read=false), so the file list and the next memory note do not change.
 let opener = null;
 async function openFile(ref) {
   const f = await api(`/v1/sessions/${encodeURIComponent(current)}/files/${encodeURIComponent(ref)}?log_read=false`);

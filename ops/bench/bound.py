@@ -15,7 +15,7 @@ needs the fewest epochs (`fewest_epochs`), so no policy keeps the prefix on more
 Floors, each a bound for the policies that keep at least that much:
 - `any`: the whole budget for the prompt; floor: the system prompt and the task (the first user
   message). Nothing else kept: no notes, no recent turns, no memory.
-- `service`: the budget less the status note's room (600) and the memory block at its budget;
+- `service`: the budget less the memory note's room (600) and the memory block at its budget;
   floor: system prompt, task and the keep window (`keep_share` of the budget, verbatim; it
   holds the fetch's new turns, so the floor is base + max(keep window, new turns)).
 - `+notes`: `service` with handoff notes of `notes_share` of the budget kept too (today's notes

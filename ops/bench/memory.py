@@ -17,7 +17,7 @@ normalization so the two can be compared.
   the commands still failing (failed in the last 50 messages, not a probe such as grep/ls) that
   are open blockers.
 - pinned changes within an epoch: how often the memory block at the top of the served prompt
-  differed between two checkpoints of the same epoch (must be 0: changes go to the status note).
+  differed between two checkpoints of the same epoch (must be 0: changes go to the memory note of the next user turn).
 - still true at the end: share of observed items (files, blockers, last edit) the transcript
   still supports at the end of the session.
 """

@@ -13,7 +13,8 @@ epoch that the epoch's later fetches serve on its own prefix (`own`), rewrites (
 extend the one before) per 100 turns, epochs, and the bill under cache prices against the
 uncompacted history. Sessions by the policy bench's names (ops/bench/policy.py); the default ones
 were never tuned on: `258c7280` (a real Claude Code session, held out from every policy knob) and
-`gen10`, an order of real turns first replayed here. All replays run at once in one `compactd up`,
+`gen10`, an order of real turns first replayed here (`gen11`: first replayed after the last change
+of issue 40). All replays run at once in one `compactd up`,
 as concurrent agents.
 """
 
@@ -34,7 +35,11 @@ from ops.bench.signing import SignedThinking
 from worker.flows.simulate import parse_pace
 
 # never tuned on: a real session held out from every policy knob, and an order first replayed here
-SESSIONS = {**LOADERS, "gen10": lambda root: generated(root, 10, 300)}
+SESSIONS = {
+    **LOADERS,
+    "gen10": lambda root: generated(root, 10, 300),
+    "gen11": lambda root: generated(root, 11, 300),  # first replayed after issue 40's last change
+}
 DEFAULT_SESSIONS = "258c7280,gen10"
 
 

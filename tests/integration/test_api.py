@@ -56,7 +56,7 @@ def assert_problem(r: Any, status: int) -> dict:
 
 
 def test_append_then_fetch_returns_every_turn_as_a_valid_request(api: AppClient) -> None:
-    """Appended turns come back in order, with the system prompt, the status note last, and a compaction enqueued."""
+    """Appended turns come back in order, with the system prompt, and a compaction enqueued."""
     r = api.append(
         "s1", user("task"), assistant_tool("toolu_01"), system="You are helpful.", context_window=50_000
     )

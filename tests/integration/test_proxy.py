@@ -145,7 +145,7 @@ def test_a_failed_call_retried_stores_the_history_once(proxy: Proxy) -> None:
         assert _ask(client, question).content[0].text == "Fine."
     _version(proxy, sid, 2)
     assert len(proxy.upstream.requests) == 2
-    # the same question both times (the status note after it may differ: memory observed meanwhile)
+    # the same question both times, nothing added to it
     asked = [r.body["messages"][0]["content"][0]["text"] for r in proxy.upstream.requests]
     assert asked == ["Is the build green?"] * 2 and len(proxy.upstream.requests[1].body["messages"]) == 1
 
@@ -423,8 +423,8 @@ def test_a_client_disconnect_cancels_a_non_streaming_call(proxy: Proxy) -> None:
 
 
 def test_count_tokens_counts_what_compactd_would_send(proxy: Proxy) -> None:
-    """count_tokens of a known conversation is asked of the upstream with compactd's prompt (the status note
-    included) plus the new message, and nothing is stored."""
+    """count_tokens of a known conversation is asked of the upstream with compactd's prompt (its memory
+    block included) plus the new message, and nothing is stored."""
     sid = f"s-{uuid.uuid4().hex[:8]}"
     proxy.upstream.script(reply("ok"))
     history: list[dict[str, Any]] = [{"role": "user", "content": "start"}]

@@ -4,6 +4,7 @@ api` and `compactd worker` that compacted a real transcript through several epoc
 from __future__ import annotations
 
 import io
+import json
 import itertools
 import os
 import shutil
@@ -156,6 +157,11 @@ def service(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterato
         drop_in_session(url, key)
         wait_for(lambda: http.get("/v1/sessions/dropin").json().get("version", 0) >= 4, 30)
         http.post("/v1/sessions/short/turns", json={"messages": [{"role": "user", "content": "hi"}]})
+        # a decision recorded, then the next user turn: it carries the change as a memory note
+        ops = [{"op": "add", "section": "decisions", "value": "Answer in French"}]
+        assert http.patch("/v1/sessions/short/memory", json={"ops": ops}).status_code == 200
+        reply_and_ask = [{"role": "assistant", "content": "Hello."}, {"role": "user", "content": "ça va ?"}]
+        http.post("/v1/sessions/short/turns", json={"messages": reply_and_ask}).raise_for_status()
         httpx.post(
             f"{url}/v1/sessions/not-yours/turns",
             json={"messages": [{"role": "user", "content": "private"}]},
@@ -339,7 +345,7 @@ def test_the_inspector_shows_a_session_behind_its_key(service: Service, browser:
     wait.until(ec.invisibility_of_element_located((By.ID, "file-view")))
     assert abs(d.execute_script("return window.scrollY") - scrolled) <= 2  # type: ignore[attr-defined]
     assert d.execute_script("return document.activeElement.dataset.ref") == ref_name  # type: ignore[attr-defined]
-    # a person's look is not the agent's read: the file list (and the status note) stay as they were
+    # a person's look is not the agent's read: the file list (and the next memory note) stay as they were
     assert service.get("/v1/sessions/real/files")["files"] == reads_before
 
     # an archive reads one turn per block, roles and tool calls spelled out, not JSON lines
@@ -429,6 +435,21 @@ def test_a_finished_drop_in_session_is_said_not_warned_about(service: Service, b
     assert f"served tokens\n{served['token_count']:,}" in d.find_element(By.ID, "summary").text
     d.execute_script("arguments[0].scrollIntoView()", d.find_element(By.ID, "session-title"))
     viewport_shot(d, "inspector-dropin-finished")
+
+
+def test_a_memory_change_is_shown_in_the_turn_that_carries_it(service: Service, browser: Any) -> None:
+    """A working-memory change made between two user turns rides in the later turn, as a memory
+    note the page marks (it stays there: a later fetch repeats it, never takes it back)."""
+    from selenium.webdriver.common.by import By
+
+    d = browser
+    open_session(d, service, "short")
+    served = service.get("/v1/sessions/short/prompt")
+    last = served["messages"][-1]
+    assert last["role"] == "user" and "Answer in French" in json.dumps(last["content"])
+    notes = d.find_elements(By.CSS_SELECTOR, "#prompt .memory-note")
+    assert len(notes) == 1 and "Answer in French" in notes[0].text
+    assert d.find_element(By.CSS_SELECTOR, ".legend .memory-note").text.startswith("memory note")
 
 
 def test_offloaded_outputs_show_their_savings(service: Service, browser: Any) -> None:

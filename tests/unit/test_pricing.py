@@ -223,7 +223,7 @@ def _edited(req: dict[str, Any], i: int) -> dict[str, Any]:
     [
         (lambda r: r, True),  # the same prompt again
         (lambda r: {**request(8, marks=[5]), "model": r["model"]}, True),  # grown at the end, new mark
-        (lambda r: _edited(r, 5), True),  # a change after the last breakpoint (the status note's place)
+        (lambda r: _edited(r, 5), True),  # a change after the last breakpoint (the newest turn's place)
         (lambda r: _edited(r, 4), False),  # a change at the breakpoint's own block
         (lambda r: _edited(r, 1), False),  # a rewrite before it (an epoch)
         (lambda r: {**r, "system": BIG + " "}, False),  # a new system prompt

@@ -8,7 +8,7 @@ from typing import Any
 from worker.cache.client import GuardedRedis
 
 # Fetches' cache reuse: the bytes each shares with the session's previous fetch. Within an epoch
-# that is everything the previous fetch served before its status note; across epochs it is at most
+# that is everything the previous fetch served (a fetch only appends); across epochs it is at most
 # the prefix the worker found the old and new snapshots share (stored at publish). One call per
 # session per batch: ARGV holds its fetches in order as runs of identical ones (epoch, total,
 # stable, count), since the API's batch is mostly the same prompt fetched again (a run's later

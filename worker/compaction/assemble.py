@@ -82,7 +82,7 @@ def prefix_tokens(t: Transcript) -> int:
 
 
 def served_tokens(t: Transcript) -> int:
-    """Tokens of the prompt assembled from t, before a fetch adds its tail and status note."""
+    """Tokens of the prompt assembled from t, before a fetch adds its tail."""
     return t.tokens() + prefix_tokens(t)
 
 

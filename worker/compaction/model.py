@@ -166,7 +166,7 @@ class Policy:
     summarize_trigger: float = 0.85
     keep_share: float = 0.05  # issue 27's cost study: 0.10 cost 6-16% more at every window
     # issue 27, re-tuned with working memory: 1,500 cost 6-7% more at 200k, 4% more held out;
-    # session 8, with the leaner status note: 500 (was 750) cost 3-9% less at 200k on every policy
+    # session 8, with the leaner status note (gone since session 13): 500 (was 750) cost 3-9% less at 200k on every policy
     # session and 2-10% less at every window on three orders never run before (gen4-6), with
     # `ops.bench fidelity` unchanged; +4-5% at 64k on three sessions (BENCHMARKS, session 8)
     clip_tokens: int = 500

@@ -351,10 +351,10 @@ def changes_note(
     *,
     observed: bool = True,
 ) -> str:
-    """What changed since the pinned block was rendered, for the status note at the prompt's end
+    """What changed since the pinned block was rendered, for the memory note of the next user turn
     (the pinned block stays byte-identical until the next epoch, so the cached prefix holds).
 
-    The note is billed in full at every fetch, so the important files the observer added since the
+    The note is billed once in full (then read from the cache with its turn), so the important files the observer added since the
     block, whose reads and edits are turns of the prompt or of its archives, go on one line by path
     (absolute paths relative to their common directory), and a change to their counts gets no
     line (BENCHMARKS, session 9). Every other item is written as the block writes it, its value

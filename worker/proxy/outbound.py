@@ -1,7 +1,7 @@
 """The upstream request: compactd's served prompt with the client's system, tools and parameters.
 
 Messages are the ready compacted prompt exactly as GET /prompt serves it (redacted, with its
-cache breakpoints and status note). The system prompt is the client's own blocks followed by
+cache breakpoints; memory changes ride in the user turns as `<compactd-memory>` notes). The system prompt is the client's own blocks followed by
 compactd's working-memory block; tools are the client's followed by compactd's (unless the client
 has a tool of the same name). Every other parameter (model, max_tokens, temperature, thinking,
 tool_choice, stop_sequences, metadata, context_management, ...) passes through unchanged. At most

@@ -62,7 +62,7 @@ MIGRATIONS: list[tuple[int, list[Step]]] = [
     (4, list(MEMORY_ITEMS_TO_ENTRIES)),
     # the last turn seq the worker has observed into working memory
     (5, [add_column("sessions", "memory_observed_through", "INTEGER NOT NULL DEFAULT 0")]),
-    # the memory version a snapshot's pinned block renders (later changes go to the status note)
+    # the memory version a snapshot's pinned block renders (later changes go to the memory notes of later user turns)
     (
         6,
         [

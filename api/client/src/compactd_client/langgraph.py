@@ -104,7 +104,7 @@ def from_anthropic(system: list[dict[str, Any]], messages: Sequence[dict[str, An
     cache_control) as one SystemMessage, assistant turns as AIMessages whose tool_calls mirror their
     tool_use blocks, and each tool_result as a ToolMessage holding the block verbatim (LangGraph
     checks every tool call has one; ChatAnthropic sends such a block unchanged) followed by the
-    turn's other blocks (the status note) as a HumanMessage."""
+    turn's other blocks (a `<compactd-memory>` note) as a HumanMessage."""
     from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 
     out: list[Any] = [SystemMessage(content=list(system))] if system else []
