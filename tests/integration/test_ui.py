@@ -4,7 +4,6 @@ api` and `compactd worker` that compacted a real transcript through several epoc
 from __future__ import annotations
 
 import io
-import json
 import itertools
 import os
 import shutil
@@ -446,7 +445,7 @@ def test_a_memory_change_is_shown_in_the_turn_that_carries_it(service: Service, 
     open_session(d, service, "short")
     served = service.get("/v1/sessions/short/prompt")
     last = served["messages"][-1]
-    assert last["role"] == "user" and "Answer in French" in json.dumps(last["content"])
+    assert last["role"] == "user" and "Answer in French" in orjson.dumps(last["content"]).decode()
     notes = d.find_elements(By.CSS_SELECTOR, "#prompt .memory-note")
     assert len(notes) == 1 and "Answer in French" in notes[0].text
     assert d.find_element(By.CSS_SELECTOR, ".legend .memory-note").text.startswith("memory note")
