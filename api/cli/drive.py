@@ -39,14 +39,21 @@ def replay_http(
     price_per_mtok: float = 3.0,
     after_append: Callable[[httpx.Client, str, int], None] | None = None,
     thinking: ThinkingModel | None = None,
+    cache_ttl_seconds: float = 300.0,
 ) -> ReplayReport:
     """Replay `messages` into a new session of a running service; returns what it served.
     `after_append(client, session_id, i)` runs after message i is appended (checkpoints);
     `thinking` plays a model with preserved thinking (each assistant message gets a thinking block
-    bound to the prompt fetched before it, and every fetch is checked as the provider checks it)."""
+    bound to the prompt fetched before it, and every fetch is checked as the provider checks it);
+    `cache_ttl_seconds`: the provider cache's lifetime the bills use (the service's own setting,
+    COMPACTD_CACHE_TTL_SECONDS, when it runs on a scaled clock)."""
     sid = session_id or f"replay-{uuid.uuid4().hex[:12]}"
     times = pace.times(timestamps, len(messages))
-    raw, provider, raw_provider = RawHistory(system), PromptCache(), PromptCache()
+    raw = RawHistory(system)
+    provider, raw_provider = (
+        PromptCache(ttl_seconds=cache_ttl_seconds),
+        PromptCache(ttl_seconds=cache_ttl_seconds),
+    )
     fetches: list[Fetch] = []
     epochs: set[int] = set()
     request: dict[str, Any] = {}

@@ -2,6 +2,8 @@
 `compactd up` (default settings: SQLite, embedded Redis, a Celery worker) at an agent's pace.
 
 Run: python -m ops.bench.paced [--paces 0.25,1,recordedx0.1] [--windows 200000,64000,32000]
+[--cache-ttl SECONDS] (with `--paces recordedx0.2 --cache-ttl 60`, the recorded session on a clock
+five times faster with the provider's 5-minute cache scaled the same: its real idle gaps go cold)
 Every (session, window, pace) replay runs at once, each in its own session of one service, as
 concurrent agents would. Per replay: fetches over budget (must be 0), validity, fetch p50/p99,
 epochs, the share of later fetches that read the cache (`hit`) and that start with the previous
@@ -37,8 +39,9 @@ KEY = "bench-paced-key-0123456789"
 
 
 @contextmanager
-def running_up(key: str) -> Iterator[int]:
-    """A real `compactd up` (SQLite, embedded Redis, a worker) in a temporary directory: its port."""
+def running_up(key: str, env_extra: dict[str, str] | None = None) -> Iterator[int]:
+    """A real `compactd up` (SQLite, embedded Redis, a worker) in a temporary directory: its port.
+    `env_extra`: settings of its own (COMPACTD_…)."""
     workdir = Path(tempfile.mkdtemp(prefix="compactd-bench-"))
     port = _free_port()
     env = {
@@ -48,6 +51,7 @@ def running_up(key: str) -> Iterator[int]:
         "COMPACTD_DATABASE_URL": f"sqlite:///{workdir / 'compactd.db'}",
         "COMPACTD_DEFAULT_API_KEY": key,
         "COMPACTD_LOG_LEVEL": "WARNING",
+        **(env_extra or {}),
     }
     env.pop("COMPACTD_REDIS_URL", None)
     log = (workdir / "up.log").open("wb")
@@ -68,15 +72,27 @@ def running_up(key: str) -> Iterator[int]:
             shutil.rmtree(workdir, ignore_errors=True)
 
 
-def run(paces: list[str], windows: list[int]) -> list[dict[str, Any]]:
+def run(paces: list[str], windows: list[int], cache_ttl: float | None = None) -> list[dict[str, Any]]:
+    """`cache_ttl`: the provider cache's lifetime for the service and the bills (a scaled clock:
+    300 s x 0.2 for `recordedx0.2`), its sweep every tenth of it, so an idle gap past it gets its
+    cold job; None: the defaults (300 s, a sweep a minute)."""
     root = data_dir() / "transcripts" / "claude-code" / "spotter"
     jobs = [(name, window, pace) for name in SESSIONS for window in windows for pace in paces]
-    with running_up(KEY) as port, ThreadPoolExecutor(max_workers=len(jobs)) as pool:
-        futures = [pool.submit(_one, root / name, window, pace, port) for name, window, pace in jobs]
+    env = (
+        {
+            "COMPACTD_CACHE_TTL_SECONDS": str(cache_ttl),
+            "COMPACTD_SWEEP_SECONDS": str(max(1.0, cache_ttl / 10)),
+        }
+        if cache_ttl
+        else None
+    )
+    ttl = cache_ttl or 300.0
+    with running_up(KEY, env) as port, ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+        futures = [pool.submit(_one, root / name, window, pace, port, ttl) for name, window, pace in jobs]
         return [f.result() for f in futures]
 
 
-def _one(path: Path, window: int, pace: str, port: int) -> dict[str, Any]:
+def _one(path: Path, window: int, pace: str, port: int, cache_ttl: float = 300.0) -> dict[str, Any]:
     imported = load_transcript(path)
     report = replay_http(
         f"http://127.0.0.1:{port}",
@@ -86,6 +102,7 @@ def _one(path: Path, window: int, pace: str, port: int) -> dict[str, Any]:
         pace=parse_pace(pace),
         timestamps=imported.meta.get("timestamps"),
         context_window=window,
+        cache_ttl_seconds=cache_ttl,
     )
     summary = report.summary()
     fidelity = final_fidelity(imported.system, imported.messages, report.final_request)
@@ -116,6 +133,7 @@ COLUMNS = [
     "hit",
     "prefix",
     "deadline_switches",
+    "cold_switches",
     "fallbacks_pending",
     "fallbacks_fit",
     "cache_read_share",
@@ -129,8 +147,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser()
     parser.add_argument("--paces", default="0.25,1,recordedx0.1")
     parser.add_argument("--windows", default="200000,64000,32000")
+    parser.add_argument("--cache-ttl", type=float, default=None, help="seconds (default: the service's, 300)")
     args = parser.parse_args(argv or [])
-    rows = run(args.paces.split(","), [int(w) for w in args.windows.split(",")])
+    rows = run(args.paces.split(","), [int(w) for w in args.windows.split(",")], args.cache_ttl)
     print(table(rows, COLUMNS))
     return {"rows": rows}
 

@@ -184,6 +184,7 @@ class ReplayReport:
             "max_prompt_tokens": self.max_prompt_tokens,
             "deadline_switches": self.switches.get("deadline", 0),
             "quiet_switches": self.switches.get("quiet", 0),
+            "cold_switches": self.switches.get("cold", 0),
             "fallbacks_pending": fallbacks.count("pending"),
             "fallbacks_fit": fallbacks.count("fit"),
             "fetches_reading_cache": round(
