@@ -126,7 +126,8 @@ _CORPORA: dict[int, Corpus] = {}
 
 def corpus(n: int, res: Resources) -> Corpus:
     """n sessions cut from the shared Claude Code transcripts at varying lengths, each past the
-    summarize trigger of a WINDOW-token session (so every one must shrink: a new epoch) and at most
+    summarize trigger of a WINDOW-token session (so every one must shrink: a new epoch, or a summary
+    prepared for the next quiet point when the cut ends on a tool call) and at most
     three budgets long (so 200 of them compact in seconds)."""
     if n in _CORPORA:
         return _CORPORA[n]
@@ -168,17 +169,26 @@ class Published:
     through_seq: int
     prompt: str
     state: str
+    report: str
+
+    @property
+    def prepared(self) -> bool:
+        """A summary was prepared (kept pending for the next quiet point)."""
+        return any(
+            st["stage"] == "Summarize" and st["turns_evicted"] > 0
+            for st in orjson.loads(self.report or "{}").get("stages", [])
+        )
 
 
 def published(engine: Engine) -> dict[str, Published]:
     """Each session's newest snapshot, by client id."""
     with engine.connect() as conn:
         rows = conn.execute(
-            select(S.c.client_id, SN.c.epoch, SN.c.through_seq, SN.c.prompt, SN.c.state)
+            select(S.c.client_id, SN.c.epoch, SN.c.through_seq, SN.c.prompt, SN.c.state, SN.c.report)
             .join(SN, SN.c.session_id == S.c.id)
             .order_by(S.c.client_id, SN.c.epoch, SN.c.through_seq)
         ).all()
-    return {r.client_id: Published(r.epoch, r.through_seq, r.prompt, r.state) for r in rows}
+    return {r.client_id: Published(r.epoch, r.through_seq, r.prompt, r.state, r.report) for r in rows}
 
 
 def snapshots_per_through(engine: Engine) -> dict[tuple[str, int], int]:
@@ -316,8 +326,10 @@ def _assert_equals_crash_free(res: Resources, expected: dict[str, Published], n:
     got = published(res.engine)
     assert len(got) == n and set(got) == set(expected)
     assert all(count == 1 for count in snapshots_per_through(res.engine).values())
-    # real compaction work happened for every session
-    assert all(p.epoch >= 1 for p in got.values())
+    # real compaction work happened for every session: a new epoch, or (a cut that ends on a tool
+    # call waiting for its result: no quiet point, below the deadline) a summary prepared for the next
+    assert all(p.epoch >= 1 or p.prepared for p in got.values())
+    assert sum(p.epoch >= 1 for p in got.values()) >= 0.9 * n
     different = [sid for sid in expected if got[sid] != expected[sid]]
     assert not different, f"{len(different)} sessions differ from the crash-free run, e.g. {different[:5]}"
 

@@ -26,17 +26,6 @@ def _turns(n: int) -> list[dict[str, Any]]:
     return out
 
 
-def _memory_in_place(client: httpx.Client, sid: str) -> None:
-    """Wait for the worker's first job: it puts the working-memory block (the task) into the system
-    prompt, a rewrite from the top that happens once, while the prompt is still under the provider's
-    1,024-token cache minimum; the tests look at what follows it."""
-    wait_for(
-        lambda: "<working_memory>" in str(client.get(f"/v1/sessions/{sid}/prompt").json()["system"]),
-        timeout=60,
-        interval=0.05,
-    )
-
-
 def _compact_now(client: httpx.Client, sid: str) -> None:
     """POST /compact and wait until its summary is switched in (a new epoch)."""
     before = client.get(f"/v1/sessions/{sid}").json()["epoch"]
@@ -47,12 +36,11 @@ def _compact_now(client: httpx.Client, sid: str) -> None:
 def _replay(
     service: Service, messages: list[dict[str, Any]], compact_after: int | None = None, **kw: Any
 ) -> Any:
-    """replay_http at once (pace 0), the worker's first job awaited after the task, a /compact
-    after message `compact_after` (when given)."""
+    """replay_http at once (pace 0), a /compact after message `compact_after` (when given). No
+    fetch waits for the worker's first job: the working-memory block is rendered only at a rewrite
+    from the top (docs/memory.md), so a job before the first summary leaves the prefix alone."""
 
     def after_append(client: httpx.Client, sid: str, i: int) -> None:
-        if i == 0:
-            _memory_in_place(client, sid)
         if i == compact_after:
             _compact_now(client, sid)
 

@@ -356,6 +356,25 @@ def test_past_the_trigger_a_model_that_binds_thinking_gets_a_deep_rewrite() -> N
     assert deep.publish.tokens() < s.publish.tokens()
 
 
+class _Counting(_Failing):
+    calls = 0
+
+    def summarize(self, request: SummaryRequest) -> SummaryResult:
+        self.calls += 1
+        return super().summarize(request)
+
+
+def test_a_summarizer_that_failed_is_not_called_again_in_the_same_job() -> None:
+    """Past the trigger with a model that binds thinking, a job whose summary failed publishes the
+    structural rewrite and reports the error: no second, deep summary call (its retry is scheduled)."""
+    t = Transcript("s", thoughtful_turns(*[text_of(n, 60) for n in range(12)]))
+    policy = Policy(context_window=int(t.tokens() * 1.05), output_reserve=0, worth_it_tokens=10**9)
+    counting = _Counting()
+    s = step(t, replace(policy, binds_thinking=True), quiet=False, summarizer=counting)
+    assert counting.calls == 1 and s.error is not None
+    assert s.verdict.decision is Decision.NEW_EPOCH and s.publish.handoff is None
+
+
 def test_a_cold_cache_makes_a_rewrite_cost_no_write() -> None:
     """Idle past the cache's lifetime, the next request writes the whole prompt anyway: a saving
     the warm rule skips is published, and a prepared summary goes in at a quiet point."""

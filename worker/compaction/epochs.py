@@ -312,7 +312,8 @@ def step(
     if force and quiet and verdict.decision is Decision.SKIP:
         verdict = replace(verdict, decision=Decision.NEW_EPOCH)  # the user asked: even a small saving
     chosen = structural
-    if verdict.decision is Decision.NEW_EPOCH and deepens(verdict, policy, force=force):
+    # never a second summarizer call in a job whose first failed (its retry is scheduled)
+    if verdict.decision is Decision.NEW_EPOCH and error is None and deepens(verdict, policy, force=force):
         deep = compact(current, policy, summarize=True, force=True, summarizer=summarizer)
         if summarized(deep):
             chosen, verdict = deep, Verdict(Decision.NEW_EPOCH, verdict.tokens_before, deep.tokens)
