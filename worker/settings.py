@@ -13,6 +13,7 @@ from worker.memory.prune import parse_at
 from worker.redaction import kingfisher
 
 ANTHROPIC_URL = "https://api.anthropic.com"  # the proxy's upstream and the summarizer's API by default
+OPENAI_URL = "https://api.openai.com/v1"  # the OpenAI drop-ins' upstream by default (its SDKs' base URL)
 
 
 def shown_url(url: str) -> str:
@@ -104,6 +105,11 @@ class Settings(BaseSettings):
     upstream_connect_timeout_seconds: float = 10.0
     upstream_read_timeout_seconds: float = 600.0  # between two bytes of a response (a long thinking pause)
     proxy_tool_rounds: int = Field(default=5, ge=1, le=50)  # server-side rounds of compactd's own tools
+    # POST /v1/responses and /v1/chat/completions (docs/proxy.md "OpenAI formats"): any
+    # OpenAI-compatible server, its base URL as the openai SDK takes it (with /v1), and the key
+    # compactd holds for it; the timeouts above apply
+    openai_upstream_url: str = OPENAI_URL
+    openai_upstream_api_key: SecretStr | None = None
     # how long a plain reply waits before it is recorded: the conversation's next request, if it comes
     # first, carries the reply and stores it itself (one append instead of two, none beside that
     # request); 0 records every reply as soon as its response ends (api/http/replies.py)

@@ -53,11 +53,19 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     tk.set_defaults(func=run_tenant_keys)
     pk = tsub.add_parser(
         "provider-key",
-        help="hold a provider key for a tenant (read from stdin, stored sealed; POST /v1/messages uses it)",
+        help="hold a provider key for a tenant (read from stdin, stored sealed; the drop-in endpoints use it)",
     )
     pk.add_argument("name", help="the tenant's name")
     pk.add_argument(
-        "--clear", action="store_true", help="hold none (COMPACTD_UPSTREAM_API_KEY applies again)"
+        "--provider",
+        choices=("anthropic", "openai"),
+        default="anthropic",
+        help="anthropic: POST /v1/messages (the default); openai: /v1/responses and /v1/chat/completions",
+    )
+    pk.add_argument(
+        "--clear",
+        action="store_true",
+        help="hold none (COMPACTD_UPSTREAM_API_KEY, or COMPACTD_OPENAI_UPSTREAM_API_KEY, applies again)",
     )
     pk.set_defaults(func=run_tenant_provider_key)
 
@@ -219,7 +227,8 @@ def run_tenant_provider_key(args: argparse.Namespace, engine: Engine) -> int:
             key = sys.stdin.readline().strip()
         if not valid_key(key):
             raise TenantError("the provider key on stdin must be 1-500 printable characters, no spaces")
-    kid = set_provider_key(engine, redaction_key(Settings()), tenant, key)
-    print(f"provider key {kid} held for {args.name}" if kid else f"no provider key held for {args.name}")
+    kid = set_provider_key(engine, redaction_key(Settings()), tenant, key, args.provider)
+    whose = f"{args.provider} provider key"
+    print(f"{whose} {kid} held for {args.name}" if kid else f"no {whose} held for {args.name}")
     print("API processes use the change within 10 s", file=sys.stderr)
     return 0

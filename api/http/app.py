@@ -21,8 +21,9 @@ from api.http.middleware.fast_paths import FastPaths
 from api.http.middleware.json_only import JsonOnly
 from api.http.middleware.request_log import RequestLog
 from api.http.prometheus import Metrics
+from api.http.proxy import messages, openai, provider_keys
 from api.http.replies import ReplyGrace
-from api.http.routes import files, health, memory, messages, prompt, sessions, turns, ui
+from api.http.routes import files, health, memory, prompt, sessions, turns, ui
 from api.http.threads import ANYIO_THREADS, in_thread
 from api.http.upstream import upstream_client
 from worker.cache.prompts import EntryMemo
@@ -61,9 +62,16 @@ def create_app(settings: Settings, *, enqueue: Enqueue | None = None, log_setup:
             )
             app.state.entry_memo = EntryMemo(settings.prompt_memo_mb << 20)
             app.state.enqueue = owned or enqueue
-            app.state.upstream = upstream_client(settings)
+            # one client per upstream API: the Messages API's and the OpenAI-compatible server's
+            app.state.upstreams = {
+                "anthropic": upstream_client(settings),
+                "openai": upstream_client(settings, settings.openai_upstream_url),
+            }
             app.state.proxy_key = proxy_key(redaction_key(settings))
-            app.state.provider_keys = HeldKeys(provider_key_reader(res.engine, redaction_key(settings)))
+            app.state.provider_keys = {
+                name: HeldKeys(provider_key_reader(res.engine, redaction_key(settings), name))
+                for name in ("anthropic", "openai")
+            }
             app.state.proxy_chains = ChainMemo(app.state.proxy_key)
             app.state.known_prefixes = KnownPrefixes(settings.proxy_prefix_memo_mb << 20)
             app.state.proxy_records = RecordMemo()
@@ -84,7 +92,8 @@ def create_app(settings: Settings, *, enqueue: Enqueue | None = None, log_setup:
                 flusher.cancel()
                 await _flush_once(app, res)
                 await in_thread(app.state.metrics.close)
-                await app.state.upstream.aclose()
+                for client in app.state.upstreams.values():
+                    await client.aclose()
         finally:
             gc.unfreeze()
             if owned is not None:
@@ -105,7 +114,7 @@ def create_app(settings: Settings, *, enqueue: Enqueue | None = None, log_setup:
     app.state.appending = set()  # api/http/routes/turns.py
     app.state.metrics = Metrics()
     errors.install(app)
-    for module in (turns, prompt, sessions, memory, files, health, ui, messages):
+    for module in (turns, prompt, sessions, memory, files, health, ui, messages, openai, provider_keys):
         app.include_router(module.router)
     # innermost: a fetch or an append on its fast path still passes every check below it
     app.add_middleware(

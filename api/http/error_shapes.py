@@ -59,14 +59,39 @@ class Shape:
     media_type: str
 
 
+# OpenAI's error types by status (its SDKs pick the exception class by status, and read
+# error.message, error.type and error.code)
+OPENAI_TYPES = {
+    401: ("invalid_request_error", "invalid_api_key"),
+    403: ("invalid_request_error", "permission_denied"),
+    404: ("invalid_request_error", "not_found"),
+    429: ("rate_limit_error", "rate_limit_exceeded"),
+}
+
+
+def openai_error(status: int, message: str, code: str | None = None) -> dict[str, Any]:
+    """`{"error": {"message", "type", "param", "code"}}`: what the openai SDKs parse."""
+    kind, default_code = OPENAI_TYPES.get(
+        status, ("invalid_request_error" if status < 500 else "server_error", None)
+    )
+    return {"error": {"message": message, "type": kind, "param": None, "code": code or default_code}}
+
+
+def openai_body(status: int, title: str, detail: str | None, **_: Any) -> dict[str, Any]:
+    return openai_error(status, detail or title)
+
+
 PROBLEM = Shape("problem+json", problem_body, PROBLEM_JSON)
 ANTHROPIC = Shape("anthropic", anthropic_body, "application/json")
+OPENAI = Shape("openai", openai_body, "application/json")
 
 # path prefix -> the shape of every error answered under it; the first match wins, anything else
-# is compactd's own API (problem+json). OpenAI's drop-ins (/v1/chat/completions, /v1/responses,
-# /v1/models) go here with a Shape of `{"error": {"message", "type", "param", "code"}}`.
+# is compactd's own API (problem+json)
 SHAPES: tuple[tuple[str, Shape], ...] = (
     ("/v1/messages", ANTHROPIC),  # and /v1/messages/count_tokens
+    ("/v1/responses", OPENAI),  # and /v1/responses/compact, /v1/responses/input_tokens
+    ("/v1/chat/completions", OPENAI),
+    ("/v1/models", OPENAI),
 )
 
 

@@ -56,9 +56,12 @@ class Http1Client:
         self._idle: collections.deque[Connection] = collections.deque()
         self._slots = asyncio.Semaphore(max_calls)
 
-    async def open(self, target: str, headers: Mapping[str, str], body: bytes) -> Response:
-        """POST `body` to the prefix + `target` (path and query); the response once its status and
-        headers are in, body unread. The caller closes it (aclose): early, that cancels the call."""
+    async def open(
+        self, target: str, headers: Mapping[str, str], body: bytes, method: str = "POST"
+    ) -> Response:
+        """POST `body` (or another `method`'s) to the prefix + `target` (path and query); the response
+        once its status and headers are in, body unread. The caller closes it (aclose): early, that
+        cancels the call."""
         try:
             async with asyncio.timeout(self.connect_seconds):
                 await self._slots.acquire()
@@ -67,7 +70,9 @@ class Http1Client:
         conn: Connection | None = None
         try:
             conn = await self._connection()
-            conn.transport.write(request_head(self.prefix + target, self.host_header, headers, len(body)))
+            conn.transport.write(
+                request_head(self.prefix + target, self.host_header, headers, len(body), method)
+            )
             conn.transport.write(body)
             return await conn.response(self)
         except BaseException:
@@ -119,11 +124,13 @@ class Http1Client:
         await self.aclose()
 
 
-def request_head(target: str, host: bytes, headers: Mapping[str, str], length: int) -> bytes:
-    """The request line and headers of a POST with a `length`-byte body."""
+def request_head(
+    target: str, host: bytes, headers: Mapping[str, str], length: int, method: str = "POST"
+) -> bytes:
+    """The request line and headers of a POST (or `method`) with a `length`-byte body."""
     if not target.isascii():  # as httpx sends it: the non-ASCII characters percent-encoded
         target = quote(target, safe="/?#[]@!$&'()*+,;=:%~")
-    lines = [b"POST ", target.encode("ascii"), b" HTTP/1.1\r\nhost: ", host, b"\r\n"]
+    lines = [method.encode("ascii"), b" ", target.encode("ascii"), b" HTTP/1.1\r\nhost: ", host, b"\r\n"]
     for name, value in headers.items():
         if any(c in name or c in value for c in _FORBIDDEN) or ":" in name:
             raise httpx.LocalProtocolError(f"header {name!r} has a character HTTP forbids")

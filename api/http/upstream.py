@@ -27,9 +27,27 @@ FORWARDED = (
     "x-app",
     "anthropic-dangerous-direct-browser-access",
 )
+# the same for OpenAI's API: its beta header and what Codex tells the provider of its session
+OPENAI_FORWARDED = (
+    "user-agent",
+    "openai-beta",
+    "originator",
+    "session-id",
+    "thread-id",
+    "x-client-request-id",
+)
+OPENAI_FORWARDED_PREFIXES = ("x-codex-", "x-openai-", "x-stainless-")
 # response headers passed back: the provider's request id, rate-limit state and retry advice
-RETURNED = ("request-id", "retry-after", "x-should-retry", "anthropic-organization-id", "content-type")
-RETURNED_PREFIXES = ("anthropic-ratelimit-",)
+RETURNED = (
+    "request-id",
+    "x-request-id",
+    "retry-after",
+    "x-should-retry",
+    "anthropic-organization-id",
+    "openai-processing-ms",
+    "content-type",
+)
+RETURNED_PREFIXES = ("anthropic-ratelimit-", "x-ratelimit-")
 AUTH_HEADERS = ("x-api-key", "authorization")
 
 
@@ -52,13 +70,14 @@ class UpstreamResponse(Protocol):
 Upstream = Http1Client | httpx.AsyncClient
 
 
-def upstream_client(settings: Settings) -> Upstream:
-    """The client the app's lifespan opens and closes: timeouts from Settings, no retries, no
-    cookies kept (one client serves every tenant: a cookie the upstream set in one caller's answer
-    must never ride along on another caller's request)."""
-    url = settings.upstream_url.rstrip("/")
+def upstream_client(settings: Settings, url: str | None = None) -> Upstream:
+    """The client the app's lifespan opens and closes for one upstream (`url`, by default the
+    Messages API's): timeouts from Settings, no retries, no cookies kept (one client serves every
+    tenant: a cookie the upstream set in one caller's answer must never ride along on another
+    caller's request)."""
+    url = (url or settings.upstream_url).rstrip("/")
     if proxied(url):
-        return httpx_client(settings)
+        return httpx_client(settings, url)
     return Http1Client(url, settings.upstream_connect_timeout_seconds, settings.upstream_read_timeout_seconds)
 
 
@@ -71,7 +90,7 @@ def proxied(url: str) -> bool:
     )
 
 
-def httpx_client(settings: Settings) -> httpx.AsyncClient:
+def httpx_client(settings: Settings, url: str | None = None) -> httpx.AsyncClient:
     """httpx for an upstream behind a proxy: the same timeouts, no retries, a jar that keeps nothing."""
     timeout = httpx.Timeout(
         connect=settings.upstream_connect_timeout_seconds,
@@ -80,7 +99,7 @@ def httpx_client(settings: Settings) -> httpx.AsyncClient:
         pool=settings.upstream_connect_timeout_seconds,
     )
     return httpx.AsyncClient(
-        base_url=settings.upstream_url.rstrip("/"),
+        base_url=(url or settings.upstream_url).rstrip("/"),
         timeout=timeout,
         limits=httpx.Limits(max_connections=512, max_keepalive_connections=64),
         transport=httpx.AsyncHTTPTransport(retries=0),
@@ -88,10 +107,19 @@ def httpx_client(settings: Settings) -> httpx.AsyncClient:
     )
 
 
-def forwarded_headers(client_headers: Mapping[str, str], provider_auth: Mapping[str, str]) -> dict[str, str]:
+def forwarded_headers(
+    client_headers: Mapping[str, str], provider_auth: Mapping[str, str], provider: str = "anthropic"
+) -> dict[str, str]:
     """The upstream request's headers: the client's protocol headers, the provider's auth, JSON."""
-    out = {k: client_headers[k] for k in FORWARDED if k in client_headers}
-    out.setdefault("anthropic-version", "2023-06-01")
+    if provider == "anthropic":
+        out = {k: client_headers[k] for k in FORWARDED if k in client_headers}
+        out.setdefault("anthropic-version", "2023-06-01")
+    else:
+        out = {
+            k: v
+            for k, v in client_headers.items()
+            if k in OPENAI_FORWARDED or k.startswith(OPENAI_FORWARDED_PREFIXES)
+        }
     out |= dict(provider_auth)
     out["content-type"] = "application/json"
     out["accept-encoding"] = "identity"  # bytes relayed as they come, never re-encoded
@@ -105,15 +133,15 @@ def returned_headers(upstream: Mapping[str, str]) -> dict[str, str]:
 
 
 async def open_stream(
-    client: Upstream, path: str, query: str, headers: Mapping[str, str], body: bytes
+    client: Upstream, path: str, query: str, headers: Mapping[str, str], body: bytes, method: str = "POST"
 ) -> UpstreamResponse:
     """Send the request and return once the response's status and headers are in (body unread);
     the caller closes it (aclose) — closing early cancels the upstream call. Raises httpx.HTTPError
     (httpx.TimeoutException for a timeout)."""
     url = path + (f"?{query}" if query else "")
     if isinstance(client, Http1Client):
-        return await client.open(url, headers, body)
-    request = client.build_request("POST", url, content=body, headers=dict(headers))
+        return await client.open(url, headers, body, method)
+    request = client.build_request(method, url, content=body or None, headers=dict(headers))
     return await client.send(request, stream=True)
 
 

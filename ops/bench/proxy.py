@@ -356,7 +356,8 @@ def _phases(steps: int, database_url: str | None) -> list[dict[str, Any]]:
     call) are not here. The worker's job runs inline after each step (it publishes the snapshot the prompt is
     served from), outside the timed phases. The reply is not recorded on its own: as when the
     agent asks again within the reply's grace, the next request stores it."""
-    from api.http.routes.messages import _compactd_tools, parse_body
+    from api.http.proxy.formats import compactd_tools as _compactd_tools
+    from api.http.proxy.messages import parse_body
     from worker.flows.compact import run_job
     from worker.flows.proxy import Proxied, RecordMemo, commit_ahead, proxy_key, reconcile, reconcile_ahead
     from worker.flows.serve import fetch_ready

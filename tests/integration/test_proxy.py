@@ -585,7 +585,7 @@ def test_a_tenant_holds_its_own_provider_key(proxy: Proxy) -> None:
         assert proxy.upstream.requests[-1].headers.get("x-api-key") == TENANT_PROVIDER_KEY
         engine = create_engine(proxy.settings.database_url)
         with engine.connect() as conn:
-            (sealed,) = conn.execute(text("SELECT sealed FROM tenant_provider_keys")).one()
+            (sealed,) = conn.execute(text("SELECT sealed FROM provider_keys")).one()
         engine.dispose()
         # no run of the key's text (one "Tn7" alone turns up in random base64 about once in 1,500 seals)
         assert sealed.startswith("v1:") and "Tn7" * 3 not in sealed

@@ -66,30 +66,34 @@ class ProviderKeyUnreadable(Exception):
     """The provider key held for a tenant does not open (the deployment's redaction key changed)."""
 
 
-def provider_key_reader(engine: Engine, master: bytes) -> Callable[[int], str | None]:
-    """HeldKeys' read: the tenant's provider key, unsealed; None when it holds none."""
+def provider_key_reader(
+    engine: Engine, master: bytes, provider: str = "anthropic"
+) -> Callable[[int], str | None]:
+    """HeldKeys' read: the tenant's key for `provider`, unsealed; None when it holds none."""
 
     def read(tenant_id: int) -> str | None:
-        sealed = sealed_provider_key(engine, tenant_id)
+        sealed = sealed_provider_key(engine, tenant_id, provider)
         if sealed is None:
             return None
         try:
             return provider_keys.unseal(master, tenant_id, sealed)
         except provider_keys.SealError:
             # never fall back to the deployment's key: the tenant's calls would be billed elsewhere
-            log.error("proxy.provider_key_unreadable", tenant_id=tenant_id)
+            log.error("proxy.provider_key_unreadable", tenant_id=tenant_id, provider=provider)
             raise ProviderKeyUnreadable(tenant_id) from None
 
     return read
 
 
-def set_provider_key(engine: Engine, master: bytes, tenant_id: int, key: str | None) -> str | None:
-    """Hold `key` (sealed) for the tenant, or none (None); its public key id."""
+def set_provider_key(
+    engine: Engine, master: bytes, tenant_id: int, key: str | None, provider: str = "anthropic"
+) -> str | None:
+    """Hold `key` (sealed) for the tenant and provider, or none (None); its public key id."""
     if key is None:
-        store_provider_key(engine, tenant_id, None)
+        store_provider_key(engine, tenant_id, None, provider=provider)
         return None
     kid = provider_keys.key_id(master, key)
-    store_provider_key(engine, tenant_id, provider_keys.seal(master, tenant_id, key), kid)
+    store_provider_key(engine, tenant_id, provider_keys.seal(master, tenant_id, key), kid, provider)
     return kid
 
 
@@ -520,10 +524,11 @@ def _remember(
 def _linked(req: Proxied, p: Plan) -> Plan:
     """A new conversation under a client session that already has one (Claude Code's sub-agents,
     started from the main conversation): its session is linked to that conversation's session."""
-    client = req.conversation.client_session
+    conversation = req.conversation
+    client = conversation.parent_client_session or conversation.client_session
     if client is None or p.parent_session_id is not None:
         return p
-    parent = main_session(req.res.engine, req.tenant_id, client_prefix(client), req.conversation.key)
+    parent = main_session(req.res.engine, req.tenant_id, client_prefix(client), conversation.key)
     return p if parent is None else replace(p, parent_session_id=parent)
 
 

@@ -13,6 +13,7 @@ questions) is passed through untouched: nothing is stored, no session is created
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -33,8 +34,11 @@ class Conversation:
     """A conversation's key (the first session's id) and how it was found."""
 
     key: str
-    source: str  # "header" | "client_session" | "start"
+    source: str  # "header" | "client_session" | "start" | "previous_response"
     client_session: str | None = None
+    # the client session this one was started from (a Codex sub-agent's parent thread): its main
+    # conversation is the parent session
+    parent_client_session: str | None = None
 
 
 def is_side_request(body: dict[str, Any], named: bool) -> bool:
@@ -102,12 +106,30 @@ def client_prefix(client_session: str) -> str:
     return f"cc-{client_session}-"
 
 
-def identify(key: bytes, body: dict[str, Any], named: str | None) -> Conversation:
-    """The request's conversation (see the module docstring); `named` is the header's value, checked."""
+def identify(
+    key: bytes,
+    body: dict[str, Any],
+    named: str | None,
+    client: str | None = None,
+    parent: str | None = None,
+) -> Conversation:
+    """The request's conversation (see the module docstring); `named` is the header's value,
+    checked; `client` a client session id the request carries another way than Claude Code's
+    metadata (an OpenAI client's: session-id, prompt_cache_key, user ...), `parent` its parent's."""
     if named is not None:
         return Conversation(named, "header")
     digest = start_digest(key, body)
-    client = client_session_id(body.get("metadata"))
+    client = client or client_session_id(body.get("metadata"))
     if client is not None:
-        return Conversation(f"{client_prefix(client)}{digest[:16]}", "client_session", client)
+        return Conversation(f"{client_prefix(client)}{digest[:16]}", "client_session", client, parent)
     return Conversation(f"conv-{digest[:32]}", "start")
+
+
+def client_id(value: Any) -> str | None:
+    """A client-chosen id as a conversation's client session (None when it cannot be one): ids
+    longer than 64 or with other characters are hashed to 32 hex digits, never kept as sent."""
+    if not isinstance(value, str) or not value:
+        return None
+    if _CLIENT_SESSION.match(value):
+        return value
+    return hashlib.sha256(value.encode()).hexdigest()[:32]

@@ -219,6 +219,26 @@ class Relay:
             and len(self.rounds) < max_rounds
         )
 
+    def round_done(self) -> bool:
+        return self.current.assembler.done
+
+    def hidden_tool_uses(self) -> list[dict[str, Any]]:
+        """compactd's tool calls of the current round (tool_use blocks)."""
+        return self.current.hidden_calls()
+
+    def extend_request(self, body: dict[str, Any], results: list[dict[str, Any]]) -> dict[str, Any]:
+        """The next round's request: this round's message and compactd's tool results appended."""
+        body["messages"] = [
+            *body["messages"],
+            {"role": "assistant", "content": self.current.assembler.content()},
+            {"role": "user", "content": results},
+        ]
+        return body
+
+    def error_event(self, payload: dict[str, Any]) -> bytes:
+        """An error told mid-stream (the status line was 200), as the API tells one."""
+        return encode_event("error", payload)
+
     def final_stop_reason(self) -> str | None:
         r = self.current
         reason = r.assembler.stop_reason

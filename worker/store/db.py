@@ -91,6 +91,15 @@ MIGRATIONS: list[tuple[int, list[Step]]] = [
             "UPDATE sessions SET noted_memory_version = snapshot_memory_version",
         ],
     ),
+    # provider keys per provider (an OpenAI key beside the Anthropic one): the held keys move over
+    (
+        9,
+        [
+            "INSERT INTO provider_keys (tenant_id, provider, sealed, key_id, updated_at)"
+            " SELECT tenant_id, 'anthropic', sealed, key_id, updated_at FROM tenant_provider_keys"
+            " WHERE 1 = 1 ON CONFLICT DO NOTHING"
+        ],
+    ),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
@@ -432,6 +441,8 @@ def _tables() -> list[Any]:
             "MemoryEvent",
             "ProxyConversation",
             "TenantProviderKey",
+            "ProviderKey",
+            "ProxyResponse",
             "SchemaVersion",
         )
     ]

@@ -13,11 +13,12 @@ from typing import Any
 from sqlalchemy import Connection, Engine, bindparam, delete, insert, select, update
 
 from worker.proxy.reconcile import Plan, Record
-from worker.store.db import raw_update, read_tx, write_tx
-from worker.store.tables import ProxyConversation, TenantProviderKey, utcnow
+from worker.store.db import insert_ignore, raw_update, read_tx, write_tx
+from worker.store.tables import ProviderKey, ProxyConversation, ProxyResponse, utcnow
 
 P = ProxyConversation.__table__  # type: ignore[attr-defined]
-K = TenantProviderKey.__table__  # type: ignore[attr-defined]
+K = ProviderKey.__table__  # type: ignore[attr-defined]
+R = ProxyResponse.__table__  # type: ignore[attr-defined]
 
 
 class StalePlan(Exception):
@@ -137,23 +138,57 @@ def claim(tenant_id: int, key: str, plan: Plan) -> Any:
     return locked
 
 
-def sealed_provider_key(engine: Engine, tenant_id: int) -> str | None:
-    """The tenant's sealed provider key (worker/proxy/provider_keys.py), or None."""
+def sealed_provider_key(engine: Engine, tenant_id: int, provider: str = "anthropic") -> str | None:
+    """The tenant's sealed key for `provider` (worker/proxy/provider_keys.py), or None."""
     with read_tx(engine) as conn:
-        return conn.execute(select(K.c.sealed).where(K.c.tenant_id == tenant_id)).scalar()
+        return conn.execute(
+            select(K.c.sealed).where(K.c.tenant_id == tenant_id, K.c.provider == provider)
+        ).scalar()
 
 
-def provider_key_id(engine: Engine, tenant_id: int) -> str | None:
-    """The public id of the tenant's provider key, or None when it holds none."""
+def provider_key_id(engine: Engine, tenant_id: int, provider: str = "anthropic") -> str | None:
+    """The public id of the tenant's key for `provider`, or None when it holds none."""
     with read_tx(engine) as conn:
-        return conn.execute(select(K.c.key_id).where(K.c.tenant_id == tenant_id)).scalar()
+        return conn.execute(
+            select(K.c.key_id).where(K.c.tenant_id == tenant_id, K.c.provider == provider)
+        ).scalar()
 
 
-def store_provider_key(engine: Engine, tenant_id: int, sealed: str | None, key_id: str = "") -> None:
-    """Set (sealed) or clear (None) the tenant's provider key."""
+def store_provider_key(
+    engine: Engine, tenant_id: int, sealed: str | None, key_id: str = "", provider: str = "anthropic"
+) -> None:
+    """Set (sealed) or clear (None) the tenant's key for `provider`."""
     with write_tx(engine) as conn:
-        conn.execute(delete(K).where(K.c.tenant_id == tenant_id))
+        conn.execute(delete(K).where(K.c.tenant_id == tenant_id, K.c.provider == provider))
         if sealed is not None:
             conn.execute(
-                insert(K).values(tenant_id=tenant_id, sealed=sealed, key_id=key_id, updated_at=utcnow())
+                insert(K).values(
+                    tenant_id=tenant_id, provider=provider, sealed=sealed, key_id=key_id, updated_at=utcnow()
+                )
             )
+
+
+def save_response(engine: Engine, tenant_id: int, response_id: str, key: str, record: Record) -> None:
+    """Remember where a response left its conversation (previous_response_id); a repeat is a no-op."""
+    values = {
+        "tenant_id": tenant_id,
+        "response_id": response_id,
+        "key": key,
+        "session_client_id": record.session_id,
+        "messages": record.messages,
+        "chain": record.chain,
+        "created_at": utcnow(),
+    }
+    with write_tx(engine) as conn:
+        conn.execute(insert_ignore(engine)(R).values(**values).on_conflict_do_nothing())
+
+
+def find_response(engine: Engine, tenant_id: int, response_id: str) -> tuple[str, Record] | None:
+    """(conversation key, record) of a response this tenant was answered, or None."""
+    with read_tx(engine) as conn:
+        row = conn.execute(
+            select(R.c.key, R.c.session_client_id, R.c.messages, R.c.chain).where(
+                R.c.tenant_id == tenant_id, R.c.response_id == response_id
+            )
+        ).first()
+    return None if row is None else (row.key, Record(row.session_client_id, row.messages, row.chain))

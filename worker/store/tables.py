@@ -227,9 +227,39 @@ class ProxyConversation(SQLModel, table=True):
     updated_at: datetime = Field(default_factory=utcnow, sa_type=DateTime)
 
 
+class ProxyResponse(SQLModel, table=True):
+    """A response the Responses API drop-in answered (`store` not false), so a later request's
+    `previous_response_id` resolves from compactd's own store: the conversation and the record of
+    its client history once that response was appended (worker/proxy/reconcile.py Record)."""
+
+    __tablename__ = "proxy_responses"
+
+    tenant_id: int = Field(foreign_key="tenants.id", primary_key=True)
+    response_id: str = Field(primary_key=True)
+    key: str  # the conversation's key
+    session_client_id: str
+    messages: int
+    chain: str
+    created_at: datetime = Field(default_factory=utcnow, sa_type=DateTime)
+
+
+class ProviderKey(SQLModel, table=True):
+    """A provider key compactd holds for a tenant, per provider (`anthropic` for POST /v1/messages,
+    `openai` for /v1/responses and /v1/chat/completions), sealed (worker/proxy/provider_keys.py):
+    never stored in plain text."""
+
+    __tablename__ = "provider_keys"
+
+    tenant_id: int = Field(foreign_key="tenants.id", primary_key=True)
+    provider: str = Field(primary_key=True)
+    sealed: str
+    key_id: str  # public: a keyed hash's first 12 hex digits
+    updated_at: datetime = Field(default_factory=utcnow, sa_type=DateTime)
+
+
 class TenantProviderKey(SQLModel, table=True):
-    """The provider key compactd holds for a tenant (POST /v1/messages), sealed
-    (worker/proxy/provider_keys.py): never stored in plain text."""
+    """Before schema 9: the Anthropic key compactd held for a tenant (copied to provider_keys by
+    migration 9; no longer read or written)."""
 
     __tablename__ = "tenant_provider_keys"
 
