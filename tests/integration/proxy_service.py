@@ -16,10 +16,12 @@ import pytest
 import redis
 
 from tests.fakes.messages_api import FakeMessagesAPI
+from tests.fakes.openai_api import OpenAIStandIn
 from tests.integration.conftest import Worker, flush_prefix, free_port, make_settings
 from worker.settings import Settings
 
 PROVIDER_KEY = "sk-ant-api03-" + "Zx9" * 30 + "AA"  # the key compactd holds for the upstream
+OPENAI_PROVIDER_KEY = "sk-proj-" + "Qr7" * 30  # and for the OpenAI-compatible one
 
 
 @dataclass
@@ -29,6 +31,7 @@ class Proxy:
     upstream: FakeMessagesAPI
     settings: Settings
     api_log: Path
+    openai: OpenAIStandIn | None = None
 
     def client(self, **kwargs: Any) -> Any:
         """The anthropic SDK pointed at compactd: only base_url and the key differ from normal use."""
@@ -42,6 +45,9 @@ def start_proxy(
     tmp: Path, redis_url: str, database_url: str | None = None, **overrides: Any
 ) -> Iterator[Proxy]:
     fake = FakeMessagesAPI().start()
+    openai_upstream = overrides.pop("openai", None)
+    if openai_upstream is not None:
+        overrides["openai_upstream_url"] = openai_upstream.base_url
     key = f"cpd_{uuid.uuid4().hex}"
     port = free_port()
     settings = make_settings(
@@ -56,13 +62,16 @@ def start_proxy(
         idle_seconds=0.0,
         **overrides,
     )
-    env_extra = {"COMPACTD_UPSTREAM_API_KEY": PROVIDER_KEY}
+    env_extra = {
+        "COMPACTD_UPSTREAM_API_KEY": PROVIDER_KEY,
+        "COMPACTD_OPENAI_UPSTREAM_API_KEY": OPENAI_PROVIDER_KEY,
+    }
     api = Worker(settings, "api", log=tmp / "api.log", env=env_extra)
     worker = Worker(settings, "worker", "--concurrency=1", log=tmp / "worker.log", env=env_extra)
     try:
         api.wait_ready("api.started", timeout=120)
         worker.wait_ready(timeout=120)
-        yield Proxy(f"http://127.0.0.1:{port}", key, fake, settings, tmp / "api.log")
+        yield Proxy(f"http://127.0.0.1:{port}", key, fake, settings, tmp / "api.log", openai_upstream)
     finally:
         api.stop()
         worker.stop()
@@ -75,3 +84,10 @@ def start_proxy(
 def proxy(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[Proxy]:
     """compactd (API + worker, SQLite) in front of a fake upstream, for the module."""
     yield from start_proxy(tmp_path_factory.mktemp("proxy"), redis_url)
+
+
+@pytest.fixture(scope="module")
+def openai_proxy(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[Proxy]:
+    """compactd (API + worker, SQLite) in front of an OpenAI stand-in (and the Messages fake)."""
+    with OpenAIStandIn() as api:
+        yield from start_proxy(tmp_path_factory.mktemp("openai-proxy"), redis_url, openai=api)

@@ -158,7 +158,7 @@ def cache_ttl_seconds(body: dict[str, Any]) -> int | None:
     ]
     if not marked:
         return None
-    return 3600 if any(m.get("ttl") == "1h" for m in marked) else 300
+    return 3600 if any(isinstance(m, dict) and m.get("ttl") == "1h" for m in marked) else 300
 
 
 @dataclass(frozen=True, slots=True)

@@ -63,6 +63,8 @@ def canonical_request(body: Mapping[str, Any]) -> dict[str, Any]:
         "system": "\n\n".join(t for t in (text_of(m.get("content")) for m in messages[:head]) if t),
         "messages": canonical_messages(messages[head:]),
     }
+    if isinstance(body.get("tools"), list) and body["tools"]:
+        out["tools"] = body["tools"]  # whether it is a conversation at all (a lone question has none)
     limit = body.get("max_completion_tokens", body.get("max_tokens"))
     if isinstance(limit, int) and limit > 0:
         out["max_tokens"] = limit

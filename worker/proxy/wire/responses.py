@@ -77,6 +77,8 @@ def canonical_request(body: Mapping[str, Any]) -> dict[str, Any]:
         "system": system_text(body, items[:head]),
         "messages": canonical_messages(items[head:]),
     }
+    if isinstance(body.get("tools"), list) and body["tools"]:
+        out["tools"] = body["tools"]  # whether it is a conversation at all (a lone question has none)
     limit = body.get("max_output_tokens")
     if isinstance(limit, int) and limit > 0:
         out["max_tokens"] = limit

@@ -1,0 +1,268 @@
+"""The OpenAI drop-ins (POST /v1/responses, /v1/chat/completions) with the real openai SDK: only its
+base_url and key changed, against a real compactd (API + worker) whose upstream is the OpenAI
+stand-in (tests/fakes/openai_api.py: it checks tool pairing, the window and preserved reasoning)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from tests.fakes.openai_api import OpenAIStandIn, error, reply
+from tests.integration.conftest import wait_for
+from tests.integration.proxy_service import OPENAI_PROVIDER_KEY, Proxy, openai_proxy  # noqa: F401
+
+pytestmark = pytest.mark.services
+
+BASH = {
+    "type": "function",
+    "name": "bash",
+    "description": "Run a shell command.",
+    "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]},
+}
+CHAT_BASH = {"type": "function", "function": {k: v for k, v in BASH.items() if k != "type"}}
+
+
+@pytest.fixture(autouse=True)
+def _fresh(openai_proxy: Proxy) -> Iterator[None]:  # noqa: F811
+    api = _upstream(openai_proxy)
+    api._script.clear()
+    api.requests.clear()
+    api.failures.clear()
+    api.dropped = 0
+    yield
+
+
+def _upstream(p: Proxy) -> OpenAIStandIn:
+    assert p.openai is not None
+    return p.openai
+
+
+def _client(p: Proxy, **kw: Any) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{p.url}/v1", api_key=p.key, max_retries=0, **kw)
+
+
+def _session(p: Proxy, sid: str) -> dict[str, Any]:
+    r = httpx.get(f"{p.url}/v1/sessions/{sid}", headers={"Authorization": f"Bearer {p.key}"})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def _prompt(p: Proxy, sid: str) -> dict[str, Any]:
+    """The session's served prompt (GET /prompt): its canonical messages."""
+    r = httpx.get(f"{p.url}/v1/sessions/{sid}/prompt", headers={"Authorization": f"Bearer {p.key}"})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def _responses_agent(p: Proxy, sid: str, rounds: int, stream: bool) -> list[Any]:
+    """An example agent on the Responses API: it runs the model's bash calls until it answers."""
+    with _client(p, default_headers={"x-compactd-session": sid}) as client:
+        items: list[Any] = [
+            {"role": "developer", "content": "You are a careful coding agent."},
+            {"role": "user", "content": "Count the Python files."},
+        ]
+        outputs = []
+        for _ in range(rounds + 1):
+            if stream:
+                with client.responses.stream(model="gpt-5.5", input=items, tools=[BASH], store=False) as s:
+                    for _event in s:
+                        pass
+                    response = s.get_final_response()
+            else:
+                response = client.responses.create(model="gpt-5.5", input=items, tools=[BASH], store=False)
+            outputs.append(response)
+            items += [o.model_dump(exclude_none=True) for o in response.output]
+            calls = [o for o in response.output if o.type == "function_call"]
+            if not calls:
+                break
+            for call in calls:
+                command = json.loads(call.arguments)["command"]
+                items.append(
+                    {
+                        "type": "function_call_output",
+                        "call_id": call.call_id,
+                        "output": f"ran {command}: 7 files",
+                    }
+                )
+        return outputs
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_sdk_agent_runs_through_the_responses_endpoint(openai_proxy: Proxy, stream: bool) -> None:  # noqa: F811
+    """An openai-SDK agent loop (bash calls, their outputs) through /v1/responses: the upstream gets
+    valid, append-only requests with compactd's tools beside the client's and the provider key
+    compactd holds, every reasoning item on its own prefix; one session holds every turn."""
+    api = _upstream(openai_proxy)
+    api.script(
+        reply(calls=[("bash", {"command": "ls"})]),
+        reply("Let me look deeper.", calls=[("bash", {"command": "find . -name '*.py'"})]),
+        reply("There are 7 Python files."),
+    )
+    sid = f"resp-agent-{int(stream)}"
+    outputs = _responses_agent(openai_proxy, sid, rounds=3, stream=stream)
+    assert outputs[-1].output_text == "There are 7 Python files."
+    assert api.failures == [] and api.dropped == 0
+    assert [r.reasoning_kept for r in api.requests] == [0, 1, 2]
+    bodies = [r.body for r in api.requests]
+    assert all(r.headers["authorization"] == f"Bearer {OPENAI_PROVIDER_KEY}" for r in api.requests)
+    assert [t["name"] for t in bodies[0]["tools"]] == ["bash", "read_file", "grep", "update_working_memory"]
+    assert all(b["stream"] is True for b in bodies)
+    # append-only: each request's input starts with the one before it
+    for before, after in itertools.pairwise(bodies):
+        assert after["input"][: len(before["input"])] == before["input"]
+    # the developer message is the system prompt; then task, call, output, call, output, answer
+    wait_for(lambda: _session(openai_proxy, sid)["version"] == 6, timeout=10)
+    prompt = _prompt(openai_proxy, sid)
+    turns = prompt["messages"]
+    assert [t["role"] for t in turns] == ["user", "assistant"] * 3
+    kinds = [[b["type"] for b in t["content"]] for t in turns]
+    assert kinds[1] == ["redacted_thinking", "tool_use"] and kinds[2] == ["tool_result"]
+    assert kinds[5] == ["redacted_thinking", "text"]
+    assert prompt["system"][0]["text"] == "You are a careful coding agent."
+
+
+def test_a_chat_completions_agent_runs_through_compactd(openai_proxy: Proxy) -> None:  # noqa: F811
+    """An openai-SDK agent on /v1/chat/completions, streamed with usage and not: the client's tool
+    calls come back, the upstream's requests pair every call with its result and only grow."""
+    api = _upstream(openai_proxy)
+    api.script(reply(calls=[("bash", {"command": "ls"})]), reply("Seven."))
+    with _client(openai_proxy, default_headers={"x-compactd-session": "chat-agent"}) as client:
+        messages: list[Any] = [
+            {"role": "system", "content": "You are a careful coding agent."},
+            {"role": "user", "content": "Count the Python files."},
+        ]
+        first = client.chat.completions.create(model="gpt-5.5", messages=messages, tools=[CHAT_BASH])
+        call = first.choices[0].message.tool_calls[0]
+        assert first.choices[0].finish_reason == "tool_calls" and call.function.name == "bash"
+        messages += [first.choices[0].message.model_dump(exclude_none=True)]
+        messages += [{"role": "tool", "tool_call_id": call.id, "content": "7 files"}]
+        chunks = list(
+            client.chat.completions.create(
+                model="gpt-5.5",
+                messages=messages,
+                tools=[CHAT_BASH],
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+        )
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert text == "Seven."
+        assert chunks[-1].usage is not None and chunks[-1].usage.prompt_tokens > 0
+        assert api.failures == []
+        bodies = [r.body for r in api.requests]
+        assert bodies[1]["messages"][: len(bodies[0]["messages"])] == bodies[0]["messages"]
+        assert bodies[0]["messages"][0] == {"role": "system", "content": "You are a careful coding agent."}
+
+
+def test_compactds_own_tool_calls_are_answered_inside_the_call(openai_proxy: Proxy) -> None:  # noqa: F811
+    """The upstream calls compactd's update_working_memory: compactd answers it and calls again; the
+    client sees one response without that call, on both formats."""
+    api = _upstream(openai_proxy)
+    note = {"ops": [{"op": "set", "section": "notes", "key": "files", "value": "7 Python files"}]}
+    api.script(
+        reply(calls=[("update_working_memory", note)]),
+        reply("Noted: seven."),
+        reply(calls=[("update_working_memory", note)]),
+        reply("Noted again."),
+    )
+    with _client(openai_proxy, default_headers={"x-compactd-session": "hidden-rounds"}) as client:
+        r = client.responses.create(model="gpt-5.5", input="Count and remember.", tools=[BASH])
+        assert r.output_text == "Noted: seven." and all(o.type != "function_call" for o in r.output)
+        second = api.requests[1].body["input"]
+        assert [i["type"] for i in second[-3:]] == ["reasoning", "function_call", "function_call_output"]
+        assert "working memory updated" in second[-1]["output"]
+        c = client.chat.completions.create(
+            model="gpt-5.5", messages=[{"role": "user", "content": "Count and remember."}], tools=[CHAT_BASH]
+        )
+        assert c.choices[0].message.content == "Noted again." and not c.choices[0].message.tool_calls
+        assert c.choices[0].finish_reason == "stop"
+        assert api.failures == [] and api.dropped == 0
+
+
+def test_errors_come_in_the_openai_sdks_own_shape(openai_proxy: Proxy) -> None:  # noqa: F811
+    """A bad key, a bad body, the upstream's 429 and context_length_exceeded: each parsed by the
+    SDK as its own exception class, with the message and code."""
+    with (
+        openai.OpenAI(base_url=f"{openai_proxy.url}/v1", api_key="cpd_wrong", max_retries=0) as wrong,
+        pytest.raises(openai.AuthenticationError) as bad_key,
+    ):
+        wrong.responses.create(model="gpt-5.5", input="hi")
+    assert "key" in bad_key.value.message
+    with _client(openai_proxy) as client:
+        with pytest.raises(openai.BadRequestError) as bad_body:
+            client.responses.create(
+                model="gpt-5.5",
+                input=[{"type": "item_reference", "id": "x"}, {"role": "user", "content": "hi"}],
+            )
+        assert "item_reference" in bad_body.value.message
+        api = _upstream(openai_proxy)
+        api.script(error(429, "slow down"), error(400, "too long", code="context_length_exceeded"))
+        history = [
+            {"role": "user", "content": "one"},
+            {"role": "assistant", "content": "two"},
+            {"role": "user", "content": "three"},
+        ]
+        with pytest.raises(openai.RateLimitError) as limited:
+            client.chat.completions.create(model="gpt-5.5", messages=history)
+        assert "slow down" in limited.value.message
+        with pytest.raises(openai.BadRequestError) as too_long:
+            client.chat.completions.create(model="gpt-5.5", messages=history)
+        assert too_long.value.code == "context_length_exceeded"
+
+
+def test_models_pass_through_and_the_websocket_upgrade_is_refused_with_426(openai_proxy: Proxy) -> None:  # noqa: F811
+    """GET /v1/models comes from the upstream; a WebSocket upgrade on /v1/responses gets a 426, the
+    answer on which Codex falls back to HTTP."""
+    with _client(openai_proxy) as client:
+        models = client.models.list()
+    assert [m.id for m in models.data] == ["gpt-5.5"]
+    r = httpx.get(
+        f"{openai_proxy.url}/v1/responses",
+        headers={
+            "Authorization": f"Bearer {openai_proxy.key}",
+            "Connection": "Upgrade",
+            "Upgrade": "websocket",
+            "Sec-WebSocket-Version": "13",
+            "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+        },
+    )
+    assert r.status_code == 426, r.text
+
+
+def test_previous_response_id_resolves_from_compactds_own_store(openai_proxy: Proxy) -> None:  # noqa: F811
+    """With store (the default), a response's id continues the conversation: the client sends only
+    the new items, the upstream gets the whole history (compacted) and no previous_response_id."""
+    api = _upstream(openai_proxy)
+    api.script(reply(calls=[("bash", {"command": "ls"})]), reply("Seven files."))
+    with _client(openai_proxy) as client:
+        first = client.responses.create(model="gpt-5.5", input="Count the Python files.", tools=[BASH])
+        call = next(o for o in first.output if o.type == "function_call")
+        second = client.responses.create(
+            model="gpt-5.5",
+            previous_response_id=first.id,
+            input=[{"type": "function_call_output", "call_id": call.call_id, "output": "7 files"}],
+            tools=[BASH],
+        )
+        assert second.output_text == "Seven files."
+        sent = api.requests[-1].body
+        assert "previous_response_id" not in sent
+        assert [i["type"] for i in sent["input"]] == [
+            "message",
+            "reasoning",
+            "function_call",
+            "function_call_output",
+        ]
+        assert api.failures == [] and api.dropped == 0
+        with pytest.raises(openai.BadRequestError) as unknown:
+            client.responses.create(
+                model="gpt-5.5", previous_response_id="resp_nope", input="hi", tools=[BASH]
+            )
+        assert unknown.value.code == "previous_response_not_found"
+        time.sleep(0)
