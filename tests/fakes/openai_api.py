@@ -96,11 +96,6 @@ def _plain_item(item: dict[str, Any]) -> dict[str, Any]:
             out["content"] = [
                 {k: v for k, v in p.items() if k not in ("annotations", "logprobs")} for p in content
             ]
-    if out.get("type") == "function_call" and isinstance(out.get("arguments"), str):
-        try:
-            out["arguments"] = json.loads(out["arguments"])
-        except json.JSONDecodeError:
-            pass
     return out
 
 
@@ -451,14 +446,14 @@ class OpenAIStandIn:
             return
         _start_stream(handler)
         seq = itertools.count()
-        send = lambda data: _chunk(
-            handler,
-            b"event: "
-            + data["type"].encode()
-            + b"\ndata: "
-            + json.dumps({**data, "sequence_number": next(seq)}).encode()
-            + b"\n\n",
-        )  # noqa: E731
+
+        def send(data: dict[str, Any]) -> None:
+            event = {**data, "sequence_number": next(seq)}
+            _chunk(
+                handler,
+                b"event: " + data["type"].encode() + b"\ndata: " + json.dumps(event).encode() + b"\n\n",
+            )
+
         opening = {**response, "status": "in_progress", "output": [], "usage": None}
         send({"type": "response.created", "response": opening})
         send({"type": "response.in_progress", "response": opening})
