@@ -5,7 +5,7 @@ UV := $(shell command -v uv 2>/dev/null || echo .tools/bin/uv)
 VENV := .venv
 RUN := $(UV) run --frozen
 
-.PHONY: up test test-fast lint fmt bench bench-service sync services clean client-wheel claude-code data demo
+.PHONY: up test test-fast lint fmt bench bench-service sync services clean client-wheel claude-code codex data demo
 
 $(UV):
 	$(PY) -m venv .tools
@@ -81,6 +81,15 @@ $(CLAUDE_CODE): ops/claude-code/package.json ops/claude-code/package-lock.json
 	@touch $@
 
 claude-code: $(CLAUDE_CODE)
+
+## The pinned Codex CLI (ops/codex) for tests/e2e/test_codex.py: npm ci, no install scripts (bin/codex.js
+## runs the native binary from the platform package).
+CODEX := ops/codex/node_modules/.installed
+$(CODEX): ops/codex/package.json ops/codex/package-lock.json
+	cd ops/codex && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
+	@touch $@
+
+codex: $(CODEX)
 
 ## The third-party test data (transcripts) from its upstream repositories at pinned commits, each
 ## file's sha256 checked (ops/data/manifest.json), into ../shared/data or COMPACTD_DATA_DIR.

@@ -98,6 +98,7 @@ class Call:
     # the history's chains, when the edge knows them (a previous_response_id request, whose body
     # leaves out the history it continues)
     chains: list[str] | None = None
+    recorded: bool = False  # the reply is stored (or was tried)
 
     def headers(self) -> dict[str, str]:
         return forwarded_headers(self.request.headers, self.auth.provider, self.fmt.provider.name)
@@ -524,8 +525,13 @@ async def _rounds(call: Call, relay: StreamRelay, response: UpstreamResponse) ->
                 yield relay.error_event(payload)
                 relay.current.error = True
                 return
-        yield relay.finish()
         call.answered = (relay, results)
+        if results:
+            # compactd's own rounds: stored before the client hears the end, so its next request
+            # (which carries only what it saw, however soon it comes) finds the rounds stored and
+            # the upstream gets them again, as every later reasoning block was produced on them
+            await _stored_reply(call)
+        yield relay.finish()
     finally:
         with anyio.CancelScope(shield=True):
             await response.aclose()
@@ -535,12 +541,28 @@ async def _record(call: Call) -> None:
     """Append the answer the client received, once the response is complete: the append's time is
     not the client's. A next request that comes first appends the client's copy instead (the
     conversation's record decides which one stores it; worker/store/proxy.py); a plain reply waits
-    a moment for it (api/http/replies.py)."""
+    a moment for it (api/http/replies.py). A reply with compactd's own rounds is stored already
+    (_rounds, before its last event)."""
     _release_soon(call.jobs)
-    if call.answered is None or call.reconciled is None:
-        return  # cut short (an error, a disconnect), or its history could not be stored: not recorded
+    if call.answered is None or call.reconciled is None or call.recorded:
+        return  # cut short (an error, a disconnect), its history could not be stored, or stored
+    relay, results = call.answered
+    stored, client_message = relay.stored_messages(results), relay.client_message()
+    grace: ReplyGrace = call.request.app.state.proxy_replies
+    conversation = (call.tenant, call.conversation.key)  # type: ignore[union-attr]
+    waits = call.on_recorded is None and may_wait(stored, client_message)
+    if waits and await grace.superseded(conversation):
+        log.debug("proxy.reply_superseded", tenant_id=call.tenant, session_id=call.reconciled.plan.session_id)
+        return
+    await _stored_reply(call)
+
+
+async def _stored_reply(call: Call) -> None:
+    """Append the answer (and its server-side rounds) to the session it was served from."""
+    assert call.answered is not None and call.reconciled is not None
     relay, results = call.answered
     plan_ = call.reconciled.plan
+    call.recorded = True
     log.info(
         "proxy.answered",
         tenant_id=call.tenant,
@@ -552,20 +574,13 @@ async def _record(call: Call) -> None:
         # messages of the history read from the memo, not parsed again (KnownPrefixes)
         known_messages=call.read.base.messages if call.read is not None else 0,
     )
-    stored, client_message = relay.stored_messages(results), relay.client_message()
-    grace: ReplyGrace = call.request.app.state.proxy_replies
-    conversation = (call.tenant, call.conversation.key)  # type: ignore[union-attr]
-    waits = call.on_recorded is None and may_wait(stored, client_message)
-    if waits and await grace.superseded(conversation):
-        log.debug("proxy.reply_superseded", tenant_id=call.tenant, session_id=plan_.session_id)
-        return
     try:
         recorded = await in_thread(
             record_reply,
             call.proxied,  # type: ignore[arg-type]
             plan_,
-            stored,
-            client_message,
+            relay.stored_messages(results),
+            relay.client_message(),
         )
     except Exception as exc:
         # the client still gets its answer; its next request carries the reply and reconciles it

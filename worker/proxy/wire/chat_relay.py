@@ -282,7 +282,17 @@ class ChatRelay:
             calls = [c for i, c in sorted(r.calls.items())]
             out.append({"role": "assistant", "content": assistant_blocks(r.message(calls), "round")})
             out.append({"role": "user", "content": answered})
-        out.append(self.client_message())
+        if len(self.rounds) == 1:
+            out.append(self.client_message())
+        else:  # the last round as the client saw it (the earlier rounds' text is stored above)
+            last = self.current
+            message = last.message(last.visible_calls())
+            out.append(
+                {
+                    "role": "assistant",
+                    "content": assistant_blocks(message, "reply") or [{"type": "text", "text": NO_CONTENT}],
+                }
+            )
         return out
 
     def next_messages(self, results: list[dict[str, Any]]) -> list[dict[str, Any]]:

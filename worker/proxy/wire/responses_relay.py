@@ -252,7 +252,9 @@ class ResponsesRelay:
         for r, answered in zip(self.rounds[:-1], results, strict=False):
             out.append(_one_message(r.output()))
             out.append({"role": "user", "content": answered})
-        out.append(self.client_message())
+        # the last round as the client saw it (the earlier rounds' visible items are stored above)
+        last = self.current.visible() if len(self.rounds) > 1 else self.visible_output()
+        out.append(_one_message(last))
         return out
 
     def next_input(self, results: list[dict[str, Any]]) -> list[dict[str, Any]]:

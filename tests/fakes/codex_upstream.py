@@ -1,0 +1,124 @@
+"""A scripted Responses-API model that drives the Codex CLI through a long shell session: the
+upstream of tests/e2e/test_codex.py, on the OpenAI stand-in (tests/fakes/openai_api.py, which
+checks every request: tool pairing, the window with `context_length_exceeded`, preserved reasoning).
+
+Each request is answered from what it carries, not from a script: the newest `exec_command` output
+says which round comes next, so compaction on the way (clipped, offloaded and summarized history)
+never confuses it. Round r asks Codex to run a command printing `output_lines(r)` numbered lines
+(~8 KB; every third round ~16 KB); after the last round it answers with text. Once, after
+`read_after` rounds, when the prompt shows an offloaded output (`[compactd: offloaded ... read_file
+ref=f_...]`), it calls compactd's `read_file` on that output's last lines and checks, in the next
+request, that the result holds them (`reads`). A request that carries Codex's own compaction prompt
+is a failure: compactd keeps the window, Codex never has to.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from tests.fakes.openai_api import OpenAIStandIn, Reply, input_items, reply
+
+LINE = "round {r:03d} line %04g: checked module parser_{r:03d} against the fixture set, status ok, 12 assertions passed"
+OFFLOADED = re.compile(
+    r"\[compactd: offloaded; only the start is shown\..*?read_file ref=(f_[0-9a-f]{16})", re.S
+)
+ROUND = re.compile(r"round (\d{3}) line 0001:")
+# what Codex's own compaction request says (its summarization prompt, codex-rs/core/templates)
+CLIENT_COMPACTION = ("CONTEXT CHECKPOINT COMPACTION", "memento", "handoff summary for another LLM")
+
+
+def output_lines(r: int) -> int:
+    """Lines round r's command prints: ~8 KB, every third round ~16 KB."""
+    return 170 if r % 3 == 0 else 85
+
+
+def command(r: int) -> str:
+    return f"seq -f '{LINE.format(r=r)}' 1 {output_lines(r)}"
+
+
+def expected_line(r: int, n: int) -> str:
+    return LINE.format(r=r) % n
+
+
+@dataclass
+class Read:
+    ref: str
+    round: int
+    start_line: int
+    end_line: int
+    ok: bool | None = None
+
+
+@dataclass
+class Driver:
+    """Decides each reply; what it saw is kept for the test."""
+
+    rounds: int = 60
+    read_after: int = 20
+    reads: list[Read] = field(default_factory=list)
+    compaction_requests: int = 0
+    newest_reasoning: list[bool] = field(default_factory=list)  # per request after the first
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __call__(self, path: str, body: dict[str, Any], headers: dict[str, str]) -> Reply:
+        with self.lock:
+            return self.decide(body)
+
+    def decide(self, body: dict[str, Any]) -> Reply:
+        items = input_items(body)
+        text = json.dumps(items)
+        if any(mark in text for mark in CLIENT_COMPACTION):
+            self.compaction_requests += 1
+            return reply("Summary: the checks are running round by round.")
+        calls = {i.get("call_id"): i for i in items if i.get("type") == "function_call"}
+        outputs = [i for i in items if i.get("type") == "function_call_output"]
+        if not outputs:
+            return self.exec_round(1)
+        last = outputs[-1]
+        call = calls.get(last.get("call_id"), {})
+        if call.get("name") == "read_file" and self.reads and self.reads[-1].ok is None:
+            self.check_read(self.reads[-1], str(last.get("output", "")))
+        done = [int(m.group(1)) for o in outputs if (m := ROUND.search(str(o.get("output", ""))))]
+        r = max(done, default=0)
+        if r >= self.rounds:
+            return reply(f"All {self.rounds} rounds passed.")
+        if r >= self.read_after and not self.reads and (read := self.read_for(text)) is not None:
+            self.reads.append(read)
+            args = {"ref": read.ref, "start_line": read.start_line, "end_line": read.end_line}
+            return reply(calls=[("read_file", args)])
+        return self.exec_round(r + 1)
+
+    def exec_round(self, r: int) -> Reply:
+        return reply(
+            calls=[("exec_command", {"cmd": command(r), "yield_time_ms": 10000, "max_output_tokens": 12000})]
+        )
+
+    def read_for(self, text: str) -> Read | None:
+        """A read of the last lines of the newest offloaded output the prompt shows."""
+        found = [
+            (m.group(1), text[m.start() - 4000 : m.start()])
+            for m in OFFLOADED.finditer(text.replace("\\n", "\n"))
+        ]
+        for ref, before in reversed(found):
+            rounds = ROUND.findall(before)
+            if rounds:
+                r = int(rounds[-1])
+                n = output_lines(r)
+                # the file is the output as Codex sent it: a few lines of Codex's own before the first
+                return Read(ref, r, n - 5, n + 10)
+        return None
+
+    def check_read(self, read: Read, output: str) -> None:
+        n = output_lines(read.round)
+        read.ok = all(expected_line(read.round, k) in output for k in (n - 2, n - 1, n))
+
+
+def codex_upstream(
+    context_window: int, rounds: int = 60, read_after: int = 20
+) -> tuple[OpenAIStandIn, Driver]:
+    driver = Driver(rounds=rounds, read_after=read_after)
+    return OpenAIStandIn(context_window=context_window, responder=driver), driver
