@@ -21,7 +21,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -129,10 +129,8 @@ def run_codex(
     events = []
     for line in done.stdout.splitlines():
         if line.startswith("{"):
-            try:
+            with suppress(json.JSONDecodeError):
                 events.append(json.loads(line))
-            except json.JSONDecodeError:
-                pass
     return done, events
 
 
