@@ -1,5 +1,5 @@
 """End to end: the real Codex CLI (pinned in ops/codex) through the real `compactd up`, with a
-scripted, checking Responses-API stand-in as the upstream (tests/fakes/codex_upstream.py on
+scripted, checking Responses-API stand-in as the upstream (tests/fakes/agent_upstream.py on
 tests/fakes/openai_api.py).
 
 Codex runs unchanged: a custom `model_provider` in its config.toml points at compactd's /v1, its key
@@ -29,7 +29,7 @@ import httpx
 import pytest
 
 from tests.conftest import REPO, require
-from tests.fakes.codex_upstream import codex_upstream
+from tests.fakes.agent_upstream import codex_upstream
 from tests.integration.conftest import free_port, wait_for
 
 pytestmark = pytest.mark.slow

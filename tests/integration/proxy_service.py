@@ -50,6 +50,7 @@ def start_proxy(
         overrides["openai_upstream_url"] = openai_upstream.base_url
     key = f"cpd_{uuid.uuid4().hex}"
     port = free_port()
+    values: dict[str, Any] = {"offload_tokens": 300, "preview_tokens": 50, "idle_seconds": 0.0, **overrides}
     settings = make_settings(
         tmp,
         database_url or f"sqlite:///{tmp / 'compactd.db'}",
@@ -57,10 +58,7 @@ def start_proxy(
         port=port,
         default_api_key=key,
         upstream_url=fake.base_url,
-        offload_tokens=300,
-        preview_tokens=50,
-        idle_seconds=0.0,
-        **overrides,
+        **values,
     )
     env_extra = {
         "COMPACTD_UPSTREAM_API_KEY": PROVIDER_KEY,

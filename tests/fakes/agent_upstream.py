@@ -1,6 +1,8 @@
-"""A scripted Responses-API model that drives the Codex CLI through a long shell session: the
-upstream of tests/e2e/test_codex.py, on the OpenAI stand-in (tests/fakes/openai_api.py, which
-checks every request: tool pairing, the window with `context_length_exceeded`, preserved reasoning).
+"""A scripted model that drives an agent through a long shell session, on the OpenAI stand-in
+(tests/fakes/openai_api.py, which checks every request: tool pairing, the window with
+`context_length_exceeded`, preserved reasoning): the Codex CLI on the Responses API
+(tests/e2e/test_codex.py, `codex_upstream`) and mini-swe-agent on Chat Completions
+(tests/integration/test_openai_agents.py, `chat_upstream`).
 
 Each request is answered from what it carries, not from a script: the newest `exec_command` output
 says which round comes next, so compaction on the way (clipped, offloaded and summarized history)
@@ -64,9 +66,13 @@ class Driver:
     newest_reasoning: list[bool] = field(default_factory=list)  # per request after the first
     lock: threading.Lock = field(default_factory=threading.Lock)
 
+    tool: str = "exec_command"  # the client's shell tool
+    read_with: str = "read_file"  # or grep: how the model reads an offloaded output back
+    finish: str | None = None  # a command that ends the run (else a text answer)
+
     def __call__(self, path: str, body: dict[str, Any], headers: dict[str, str]) -> Reply:
         with self.lock:
-            return self.decide(body)
+            return self.decide(body if "input" in body else {"input": chat_items(body)})
 
     def decide(self, body: dict[str, Any]) -> Reply:
         items = input_items(body)
@@ -80,22 +86,28 @@ class Driver:
             return self.exec_round(1)
         last = outputs[-1]
         call = calls.get(last.get("call_id"), {})
-        if call.get("name") == "read_file" and self.reads and self.reads[-1].ok is None:
+        if call.get("name") in ("read_file", "grep") and self.reads and self.reads[-1].ok is None:
             self.check_read(self.reads[-1], str(last.get("output", "")))
         done = [int(m.group(1)) for o in outputs if (m := ROUND.search(str(o.get("output", ""))))]
         r = max(done, default=0)
         if r >= self.rounds:
+            if self.finish is not None and call.get("name") == self.tool and self.finish not in str(call):
+                return reply(calls=[(self.tool, {"command": self.finish})])
             return reply(f"All {self.rounds} rounds passed.")
         if r >= self.read_after and not self.reads and (read := self.read_for(text)) is not None:
             self.reads.append(read)
+            if self.read_with == "grep":  # an output that is not line by line (mini-swe-agent's JSON)
+                pattern = f"round {read.round:03d} line {output_lines(read.round):04d}"
+                return reply(calls=[("grep", {"ref": read.ref, "pattern": pattern})])
             args = {"ref": read.ref, "start_line": read.start_line, "end_line": read.end_line}
             return reply(calls=[("read_file", args)])
         return self.exec_round(r + 1)
 
     def exec_round(self, r: int) -> Reply:
-        return reply(
-            calls=[("exec_command", {"cmd": command(r), "yield_time_ms": 10000, "max_output_tokens": 12000})]
-        )
+        if self.tool == "exec_command":
+            args = {"cmd": command(r), "yield_time_ms": 10000, "max_output_tokens": 12000}
+            return reply(calls=[("exec_command", args)])
+        return reply(f"Round {r}.", calls=[(self.tool, {"command": command(r)})])
 
     def read_for(self, text: str) -> Read | None:
         """A read of the last lines of the newest offloaded output the prompt shows."""
@@ -114,11 +126,44 @@ class Driver:
 
     def check_read(self, read: Read, output: str) -> None:
         n = output_lines(read.round)
-        read.ok = all(expected_line(read.round, k) in output for k in (n - 2, n - 1, n))
+        wanted = (n,) if self.read_with == "grep" else (n - 2, n - 1, n)
+        read.ok = all(expected_line(read.round, k) in output for k in wanted)
+
+
+def chat_items(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """A chat request's messages as Responses items (calls and outputs), for the same driver."""
+    items: list[dict[str, Any]] = []
+    for m in body.get("messages") or []:
+        for call in m.get("tool_calls") or []:
+            fn = call.get("function") or {}
+            items.append(
+                {
+                    "type": "function_call",
+                    "call_id": call.get("id"),
+                    "name": fn.get("name"),
+                    "arguments": fn.get("arguments"),
+                }
+            )
+        if m.get("role") == "tool":
+            items.append(
+                {"type": "function_call_output", "call_id": m.get("tool_call_id"), "output": m.get("content")}
+            )
+        elif not m.get("tool_calls"):
+            items.append({"type": "message", "role": m.get("role"), "content": m.get("content")})
+    return items
 
 
 def codex_upstream(
     context_window: int, rounds: int = 60, read_after: int = 20
 ) -> tuple[OpenAIStandIn, Driver]:
     driver = Driver(rounds=rounds, read_after=read_after)
+    return OpenAIStandIn(context_window=context_window, responder=driver), driver
+
+
+def chat_upstream(
+    context_window: int, rounds: int, read_after: int, finish: str
+) -> tuple[OpenAIStandIn, Driver]:
+    """A Chat Completions model for an agent whose shell tool is `bash` ({"command": ...}) and that
+    ends when it runs `finish` (mini-swe-agent's submit command); it reads back with compactd's grep."""
+    driver = Driver(rounds=rounds, read_after=read_after, tool="bash", read_with="grep", finish=finish)
     return OpenAIStandIn(context_window=context_window, responder=driver), driver
