@@ -289,6 +289,11 @@ def summary(
         if settings.upstream_api_key
         else "COMPACTD_UPSTREAM_API_KEY unset (a tenant's held key, or the client's own with x-compactd-key)"
     )
+    openai_key = (
+        "COMPACTD_OPENAI_UPSTREAM_API_KEY"
+        if settings.openai_upstream_api_key
+        else "COMPACTD_OPENAI_UPSTREAM_API_KEY unset (likewise)"
+    )
     took = f" in {seconds:.1f} s" if seconds is not None else ""
     lines = [
         "",
@@ -307,6 +312,8 @@ def summary(
         f"  try:       curl -H 'Authorization: Bearer {shown}' {url}/v1/sessions",
         f"  upstream:  {shown_url(settings.upstream_url)} (COMPACTD_UPSTREAM_URL) answers POST /v1/messages;"
         f" provider key: {provider_key}",
+        f"             {shown_url(settings.openai_upstream_url)} (COMPACTD_OPENAI_UPSTREAM_URL) answers"
+        f" POST /v1/responses and /v1/chat/completions; provider key: {openai_key}",
         f"  data:      {settings.database_url}; redis {'embedded (' + redis_url + ')' if embedded else redis_url}",
     ]
     if quiet:

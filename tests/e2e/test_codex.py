@@ -93,11 +93,12 @@ def compactd_up(tmp: Path, upstream_url: str) -> Iterator[tuple[str, str]]:
                 proc.wait()
 
 
-def codex_config(home: Path, url: str) -> None:
+def codex_config(home: Path, url: str, extra: str = "") -> None:
     """The only change a user makes: a model provider whose base URL is compactd's /v1."""
     (home / "config.toml").write_text(
         f"""model = "gpt-5.5"
 model_provider = "compactd"
+{extra}
 
 [model_providers.compactd]
 name = "compactd"
@@ -110,10 +111,10 @@ http_headers = {{ "x-compactd-context-window" = "{WINDOW}" }}
 
 
 def run_codex(
-    work: Path, home: Path, url: str, key: str
+    work: Path, home: Path, url: str, key: str, extra: str = ""
 ) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]]:
     """`codex exec --json` with its config and the compactd key; its JSON events."""
-    codex_config(home, url)
+    codex_config(home, url, extra)
     env = {
         "PATH": os.environ["PATH"],
         "HOME": str(home.parent),
@@ -198,3 +199,36 @@ def test_codex_runs_a_long_shell_session_through_compactd(tmp_path: Path) -> Non
     assert inspector.status_code == 200
     assert len(sessions) == 1 and main["turns"] >= 2 * ROUNDS and main["epoch"] >= 2, sessions
     assert detail.status_code == 200 and detail.json()["profile"]["context_window"] == WINDOW, detail.text
+
+
+def test_codex_compacting_on_its_own_gets_compactds_summary_at_once(tmp_path: Path) -> None:
+    """Codex set to compact its own history early (model_auto_compact_token_limit) asks for a summary
+    through the same endpoint: compactd answers each from its compacted history with no upstream call,
+    and Codex goes on from it to the end of the task (exit 0, every round run, no request refused)."""
+    command = codex()
+    assert command
+    work, home = tmp_path / "work", tmp_path / "home" / ".codex"
+    work.mkdir()
+    home.mkdir(parents=True)
+    rounds = 10
+    api, driver = codex_upstream(WINDOW, rounds=rounds, read_after=100)
+    with api, compactd_up(tmp_path, api.base_url) as (url, key):
+        done, events = run_codex(work, home, url, key, extra="model_auto_compact_token_limit = 15000")
+        log = (tmp_path / "up.err").read_text(errors="replace")  # the processes log to stderr
+    report = f"failures {api.failures[:3]}, stderr {done.stderr[-1500:]!r}"
+    assert done.returncode == 0, report
+    answered = log.count("proxy.client_compaction_answered")
+    compacted = sum(
+        1
+        for e in events
+        if e.get("type") == "item.completed" and e["item"].get("type") == "context_compaction"
+    )
+    print(
+        f"{answered} compactions answered by compactd; {len(api.requests)} upstream requests; events {compacted}"
+    )
+    assert answered >= 2, report
+    # no summary request ever reached the model: one upstream request per model call of the task
+    assert driver.compaction_requests == 0 and len(api.requests) == rounds + 1, len(api.requests)
+    assert api.failures == [] and api.dropped == 0, report
+    messages = [e["item"].get("text", "") for e in events if e.get("item", {}).get("type") == "agent_message"]
+    assert any(f"All {rounds} rounds passed." in m for m in messages), report

@@ -29,6 +29,8 @@ OFFLOADED = re.compile(
     r"\[compactd: offloaded; only the start is shown\..*?read_file ref=(f_[0-9a-f]{16})", re.S
 )
 ROUND = re.compile(r"round (\d{3}) line 0001:")
+# a round's command as a summary lists it (after a client's own compaction: where the work stands)
+COMMAND_ROUND = re.compile(r"round (\d{3}) line %04g")
 # what Codex's own compaction request says (its summarization prompt, codex-rs/core/templates)
 CLIENT_COMPACTION = ("CONTEXT CHECKPOINT COMPACTION", "memento", "handoff summary for another LLM")
 
@@ -82,14 +84,17 @@ class Driver:
             return reply("Summary: the checks are running round by round.")
         calls = {i.get("call_id"): i for i in items if i.get("type") == "function_call"}
         outputs = [i for i in items if i.get("type") == "function_call_output"]
-        if not outputs:
+        if not outputs and not COMMAND_ROUND.search(text):
             return self.exec_round(1)
-        last = outputs[-1]
+        last = outputs[-1] if outputs else {}
         call = calls.get(last.get("call_id"), {})
         if call.get("name") in ("read_file", "grep") and self.reads and self.reads[-1].ok is None:
             self.check_read(self.reads[-1], str(last.get("output", "")))
         done = [int(m.group(1)) for o in outputs if (m := ROUND.search(str(o.get("output", ""))))]
-        r = max(done, default=0)
+        summarized = [
+            int(x) for i in items if i.get("type") == "message" for x in COMMAND_ROUND.findall(json.dumps(i))
+        ]
+        r = max(done + summarized, default=0)
         if r >= self.rounds:
             if self.finish is not None and call.get("name") == self.tool and self.finish not in str(call):
                 return reply(calls=[(self.tool, {"command": self.finish})])

@@ -102,4 +102,6 @@ def test_mini_swe_agent_runs_a_long_task_through_compactd(
     ]
     mains = [s for s in sessions if s["turns"] > 2 * ROUNDS]
     # one session, its served prompt in the window though what the agent produced is three times it
-    assert len(mains) == 1 and mains[0]["served_tokens"] < WINDOW < 3 * WINDOW < mains[0]["raw_tokens"], sessions
+    assert len(mains) == 1 and mains[0]["served_tokens"] < WINDOW < 3 * WINDOW < mains[0]["raw_tokens"], (
+        sessions
+    )

@@ -266,3 +266,40 @@ def test_previous_response_id_resolves_from_compactds_own_store(openai_proxy: Pr
             )
         assert unknown.value.code == "previous_response_not_found"
         time.sleep(0)
+
+
+def test_a_clients_own_compaction_is_answered_at_once_from_compactds_history(openai_proxy: Proxy) -> None:  # noqa: F811
+    """Codex's summary request (its turn metadata says `compaction`) and POST /v1/responses/compact
+    are answered by compactd from the conversation's compacted history, with no upstream call: the
+    summary names the commands the conversation ran."""
+    api = _upstream(openai_proxy)
+    api.script(
+        reply(calls=[("bash", {"command": "pytest -q tests/test_dates.py"})]), reply("One test fails.")
+    )
+    sid = "own-compaction"
+    with _client(openai_proxy, default_headers={"x-compactd-session": sid}) as client:
+        items: list[Any] = [{"role": "user", "content": "Run the date tests."}]
+        first = client.responses.create(model="gpt-5.5", input=items, tools=[BASH], store=False)
+        items += [o.model_dump(exclude_none=True) for o in first.output]
+        call = next(o for o in first.output if o.type == "function_call")
+        items.append({"type": "function_call_output", "call_id": call.call_id, "output": "1 failed"})
+        second = client.responses.create(model="gpt-5.5", input=items, tools=[BASH], store=False)
+        items += [o.model_dump(exclude_none=True) for o in second.output]
+        sent = len(api.requests)
+        prompt = {"role": "user", "content": "You are performing a CONTEXT CHECKPOINT COMPACTION. Summarize."}
+        meta = json.dumps({"request_kind": "compaction", "session_id": "s"})
+        with client.responses.stream(
+            model="gpt-5.5",
+            input=[*items, prompt],
+            tools=[BASH],
+            store=False,
+            extra_headers={"x-codex-turn-metadata": meta},
+        ) as stream:
+            summary = stream.get_final_response().output_text
+        compacted = client.post(
+            "/responses/compact", cast_to=httpx.Response, body={"model": "gpt-5.5", "input": items}
+        ).json()
+    assert len(api.requests) == sent  # neither reached the upstream
+    assert summary.startswith("[compactd summary]") and "pytest -q tests/test_dates.py" in summary
+    assert compacted["object"] == "response.compaction"
+    assert "pytest -q tests/test_dates.py" in compacted["output"][0]["content"][0]["text"]

@@ -270,3 +270,37 @@ def _merge_ranges(ranges: Sequence[tuple[int, int]]) -> tuple[tuple[int, int], .
         else:
             out.append((a, b))
     return tuple(out)
+
+
+NOTE_MARK = "[compactd handoff note]"
+CLIENT_SUMMARY_HEADER = (
+    "[compactd summary] What this conversation has done so far, from compactd's compacted history"
+    " (every earlier turn is kept verbatim in compactd's archive; compactd's read_file and grep tools"
+    " read it back)."
+)
+
+
+def prompt_summary(messages: Sequence[dict[str, object]], memory: str, max_tokens: int) -> str:
+    """A summary of a served prompt for a client that asks for one (its own compaction), without a
+    model: the working memory, the handoff notes the prompt holds, verbatim, and the extractive
+    facts of its turns. Deterministic; at most `max_tokens` (the facts give way first)."""
+    notes = [
+        str(b.get("text"))
+        for m in messages
+        for b in (m.get("content") if isinstance(m.get("content"), list) else [])  # type: ignore[union-attr]
+        if isinstance(b, dict) and str(b.get("text", "")).startswith(NOTE_MARK)
+    ]
+    turns = [
+        Turn(seq=i, role=str(m.get("role")), content=tuple(m["content"]))  # type: ignore[arg-type]
+        for i, m in enumerate(messages)
+        if isinstance(m.get("content"), list)
+    ]
+    task = next((block_text(b) for t in turns[:1] for b in t.content if b.get("type") == "text"), "")
+    parts = [CLIENT_SUMMARY_HEADER]
+    if memory:
+        parts.append(memory)
+    parts += notes
+    head = "\n\n".join(parts)
+    room = max(200, max_tokens - count_text(head))
+    facts = F.extract([t for t in turns if not any(NOTE_MARK in str(b.get("text", "")) for b in t.content)], task)
+    return head + "\n\n" + render_note("## Since then", facts, room)

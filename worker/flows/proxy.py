@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import secrets
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
@@ -320,7 +321,10 @@ def reconcile(
             from_memory = False
             continue
         except SessionTaken:
-            taken += 1
+            # the name a history derives is taken: the next one, then one at random (a history the
+            # client returns to again and again, as after each of its own compactions, has had its
+            # first names used by the branches it left)
+            taken = 1 if taken == 0 else secrets.randbelow(10**9) + 2
             continue
         except SessionGone:
             gone = True

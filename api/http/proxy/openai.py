@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -21,18 +23,23 @@ from fastapi import APIRouter, Request, WebSocket
 from fastapi.responses import Response
 
 from api.http.error_shapes import openai_error
+from api.http.errors import ApiError
 from api.http.proxy.auth import ANTHROPIC, OPENAI, authenticate
 from api.http.proxy.errors import ProxyError, anthropic_response, openai_response
 from api.http.proxy.flow import Call, pass_through, proxy, unreachable, upstream_error
-from api.http.proxy.formats import CHAT, MESSAGES, RESPONSES, Format, StreamRelay
+from api.http.proxy.formats import CHAT, MESSAGES, RESPONSES, Format, StreamRelay, served_parts
 from api.http.proxy.messages import session_header, window_header
+from api.http.routes.prompt import serve_prompt
 from api.http.threads import in_thread
 from api.http.upstream import open_stream
+from worker.compaction.summarize import prompt_summary
+from worker.compaction.tokens import count_text
 from worker.proxy import fingerprints
 from worker.proxy.conversations import Conversation, client_id, identify, is_side_request
-from worker.proxy.reconcile import Record
+from worker.proxy.reconcile import Record, plan
 from worker.proxy.wire import chat, responses
 from worker.proxy.wire.responses import WireError
+from worker.proxy.wire.responses_relay import response_stream, text_response
 from worker.resources import Resources
 from worker.store.proxy import find_response, load_records, save_response
 
@@ -42,6 +49,8 @@ log = structlog.get_logger("compactd.proxy")
 # how long a previous_response_id waits for its response to be recorded (the client may ask again
 # as soon as the stream ends, while the reply is being stored)
 PREVIOUS_WAIT_SECONDS = 3.0
+# the longest summary a client's own compaction is answered with
+SUMMARY_TOKENS = 4_000
 # stands for a message of the history a previous_response_id request leaves out: never stored
 # (the plan stores only what comes after the record), and not a valid message if it were
 _ELIDED = {"role": "elided"}
@@ -57,6 +66,13 @@ async def create_response(request: Request) -> Response:
 async def create_chat_completion(request: Request) -> Response:
     """The Chat Completions API (streaming or not) through compactd."""
     return await _answered(_proxied(request, CHAT))
+
+
+@router.post("/v1/responses/compact", include_in_schema=False)
+async def compact_response(request: Request) -> Response:
+    """A client's own compaction (Codex's remote compaction): answered at once from compactd's
+    compacted history, never with a model call (docs/proxy.md "The client's own compaction")."""
+    return await _answered(_compacted(request))
 
 
 @router.websocket("/v1/responses")
@@ -148,6 +164,20 @@ async def _proxied(request: Request, fmt: Format) -> Response:
         canonical=canonical,
         context_window=window_header(request.headers),
     )
+    if fmt is RESPONSES and is_client_compaction(request.headers):
+        summary = await _summary(call, canonical["messages"][:-1], named)
+        response = text_response(
+            f"resp_compactd_{uuid.uuid4().hex[:24]}", body.get("model"), summary.text, summary.usage
+        )
+        log.info(
+            "proxy.client_compaction_answered",
+            tenant_id=tenant,
+            session_id=summary.session_id,
+            tokens=summary.usage["output_tokens"],
+        )
+        if body.get("stream"):
+            return Response(response_stream(response), media_type="text/event-stream")
+        return Response(orjson.dumps(response), media_type="application/json")
     previous = body.get("previous_response_id") if fmt is RESPONSES else None
     if previous:
         call.conversation, call.chains = await _continued(call, str(previous))
@@ -160,6 +190,80 @@ async def _proxied(request: Request, fmt: Format) -> Response:
     if fmt is RESPONSES and body.get("store") is not False:
         call.on_recorded = _remember_response(call)
     return await proxy(call, None)
+
+
+def is_client_compaction(headers: Mapping[str, str]) -> bool:
+    """Codex asking the model for a summary of its own history (its turn metadata says so)."""
+    raw = headers.get("x-codex-turn-metadata")
+    if not raw:
+        return False
+    try:
+        meta = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(meta, dict) and meta.get("request_kind") == "compaction"
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    text: str
+    usage: dict[str, Any]
+    session_id: str | None
+
+
+async def _summary(call: Call, messages: list[dict[str, Any]], named: str | None) -> Summary:
+    """compactd's summary of the conversation `messages` continue: of its session's served prompt
+    when compactd holds the conversation, else of the messages themselves (no model call)."""
+    res = call.res
+    canonical = {**(call.canonical or {}), "messages": messages}
+    client, parent = client_ids(call.fmt, call.request.headers, call.body)
+    conversation = identify(call.request.app.state.proxy_key, canonical, named, client, parent)
+    memo: fingerprints.ChainMemo = call.request.app.state.proxy_chains
+    chains = await in_thread(memo.chains, (call.tenant, conversation.key), messages)
+    records = await in_thread(load_records, res.engine, call.tenant, conversation.key)
+    p = plan(records, chains, conversation.key)
+    served_messages, memory, session_id = messages, "", None
+    if p.kind in ("same", "extend"):
+        try:
+            served = await serve_prompt(call.request, call.tenant, p.session_id)
+            memory, served_messages = served_parts(served.body)
+            served_messages = [*served_messages, *messages[p.start :]]
+            session_id = p.session_id
+        except ApiError:
+            pass
+    text = await in_thread(prompt_summary, served_messages, memory, SUMMARY_TOKENS)
+    usage = {
+        "input_tokens": 0,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": count_text(text),
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": count_text(text),
+    }
+    return Summary(text, usage, session_id)
+
+
+async def _compacted(request: Request) -> Response:
+    res: Resources = request.app.state.resources
+    tenant, auth, _ = await authenticate(request, provider=OPENAI)
+    body = read_json(await request.body())
+    canonical = canonical_of(RESPONSES, body)
+    call = Call(request, res, tenant, auth, body, RESPONSES, canonical=canonical)
+    summary = await _summary(call, canonical["messages"], session_header(request.headers))
+    output = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": summary.text}]}]
+    log.info(
+        "proxy.client_compaction_answered",
+        tenant_id=tenant,
+        session_id=summary.session_id,
+        tokens=summary.usage["output_tokens"],
+    )
+    answer = {
+        "id": f"resp_compactd_{uuid.uuid4().hex[:24]}",
+        "object": "response.compaction",
+        "created_at": int(time.time()),
+        "output": output,
+        "usage": summary.usage,
+    }
+    return Response(orjson.dumps(answer), media_type="application/json")
 
 
 async def _continued(call: Call, previous: str) -> tuple[Conversation, list[str]]:

@@ -291,3 +291,72 @@ def _one_message(items: list[dict[str, Any]]) -> dict[str, Any]:
     """Output items as one canonical assistant message (outputs are the model's side)."""
     blocks = [b for m in canonical_messages(items, "output") for b in m["content"]]
     return {"role": "assistant", "content": blocks or [{"type": "text", "text": NO_CONTENT}]}
+
+
+def text_response(response_id: str, model: Any, text: str, usage: dict[str, Any]) -> dict[str, Any]:
+    """A completed response holding one assistant message (compactd's own answer, no upstream)."""
+    return {
+        "id": response_id,
+        "object": "response",
+        "created_at": 0,
+        "status": "completed",
+        "model": model,
+        "output": [
+            {
+                "type": "message",
+                "id": f"msg_{response_id.removeprefix('resp_')}",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": text, "annotations": []}],
+            }
+        ],
+        "usage": usage,
+    }
+
+
+def response_stream(response: dict[str, Any]) -> bytes:
+    """The events a streamed response with one message item sends, at once."""
+    item = response["output"][0]
+    text = item["content"][0]["text"]
+    opening = {**response, "status": "in_progress", "output": [], "usage": None}
+    part = {"type": "output_text", "text": "", "annotations": []}
+    events: list[dict[str, Any]] = [
+        {"type": "response.created", "response": opening},
+        {"type": "response.in_progress", "response": opening},
+        {
+            "type": "response.output_item.added",
+            "output_index": 0,
+            "item": {**item, "status": "in_progress", "content": []},
+        },
+        {
+            "type": "response.content_part.added",
+            "item_id": item["id"],
+            "output_index": 0,
+            "content_index": 0,
+            "part": part,
+        },
+        {
+            "type": "response.output_text.delta",
+            "item_id": item["id"],
+            "output_index": 0,
+            "content_index": 0,
+            "delta": text,
+        },
+        {
+            "type": "response.output_text.done",
+            "item_id": item["id"],
+            "output_index": 0,
+            "content_index": 0,
+            "text": text,
+        },
+        {
+            "type": "response.content_part.done",
+            "item_id": item["id"],
+            "output_index": 0,
+            "content_index": 0,
+            "part": {**part, "text": text},
+        },
+        {"type": "response.output_item.done", "output_index": 0, "item": item},
+        {"type": "response.completed", "response": response},
+    ]
+    return b"".join(encode({**e, "sequence_number": n}) for n, e in enumerate(events))
