@@ -284,10 +284,11 @@ def prompt_summary(messages: Sequence[dict[str, object]], memory: str, max_token
     """A summary of a served prompt for a client that asks for one (its own compaction), without a
     model: the working memory, the handoff notes the prompt holds, verbatim, and the extractive
     facts of its turns. Deterministic; at most `max_tokens` (the facts give way first)."""
+    contents = [m["content"] for m in messages if isinstance(m.get("content"), list)]
     notes = [
         str(b.get("text"))
-        for m in messages
-        for b in (m.get("content") if isinstance(m.get("content"), list) else [])  # type: ignore[union-attr]
+        for content in contents
+        for b in content  # type: ignore[attr-defined]
         if isinstance(b, dict) and str(b.get("text", "")).startswith(NOTE_MARK)
     ]
     turns = [

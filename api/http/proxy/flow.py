@@ -526,6 +526,7 @@ async def _rounds(call: Call, relay: StreamRelay, response: UpstreamResponse) ->
                 relay.current.error = True
                 return
         call.answered = (relay, results)
+        _log_answered(call)
         if results:
             # compactd's own rounds: stored before the client hears the end, so its next request
             # (which carries only what it saw, however soon it comes) finds the rounds stored and
@@ -557,23 +558,29 @@ async def _record(call: Call) -> None:
     await _stored_reply(call)
 
 
+def _log_answered(call: Call) -> None:
+    assert call.answered is not None
+    relay = call.answered[0]
+    plan_ = call.reconciled.plan if call.reconciled is not None else None
+    log.info(
+        "proxy.answered",
+        tenant_id=call.tenant,
+        session_id=plan_.session_id if plan_ else call.session_id,
+        reconciled=plan_.kind if plan_ else None,
+        appended=call.reconciled.appended if call.reconciled else 0,
+        rounds=len(relay.rounds),
+        format=call.fmt.name,
+        # messages of the history read from the memo, not parsed again (KnownPrefixes)
+        known_messages=call.read.base.messages if call.read is not None else 0,
+    )
+
+
 async def _stored_reply(call: Call) -> None:
     """Append the answer (and its server-side rounds) to the session it was served from."""
     assert call.answered is not None and call.reconciled is not None
     relay, results = call.answered
     plan_ = call.reconciled.plan
     call.recorded = True
-    log.info(
-        "proxy.answered",
-        tenant_id=call.tenant,
-        session_id=plan_.session_id,
-        reconciled=plan_.kind,
-        appended=call.reconciled.appended,
-        rounds=len(relay.rounds),
-        format=call.fmt.name,
-        # messages of the history read from the memo, not parsed again (KnownPrefixes)
-        known_messages=call.read.base.messages if call.read is not None else 0,
-    )
     try:
         recorded = await in_thread(
             record_reply,
