@@ -23,8 +23,15 @@ KNOWN: dict[str, ModelProfile] = {
     "claude-3-5-haiku": ModelProfile(200_000, 8_192),
     "claude-3-opus": ModelProfile(200_000, 4_096),
     "claude-3-haiku": ModelProfile(200_000, 4_096),
+    # OpenAI's models (platform.openai.com model pages): the window, and the most a reply may take.
+    # The GPT-5 family's 400k window holds at most 272k of input whatever the reply takes: the
+    # window compactd budgets against is that input limit plus the default reserve
     "gpt-4o": ModelProfile(128_000, 16_384),
     "gpt-4.1": ModelProfile(1_047_576, 32_768),
+    "gpt-5": ModelProfile(272_000 + 8_192, 8_192),
+    "gpt-oss": ModelProfile(131_072, 8_192),
+    "codex-mini": ModelProfile(200_000, 100_000),
+    "o1": ModelProfile(200_000, 100_000),
     "o3": ModelProfile(200_000, 100_000),
     "o4-mini": ModelProfile(200_000, 100_000),
 }

@@ -25,6 +25,7 @@ from sqlalchemy import Engine
 from worker.cache.prompts import Entry
 from worker.compaction.errors import InvalidTranscript
 from worker.compaction.normalize import normalize_message
+from worker.compaction.profiles import known_profile
 from worker.compaction.tokens import count_text
 from worker.contracts import AppendRequest, Enqueue
 from worker.flows.append import (
@@ -132,11 +133,16 @@ def append_body(
 ) -> AppendRequest:
     """The append of a request's new messages, with the session profile the request implies: its
     model, its system prompt (the stable part), an output reserve that keeps room for max_tokens
-    and every tool definition sent upstream (the budget covers the whole request), and how long the
+    (the model's own reserve when the client sets none) and every tool definition sent upstream
+    (the budget covers the whole request), and how long the
     provider keeps its prompt cache (`ttl: "1h"` on a breakpoint: an hour)."""
     max_tokens = body.get("max_tokens")
-    reserve = (max_tokens if isinstance(max_tokens, int) and max_tokens > 0 else 0) + tools_tokens(tools)
     model = body.get("model")
+    if not (isinstance(max_tokens, int) and max_tokens > 0):
+        # a client that leaves the reply's size to the model (Codex): the model's own reserve
+        known = known_profile(model if isinstance(model, str) else None)
+        max_tokens = known.output_reserve if known else 0
+    reserve = max_tokens + tools_tokens(tools)
     return AppendRequest(
         messages=messages,
         model=model if isinstance(model, str) and model else None,
