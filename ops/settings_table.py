@@ -141,6 +141,12 @@ ROWS: tuple[tuple[tuple[str, ...], str], ...] = (
         "rounds of compactd's own tools per call, how long a plain reply waits for the "
         "conversation's next request to store it (0: recorded at once)",
     ),
+    (
+        ("openai_upstream_url", "openai_upstream_api_key"),
+        "the OpenAI drop-ins `POST /v1/responses` and `/v1/chat/completions` ([proxy.md](proxy.md)): "
+        "any OpenAI-compatible server, its base URL as the openai SDK takes it (with `/v1`), and "
+        "the key compactd holds for it; the timeouts, rounds and grace above apply",
+    ),
 )
 
 # What a default means when the value alone does not say it (unset, or 0 turning a feature off).
@@ -152,6 +158,7 @@ SAID: dict[str, str] = {
     "anthropic_api_key": "unset",
     "anthropic_base_url": "unset (the Anthropic API)",
     "upstream_api_key": "unset",
+    "openai_upstream_api_key": "unset",
     "turn_trigger": "0 (off)",
     "rate_limit_per_second": "0 (off)",
     "port": "`{}`",

@@ -68,6 +68,19 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="hold none (COMPACTD_UPSTREAM_API_KEY, or COMPACTD_OPENAI_UPSTREAM_API_KEY, applies again)",
     )
     pk.set_defaults(func=run_tenant_provider_key)
+    up = tsub.add_parser(
+        "upstream",
+        help="send a tenant's drop-in calls to another upstream than the deployment's (an OpenAI-compatible"
+        " server of its own, another gateway)",
+    )
+    up.add_argument("name", help="the tenant's name")
+    up.add_argument(
+        "--provider", choices=("anthropic", "openai"), default="openai", help="whose API (default openai)"
+    )
+    chosen = up.add_mutually_exclusive_group(required=True)
+    chosen.add_argument("--url", help="the base URL (OpenAI: as its SDK takes it, with /v1)")
+    chosen.add_argument("--clear", action="store_true", help="the deployment's upstream again")
+    up.set_defaults(func=run_tenant_upstream)
 
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -230,5 +243,25 @@ def run_tenant_provider_key(args: argparse.Namespace, engine: Engine) -> int:
     kid = set_provider_key(engine, redaction_key(Settings()), tenant, key, args.provider)
     whose = f"{args.provider} provider key"
     print(f"{whose} {kid} held for {args.name}" if kid else f"no {whose} held for {args.name}")
+    print("API processes use the change within 10 s", file=sys.stderr)
+    return 0
+
+
+@_tenant_command
+def run_tenant_upstream(args: argparse.Namespace, engine: Engine) -> int:
+    """Where the tenant's calls go (checked to be an http(s) URL); API processes see it within 10 s."""
+    from urllib.parse import urlsplit
+
+    from worker.settings import shown_url
+    from worker.store.proxy import store_tenant_upstream
+    from worker.store.tenants import TenantError, tenant_id_named
+
+    tenant = tenant_id_named(engine, args.name)
+    url = None if args.clear else str(args.url).rstrip("/")
+    if url is not None and (urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).hostname):
+        raise TenantError("the upstream must be an http:// or https:// URL with a host")
+    store_tenant_upstream(engine, tenant, args.provider, url)
+    where = shown_url(url) if url else "the deployment's upstream"
+    print(f"{args.provider} calls of {args.name} go to {where}")
     print("API processes use the change within 10 s", file=sys.stderr)
     return 0

@@ -7,6 +7,7 @@ import gc
 import inspect
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
 import anyio.to_thread
@@ -37,6 +38,7 @@ from worker.proxy.known_prefix import KnownPrefixes
 from worker.proxy.provider_keys import HeldKeys
 from worker.resources import Resources
 from worker.settings import Settings
+from worker.store.proxy import tenant_upstream_url
 
 log = structlog.get_logger("compactd.api")
 
@@ -67,6 +69,12 @@ def create_app(settings: Settings, *, enqueue: Enqueue | None = None, log_setup:
                 "anthropic": upstream_client(settings),
                 "openai": upstream_client(settings, settings.openai_upstream_url),
             }
+            # a tenant's own upstream (compactd tenant upstream), and the clients for those in use
+            app.state.tenant_upstreams = {
+                name: HeldKeys(partial(tenant_upstream_url, res.engine, provider=name))
+                for name in ("anthropic", "openai")
+            }
+            app.state.upstream_pool = {}
             app.state.proxy_key = proxy_key(redaction_key(settings))
             app.state.provider_keys = {
                 name: HeldKeys(provider_key_reader(res.engine, redaction_key(settings), name))
@@ -92,7 +100,7 @@ def create_app(settings: Settings, *, enqueue: Enqueue | None = None, log_setup:
                 flusher.cancel()
                 await _flush_once(app, res)
                 await in_thread(app.state.metrics.close)
-                for client in app.state.upstreams.values():
+                for client in [*app.state.upstreams.values(), *app.state.upstream_pool.values()]:
                     await client.aclose()
         finally:
             gc.unfreeze()

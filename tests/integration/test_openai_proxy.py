@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -14,8 +16,9 @@ import httpx
 import openai
 import pytest
 
+from tests.conftest import REPO
 from tests.fakes.openai_api import OpenAIStandIn, error, reply
-from tests.integration.conftest import wait_for
+from tests.integration.conftest import settings_env, wait_for
 from tests.integration.proxy_service import OPENAI_PROVIDER_KEY, Proxy, openai_proxy  # noqa: F401
 
 pytestmark = pytest.mark.services
@@ -303,3 +306,108 @@ def test_a_clients_own_compaction_is_answered_at_once_from_compactds_history(ope
     assert summary.startswith("[compactd summary]") and "pytest -q tests/test_dates.py" in summary
     assert compacted["object"] == "response.compaction"
     assert "pytest -q tests/test_dates.py" in compacted["output"][0]["content"][0]["text"]
+
+
+def test_who_is_calling_and_where_their_calls_go(openai_proxy: Proxy) -> None:  # noqa: F811
+    """The compactd key in x-compactd-key passes the client's own OpenAI key through untouched; a
+    tenant's own key (PUT /v1/provider-key?provider=openai) replaces the deployment's; a tenant's
+    own upstream (`compactd tenant upstream`) takes its calls."""
+    api = _upstream(openai_proxy)
+    api.script(reply("one"), reply("two"))
+    history = [
+        {"role": "user", "content": "a"},
+        {"role": "assistant", "content": "b"},
+        {"role": "user", "content": "c"},
+    ]
+    own_key = "sk-proj-" + "Mine" * 20
+    with openai.OpenAI(
+        base_url=f"{openai_proxy.url}/v1",
+        api_key=own_key,
+        max_retries=0,
+        default_headers={"x-compactd-key": openai_proxy.key},
+    ) as client:
+        client.chat.completions.create(model="gpt-5.5", messages=history)
+    assert api.requests[-1].headers["authorization"] == f"Bearer {own_key}"
+    auth = {"Authorization": f"Bearer {openai_proxy.key}"}
+    tenant_key = "sk-proj-" + "Tenant" * 12
+    r = httpx.put(
+        f"{openai_proxy.url}/v1/provider-key?provider=openai", json={"api_key": tenant_key}, headers=auth
+    )
+    assert r.status_code == 200 and r.json()["key_id"]
+    try:
+        with _client(openai_proxy) as client:
+            client.chat.completions.create(model="gpt-5.5", messages=history)
+        assert api.requests[-1].headers["authorization"] == f"Bearer {tenant_key}"
+        # the Anthropic key is another one: still none held
+        assert httpx.get(f"{openai_proxy.url}/v1/provider-key", headers=auth).json() == {"key_id": None}
+    finally:
+        httpx.delete(f"{openai_proxy.url}/v1/provider-key?provider=openai", headers=auth)
+    with OpenAIStandIn() as own:
+        own.script(reply("from the tenant's own server"))
+        tenant = openai_proxy.settings.default_tenant
+        _cli(openai_proxy, "tenant", "upstream", tenant, "--url", own.base_url)
+        try:
+            wait_for(
+                lambda: _ask(openai_proxy, history) == "from the tenant's own server", timeout=15, interval=1
+            )
+        finally:
+            _cli(openai_proxy, "tenant", "upstream", tenant, "--clear")
+        assert own.requests and own.failures == []
+        wait_for(
+            lambda: _ask(openai_proxy, history) == "from the deployment's upstream", timeout=15, interval=1
+        )
+
+
+def _ask(p: Proxy, history: list[Any]) -> str:
+    _upstream(p).script(reply("from the deployment's upstream"))
+    with _client(p) as client:
+        return str(
+            client.chat.completions.create(model="gpt-5.5", messages=history).choices[0].message.content
+        )
+
+
+def _cli(p: Proxy, *args: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "api.cli.command", *args],
+        env=settings_env(p.settings),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_codex_sub_agent_is_linked_to_its_parents_session(openai_proxy: Proxy) -> None:  # noqa: F811
+    """Codex's session-id names a conversation; a sub-agent (its own thread, the parent's in
+    x-codex-parent-thread-id) gets a session linked to the parent's."""
+    api = _upstream(openai_proxy)
+    api.script(reply("parent"), reply("child"))
+    parent, child = "01a25000-0000-7000-8000-00000000aaaa", "01a25000-0000-7000-8000-00000000bbbb"
+    with _client(openai_proxy) as client:
+        client.responses.create(
+            model="gpt-5.5",
+            input="Plan the work.",
+            tools=[BASH],
+            store=False,
+            extra_headers={"session-id": parent},
+        )
+        client.responses.create(
+            model="gpt-5.5",
+            input="Check the parser.",
+            tools=[BASH],
+            store=False,
+            extra_headers={
+                "session-id": child,
+                "x-codex-parent-thread-id": parent,
+                "x-openai-subagent": "collab_spawn",
+            },
+        )
+    auth = {"Authorization": f"Bearer {openai_proxy.key}"}
+    sessions = httpx.get(f"{openai_proxy.url}/v1/sessions?limit=200", headers=auth).json()["sessions"]
+    (p,) = [s["id"] for s in sessions if parent in s["id"]]
+    (c,) = [s["id"] for s in sessions if child in s["id"]]
+    wait_for(lambda: _session(openai_proxy, c)["version"] == 2, timeout=10)
+    assert _session(openai_proxy, c)["parent_session_id"] == p
+    # the headers Codex tells the provider of its session go on upstream
+    assert api.requests[-1].headers["x-codex-parent-thread-id"] == parent

@@ -303,5 +303,7 @@ def prompt_summary(messages: Sequence[dict[str, object]], memory: str, max_token
     parts += notes
     head = "\n\n".join(parts)
     room = max(200, max_tokens - count_text(head))
-    facts = F.extract([t for t in turns if not any(NOTE_MARK in str(b.get("text", "")) for b in t.content)], task)
+    facts = F.extract(
+        [t for t in turns if not any(NOTE_MARK in str(b.get("text", "")) for b in t.content)], task
+    )
     return head + "\n\n" + render_note("## Since then", facts, room)

@@ -443,6 +443,7 @@ def _tables() -> list[Any]:
             "TenantProviderKey",
             "ProviderKey",
             "ProxyResponse",
+            "TenantUpstream",
             "SchemaVersion",
         )
     ]

@@ -14,11 +14,12 @@ from sqlalchemy import Connection, Engine, bindparam, delete, insert, select, up
 
 from worker.proxy.reconcile import Plan, Record
 from worker.store.db import insert_ignore, raw_update, read_tx, write_tx
-from worker.store.tables import ProviderKey, ProxyConversation, ProxyResponse, utcnow
+from worker.store.tables import ProviderKey, ProxyConversation, ProxyResponse, TenantUpstream, utcnow
 
 P = ProxyConversation.__table__  # type: ignore[attr-defined]
 K = ProviderKey.__table__  # type: ignore[attr-defined]
 R = ProxyResponse.__table__  # type: ignore[attr-defined]
+U = TenantUpstream.__table__  # type: ignore[attr-defined]
 
 
 class StalePlan(Exception):
@@ -192,3 +193,21 @@ def find_response(engine: Engine, tenant_id: int, response_id: str) -> tuple[str
             )
         ).first()
     return None if row is None else (row.key, Record(row.session_client_id, row.messages, row.chain))
+
+
+def tenant_upstream_url(engine: Engine, tenant_id: int, provider: str) -> str | None:
+    """The upstream a tenant's calls to `provider` go to instead of the deployment's, or None."""
+    with read_tx(engine) as conn:
+        return conn.execute(
+            select(U.c.url).where(U.c.tenant_id == tenant_id, U.c.provider == provider)
+        ).scalar()
+
+
+def store_tenant_upstream(engine: Engine, tenant_id: int, provider: str, url: str | None) -> None:
+    """Set (or clear, None) the tenant's upstream for `provider`."""
+    with write_tx(engine) as conn:
+        conn.execute(delete(U).where(U.c.tenant_id == tenant_id, U.c.provider == provider))
+        if url is not None:
+            conn.execute(
+                insert(U).values(tenant_id=tenant_id, provider=provider, url=url, updated_at=utcnow())
+            )

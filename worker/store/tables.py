@@ -243,6 +243,18 @@ class ProxyResponse(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow, sa_type=DateTime)
 
 
+class TenantUpstream(SQLModel, table=True):
+    """Where a tenant's drop-in calls go instead of the deployment's upstream (an operator's
+    setting: `compactd tenant upstream`), per provider."""
+
+    __tablename__ = "tenant_upstreams"
+
+    tenant_id: int = Field(foreign_key="tenants.id", primary_key=True)
+    provider: str = Field(primary_key=True)
+    url: str
+    updated_at: datetime = Field(default_factory=utcnow, sa_type=DateTime)
+
+
 class ProviderKey(SQLModel, table=True):
     """A provider key compactd holds for a tenant, per provider (`anthropic` for POST /v1/messages,
     `openai` for /v1/responses and /v1/chat/completions), sealed (worker/proxy/provider_keys.py):

@@ -35,7 +35,14 @@ from api.http.proxy.formats import Format, StreamRelay, compactd_tools
 from api.http.replies import ReplyGrace, may_wait
 from api.http.routes.prompt import count_served, serve_prompt
 from api.http.threads import in_background, in_thread
-from api.http.upstream import Upstream, UpstreamResponse, forwarded_headers, open_stream, returned_headers
+from api.http.upstream import (
+    Upstream,
+    UpstreamResponse,
+    forwarded_headers,
+    open_stream,
+    returned_headers,
+    upstream_client,
+)
 from worker.compaction.errors import InvalidTranscript
 from worker.flows import proxy_tools
 from worker.flows.append import BrokenConversation
@@ -54,6 +61,7 @@ from worker.flows.proxy import (
 from worker.proxy import fingerprints
 from worker.proxy.conversations import Conversation
 from worker.proxy.known_prefix import BodyRead, KnownPrefixes
+from worker.proxy.provider_keys import HeldKeys
 from worker.proxy.sse import EventSplitter
 from worker.resources import Resources
 from worker.settings import shown_url
@@ -99,6 +107,7 @@ class Call:
     # leaves out the history it continues)
     chains: list[str] | None = None
     recorded: bool = False  # the reply is stored (or was tried)
+    upstream_url: str | None = None  # the tenant's own upstream, when it has one
 
     def headers(self) -> dict[str, str]:
         return forwarded_headers(self.request.headers, self.auth.provider, self.fmt.provider.name)
@@ -108,9 +117,21 @@ class Call:
         return self.canonical if self.canonical is not None else self.body
 
 
-def upstream_of(call: Call) -> Upstream:
-    upstreams: dict[str, Upstream] = call.request.app.state.upstreams
-    return upstreams[call.fmt.provider.name]
+async def upstream_of(call: Call) -> Upstream:
+    """The client for the call's upstream: the tenant's own (`compactd tenant upstream`, read at
+    most every 10 s), else the deployment's."""
+    state, name = call.request.app.state, call.fmt.provider.name
+    held: HeldKeys = state.tenant_upstreams[name]
+    found, url = held.cached(call.tenant)
+    if not found:
+        url = await in_thread(held.get, call.tenant)
+    if url is None:
+        return state.upstreams[name]  # type: ignore[no-any-return]
+    call.upstream_url = url
+    pool: dict[str, Upstream] = state.upstream_pool
+    if url not in pool:
+        pool[url] = upstream_client(call.res.settings, url)
+    return pool[url]
 
 
 async def proxy(call: Call, prefetched: Prefetched | None) -> Response:
@@ -402,10 +423,9 @@ def _served_ahead(
 
 
 async def open_upstream(call: Call, body: bytes) -> UpstreamResponse:
+    client = await upstream_of(call)
     try:
-        return await open_stream(
-            upstream_of(call), call.fmt.path, call.request.url.query, call.headers(), body
-        )
+        return await open_stream(client, call.fmt.path, call.request.url.query, call.headers(), body)
     except httpx.TimeoutException:
         raise ProxyError(504, "the upstream did not answer in time") from None
     except httpx.HTTPError as exc:
@@ -421,6 +441,8 @@ def unreachable(call: Call, exc: Exception) -> ProxyError:
         if anthropic
         else (settings.openai_upstream_url, "COMPACTD_OPENAI_UPSTREAM_URL")
     )
+    if call.upstream_url is not None:
+        url, name = call.upstream_url, "the tenant's upstream"
     shown = shown_url(url)
     log.warning("proxy.upstream_unreachable", upstream=shown, error=type(exc).__name__)
     return ProxyError(502, f"the upstream {shown} ({name}) could not be reached")
@@ -438,7 +460,8 @@ async def upstream_error(response: UpstreamResponse) -> Response:
 async def pass_through(call: Call, raw: bytes, path: str) -> Response:
     """A side request: the client's body goes upstream as is; the answer comes back as is."""
     try:
-        response = await open_stream(upstream_of(call), path, call.request.url.query, call.headers(), raw)
+        client = await upstream_of(call)
+        response = await open_stream(client, path, call.request.url.query, call.headers(), raw)
     except httpx.TimeoutException:
         raise ProxyError(504, "the upstream did not answer in time") from None
     except httpx.HTTPError as exc:
