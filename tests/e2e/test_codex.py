@@ -31,6 +31,7 @@ import pytest
 from tests.conftest import REPO, require
 from tests.fakes.agent_upstream import codex_upstream
 from tests.integration.conftest import free_port, wait_for
+from tests.integration.test_docs_snippets import snippet
 
 pytestmark = pytest.mark.slow
 
@@ -94,20 +95,12 @@ def compactd_up(tmp: Path, upstream_url: str) -> Iterator[tuple[str, str]]:
 
 
 def codex_config(home: Path, url: str, extra: str = "") -> None:
-    """The only change a user makes: a model provider whose base URL is compactd's /v1."""
-    (home / "config.toml").write_text(
-        f"""model = "gpt-5.5"
-model_provider = "compactd"
-{extra}
-
-[model_providers.compactd]
-name = "compactd"
-base_url = "{url}/v1"
-env_key = "COMPACTD_KEY"
-wire_api = "responses"
-http_headers = {{ "x-compactd-context-window" = "{WINDOW}" }}
-"""
-    )
+    """The only change a user makes: README's config (a model provider whose base URL is compactd's
+    /v1), with this compactd's URL, and the window in the provider's http_headers."""
+    config = snippet(REPO / "README.md", "codex-config").replace("http://127.0.0.1:8700", url)
+    assert f"{url}/v1" in config
+    window = f'http_headers = {{ "x-compactd-context-window" = "{WINDOW}" }}\n'
+    (home / "config.toml").write_text(extra + "\n" + config + window)
 
 
 def run_codex(

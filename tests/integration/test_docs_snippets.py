@@ -28,6 +28,8 @@ ELSEWHERE = {
     "claude-code": "the drop-in endpoint's tests (docs/proxy.md); needs the Claude Code CLI",
     "compose": "tests/integration/test_compose.py validates the file with docker-compose config (services checked below)",
     "demo": "tests/integration/test_demo_agent.py runs the stand-in's demo and ops.demo_agent through compactd (and reads the block)",
+    "codex-config": "tests/e2e/test_codex.py gives Codex this config, its URL and window filled in",
+    "codex-run": "tests/e2e/test_codex.py runs Codex with COMPACTD_KEY set (needs the Codex CLI: make codex)",
 }
 
 
@@ -57,7 +59,7 @@ def test_every_readme_block_is_named_and_has_a_runner() -> None:
     """No README block is unnamed, and each name is run here or by the test ELSEWHERE names."""
     found = blocks(REPO / "README.md")
     assert [n for n, _, _ in found if n is None] == []
-    runners = {"example-agent", "key", "http-curl", "stats", "sdk-proxy", *ELSEWHERE}
+    runners = {"example-agent", "key", "http-curl", "stats", "sdk-proxy", "openai-sdk", *ELSEWHERE}
     assert {n for n, _, _ in found} <= runners
     make = (REPO / "Makefile").read_text()
     assert re.search(r"^up: .*\n\t.*compactd up", make, re.M) and re.search(r"^test: ", make, re.M)
@@ -159,3 +161,18 @@ def test_the_sdk_snippet_talks_to_the_drop_in_endpoint(service: Service, tmp_pat
     )
     # without an upstream provider key the endpoint answers an error the SDK raises; a 404 would mean no endpoint
     assert "NotFoundError" not in run.stderr, run.stderr[-2000:]
+
+
+def test_the_openai_snippet_talks_to_the_openai_drop_in(service: Service, tmp_path: Path) -> None:
+    """README's openai-SDK snippet runs as it stands against compactd's POST /v1/chat/completions:
+    with no OpenAI upstream reachable from the test, the SDK raises the 502 naming the upstream
+    compactd tried, in OpenAI's error shape (a 404 would mean no endpoint)."""
+    script = tmp_path / "openai_sdk.py"
+    code = snippet(REPO / "README.md", "openai-sdk")
+    assert 'os.environ.get("COMPACTD_URL"' in code
+    script.write_text(code)
+    run = subprocess.run(
+        [sys.executable, str(script)], env=env_for(service), capture_output=True, text=True, timeout=120
+    )
+    assert "NotFoundError" not in run.stderr, run.stderr[-2000:]
+    assert "COMPACTD_OPENAI_UPSTREAM_URL" in run.stderr or run.returncode == 0, run.stderr[-2000:]
