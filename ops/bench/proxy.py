@@ -1,4 +1,5 @@
-"""Drop-in endpoint overhead: what POST /v1/messages through compactd adds to a call to the upstream.
+"""Drop-in endpoint overhead: what POST /v1/messages, /v1/responses and /v1/chat/completions through
+compactd add to a call to the upstream.
 
 A real `compactd api` process (uvicorn, uvloop, httptools; SQLite, a private redis-server) in front
 of the local Messages-API stand-in (tests/fakes/messages_api.py, in a process of its own). For
@@ -61,6 +62,56 @@ BASH = {
 }
 
 
+# the drop-in formats to measure (COMPACTD_BENCH_PROXY_FORMATS=messages runs the Anthropic one only)
+FORMATS = tuple(os.environ.get("COMPACTD_BENCH_PROXY_FORMATS", "messages,responses,chat").split(","))
+FUNCTION = {
+    "type": "function",
+    "name": "bash",
+    "description": BASH["description"],
+    "parameters": BASH["input_schema"],
+}
+PATHS = {"messages": "/v1/messages", "responses": "/v1/responses", "chat": "/v1/chat/completions"}
+
+
+def _text(content: Any) -> str:
+    return (
+        content
+        if isinstance(content, str)
+        else "".join(b.get("text", "") for b in content if isinstance(b, dict))
+    )
+
+
+def request_for(fmt: str, messages: list[dict[str, Any]], tools: bool = True) -> dict[str, Any]:
+    """The agent's streamed request over `messages` in a drop-in format (no tools: a side request).
+    A Responses or chat client sends a reply back as its text, as simple clients do."""
+    if fmt == "responses":
+        items = [
+            {
+                "type": "message",
+                "role": m["role"],
+                "content": [
+                    {
+                        "type": "output_text" if m["role"] == "assistant" else "input_text",
+                        "text": _text(m["content"]),
+                    }
+                ],
+            }
+            for m in messages
+        ]
+        body: dict[str, Any] = {"model": "gpt-5.5", "stream": True, "input": items}
+        return {**body, "tools": [FUNCTION]} if tools else body
+    if fmt == "chat":
+        body = {
+            "model": "gpt-5.5",
+            "stream": True,
+            "messages": [{"role": m["role"], "content": _text(m["content"])} for m in messages],
+        }
+        chat_tool = {"type": "function", "function": {k: v for k, v in FUNCTION.items() if k != "type"}}
+        return {**body, "tools": [chat_tool]} if tools else body
+    body = {"model": "claude-sonnet-4-6", "max_tokens": 1024, "stream": True, "messages": messages}
+    return {**body, "tools": [BASH]} if tools else body
+
+
 def _request(messages: list[dict[str, Any]]) -> dict[str, Any]:
     """The agent's streamed Messages request over `messages`, the same in every run of the bench."""
     return {
@@ -108,33 +159,51 @@ def _timed(
 
 
 def _reply_text(sse: bytes) -> str:
+    """The text a streamed answer holds, in any of the three formats."""
     text = ""
     for line in sse.split(b"\n"):
-        if line.startswith(b"data:"):
-            event = orjson.loads(line[5:])
-            if event.get("type") == "content_block_delta" and event["delta"].get("type") == "text_delta":
-                text += event["delta"]["text"]
+        if not line.startswith(b"data:") or line.strip() == b"data: [DONE]":
+            continue
+        event = orjson.loads(line[5:])
+        if event.get("type") == "content_block_delta" and event["delta"].get("type") == "text_delta":
+            text += event["delta"]["text"]
+        elif event.get("type") == "response.output_text.delta":
+            text += event["delta"]
+        elif event.get("object") == "chat.completion.chunk" and event.get("choices"):
+            text += event["choices"][0].get("delta", {}).get("content") or ""
     return text
 
 
 def measure(
-    client: httpx.Client, compactd: str, upstream: str, key: str, target: int, api_pid: int = 0
+    client: httpx.Client,
+    compactd: str,
+    upstream: dict[str, str],
+    key: str,
+    target: int,
+    api_pid: int = 0,
+    fmt: str = "messages",
 ) -> dict[str, Any]:
     messages, tokens, _ = history(target)
-    common = {"content-type": "application/json", "anthropic-version": "2023-06-01"}
+    common = {"content-type": "application/json"}
+    if fmt == "messages":
+        common["anthropic-version"] = "2023-06-01"
     via = {
         **common,
-        "x-api-key": key,
-        "x-compactd-session": f"bench-{target}",
+        "authorization": f"Bearer {key}",
+        "x-compactd-session": f"bench-{fmt}-{target}",
         "x-compactd-context-window": "1000000",
     }
-    direct = {**common, "x-api-key": "bench"}
-    body = _request(messages)
+    direct = {**common, "authorization": "Bearer bench"}
+    path = PATHS[fmt]
+    # the stand-in's own URL for the format (OpenAI's base URL holds /v1 already)
+    straight = upstream[fmt] + (path if fmt == "messages" else path.removeprefix("/v1"))
+    body = request_for(fmt, messages)
+    history_key = "input" if fmt == "responses" else "messages"
     # the floor: a side request of the same size (one user message, no tools) passes through
     # compactd unstored, so its added time is what any HTTP hop through the API process costs
     side_headers = {k: v for k, v in via.items() if k != "x-compactd-session"}
     # the first request stores the whole history: the cost of adopting a conversation, reported apart
-    adopt = _timed(client, f"{compactd}/v1/messages", orjson.dumps(body), via)
+    adopt = _timed(client, f"{compactd}{path}", orjson.dumps(body), via)
     time.sleep(3)  # the worker publishes the adopted history's first snapshot
     kinds = ("direct", "proxy", "side_direct", "side_proxy")
     rows: dict[str, list[float]] = {k: [] for kind in kinds for k in (kind, f"{kind}_ttfb")}
@@ -144,18 +213,18 @@ def measure(
     gc.collect()
     gc.disable()
     for step in range(STEPS):
-        body["messages"] = [
-            *body["messages"],
+        turn: list[dict[str, Any]] = [
             {"role": "assistant", "content": [{"type": "text", "text": answer}]},
             {"role": "user", "content": f"go on with step {step}"},
         ]
+        body[history_key] = [*body[history_key], *request_for(fmt, turn)[history_key]]
         raw = orjson.dumps(body)
-        side = side_request(raw, step)
+        side = side_request(raw, step, fmt)
         order = [
-            ("direct", f"{upstream}/v1/messages", direct, raw),
-            ("proxy", f"{compactd}/v1/messages", via, raw),
-            ("side_direct", f"{upstream}/v1/messages", direct, side),
-            ("side_proxy", f"{compactd}/v1/messages", side_headers, side),
+            ("direct", straight, direct, raw),
+            ("proxy", f"{compactd}{path}", via, raw),
+            ("side_direct", straight, direct, side),
+            ("side_proxy", f"{compactd}{path}", side_headers, side),
         ]
         for name, url, headers, sent in order if step % 2 == 0 else order[::-1]:
             if PAUSE_SECONDS:
@@ -180,6 +249,7 @@ def measure(
 
     ms = lambda v: round(v * 1000, 2)  # noqa: E731
     return {
+        "format": fmt,
         "history_tokens": tokens,
         "request_kb": round(len(raw) / 1024),
         "direct_p50_ms": ms(pct(rows["direct"], 0.5)),
@@ -196,29 +266,28 @@ def measure(
     }
 
 
-def side_request(raw: bytes, step: int) -> bytes:
+def side_request(raw: bytes, step: int, fmt: str = "messages") -> bytes:
     """A side request as large as `raw`: one user message of its text, no tools (passed through)."""
     text = raw.decode("utf-8", "replace").replace("\\", "/").replace('"', "'")
-    body = {
-        "model": "claude-sonnet-4-6",
-        "max_tokens": 1024,
-        "stream": True,
-        "messages": [{"role": "user", "content": f"step {step}: {text}"}],
-    }
-    return orjson.dumps(body)
+    return orjson.dumps(request_for(fmt, [{"role": "user", "content": f"step {step}: {text}"}], tools=False))
 
 
 def stand_in() -> None:
-    """The upstream stand-in's process: serve until stdin closes."""
+    """The upstream stand-ins' process (the Messages API's, OpenAI's): serve until stdin closes."""
     from tests.fakes.messages_api import FakeMessagesAPI
+    from tests.fakes.openai_api import OpenAIStandIn
 
-    with FakeMessagesAPI(keep_requests=False, first_byte_seconds=UPSTREAM_SECONDS) as api:
+    with (
+        FakeMessagesAPI(keep_requests=False, first_byte_seconds=UPSTREAM_SECONDS) as api,
+        OpenAIStandIn() as openai,
+    ):
+        openai.keep_requests = False
         # the harness's own full collections (~30 ms each, every few 150k-token requests) would
         # land in whichever call is in flight and read as compactd's latency: none here (what it
         # allocates per request is freed by reference counting)
         gc.freeze()
         gc.disable()
-        print(api.base_url, flush=True)
+        print(api.base_url, openai.base_url, flush=True)
         sys.stdin.read()
 
 
@@ -264,7 +333,8 @@ def _run(database_url: str | None) -> dict[str, Any]:
     api = worker = None
     rows = []
     try:
-        upstream = fake.stdout.readline().decode().strip()  # type: ignore[union-attr]
+        messages_url, openai_url = fake.stdout.readline().decode().split()  # type: ignore[union-attr]
+        upstream = {"messages": messages_url, "responses": openai_url, "chat": openai_url}
         env_settings = {
             "database_url": database_url or f"sqlite:///{workdir / 'bench.db'}",
             "redis_url": f"redis://127.0.0.1:{redis_port}/0",
@@ -272,7 +342,8 @@ def _run(database_url: str | None) -> dict[str, Any]:
             "port": str(api_port),
             "log_level": "WARNING",
             "redaction_key": "bench",
-            "upstream_url": upstream,
+            "upstream_url": messages_url,
+            "openai_upstream_url": openai_url,
         }
         _wait_port(redis_port, redis_proc)
         res = Resources.build(Settings(**env_settings))  # type: ignore[arg-type]
@@ -293,8 +364,11 @@ def _run(database_url: str | None) -> dict[str, Any]:
         )
         _wait_port(api_port, api)
         with httpx.Client(timeout=120) as client:
-            for target in TARGETS:
-                rows.append(measure(client, f"http://127.0.0.1:{api_port}", upstream, key, target, api.pid))
+            for fmt in FORMATS:
+                for target in TARGETS:
+                    rows.append(
+                        measure(client, f"http://127.0.0.1:{api_port}", upstream, key, target, api.pid, fmt)
+                    )
     finally:
         for proc in (api, worker, redis_proc):
             if proc is not None and proc.poll() is None:
@@ -313,7 +387,7 @@ def _run(database_url: str | None) -> dict[str, Any]:
         f"answering after {UPSTREAM_SECONDS * 1000:g} ms" if UPSTREAM_SECONDS else "answering at once"
     )
     print(
-        f"POST /v1/messages through compactd ({DATABASE}) vs the stand-in directly ({upstream_pace}),"
+        f"The drop-in endpoints through compactd ({DATABASE}) vs the stand-ins directly ({upstream_pace}),"
         f" {STEPS} steps per size, streamed, {pace}"
     )
     print(f"(load average at the end: {load}):")

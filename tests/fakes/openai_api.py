@@ -258,6 +258,7 @@ class OpenAIStandIn:
         self.requests: list[Recorded] = []
         self.failures: list[str] = []
         self.dropped = 0
+        self.keep_requests = True  # False: nothing kept per request (a benchmark's long run)
         self._script: list[Reply] = []
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
@@ -265,6 +266,9 @@ class OpenAIStandIn:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # TCP_NODELAY, as real API servers set it: else each small event waits for the client's
+            # delayed ACK (40 ms)
+            disable_nagle_algorithm = True
 
             def log_message(self, *args: Any) -> None:
                 pass
@@ -339,7 +343,8 @@ class OpenAIStandIn:
                 body, input_items(body)
             )
         with self._lock:
-            self.requests.append(record)
+            if self.keep_requests:
+                self.requests.append(record)
             self.dropped += record.reasoning_dropped
             self.failures += failures + refusals
         if failures or refusals:

@@ -411,3 +411,25 @@ def test_a_codex_sub_agent_is_linked_to_its_parents_session(openai_proxy: Proxy)
     assert _session(openai_proxy, c)["parent_session_id"] == p
     # the headers Codex tells the provider of its session go on upstream
     assert api.requests[-1].headers["x-codex-parent-thread-id"] == parent
+
+
+def test_a_client_that_sends_back_only_the_text_of_a_reply_stays_in_one_session(openai_proxy: Proxy) -> None:  # noqa: F811
+    """Many Responses clients keep only a reply's text: the conversation still extends its session
+    (a reasoning item is not part of a reply's fingerprint), and the upstream keeps getting the
+    reasoning the session stored, on its own prefix."""
+    api = _upstream(openai_proxy)
+    api.script(reply("one"), reply("two"), reply("three"))
+    sid = "text-only"
+    items: list[Any] = [{"role": "user", "content": "Count to three, one a turn."}]
+    with _client(openai_proxy, default_headers={"x-compactd-session": sid}) as client:
+        for n in range(3):
+            r = client.responses.create(model="gpt-5.5", input=items, tools=[BASH], store=False)
+            items += [
+                {"role": "assistant", "content": r.output_text},
+                {"role": "user", "content": f"next {n}"},
+            ]
+    sessions = httpx.get(
+        f"{openai_proxy.url}/v1/sessions?limit=200", headers={"Authorization": f"Bearer {openai_proxy.key}"}
+    ).json()
+    assert [s["id"] for s in sessions["sessions"] if s["id"].startswith(sid)] == [sid]
+    assert [r.reasoning_kept for r in api.requests] == [0, 1, 2] and api.dropped == 0

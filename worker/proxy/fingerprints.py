@@ -59,7 +59,8 @@ def normalize_block(block: Any) -> Any:
 
 
 def normalize_content(content: Any) -> Any:
-    """String content as one text block; empty text blocks dropped; each block normalized."""
+    """String content as one text block; empty text blocks and OpenAI reasoning items dropped;
+    each block normalized."""
     if isinstance(content, str):
         return [{"type": "text", "text": content}] if content else []
     if not isinstance(content, list):
@@ -68,7 +69,20 @@ def normalize_content(content: Any) -> Any:
         normalize_block(b)
         for b in content
         if not (isinstance(b, dict) and b.get("type") == "text" and not b.get("text"))
+        and not is_reasoning_item(b)
     ]
+
+
+def is_reasoning_item(block: Any) -> bool:
+    """An OpenAI reasoning item held as a redacted_thinking block (worker/proxy/wire/responses.py).
+    Left out of a reply's fingerprint: many Responses clients send back only the text of a reply,
+    and the session keeps the item from the reply itself (it is what the upstream produced)."""
+    return (
+        isinstance(block, dict)
+        and block.get("type") == "redacted_thinking"
+        and str(block.get("data", "")).startswith("{")
+        and '"type":"reasoning"' in str(block.get("data", ""))
+    )
 
 
 def normalize_message(message: Any) -> Any:
