@@ -18,12 +18,14 @@ from fastapi.responses import Response
 
 from api.http.errors import ApiError
 from api.http.proxy.auth import authenticate, resolve_auth
+from api.http.proxy.call import Call, pass_through
 from api.http.proxy.errors import ProxyError, anthropic_response
-from api.http.proxy.flow import Call, EntryPrefetch, pass_through, proxy
+from api.http.proxy.flow import proxy
 from api.http.proxy.formats import MESSAGES, compactd_tools
 from api.http.routes.prompt import serve_prompt
 from api.http.threads import in_thread
 from worker.compaction.assemble import merge_roles
+from worker.flows.proxy import Prefetched
 from worker.proxy import fingerprints
 from worker.proxy.conversations import SESSION_ID, Conversation, identify, is_side_request
 from worker.proxy.known_prefix import BodyRead, KnownPrefixes
@@ -132,6 +134,36 @@ async def _create(request: Request) -> Response:
         return await pass_through(call, raw, "/v1/messages")
     call.conversation = conversation
     return await proxy(call, prefetch.entry(replies))
+
+
+class EntryPrefetch:
+    """The cached prompt entry of the session a request most likely extends (its conversation's
+    branch moved last, as this process remembers it), read in the key check's Redis round trip
+    rather than one of its own (reconcile_ahead takes it when its plan picks that session)."""
+
+    def __init__(self, request: Request, conversation: Conversation | None) -> None:
+        self.request, self.conversation = request, conversation
+        self.read: tuple[str, int] | None = None  # (session id, pk) whose entry was asked for
+
+    def reads(self, tenant: int) -> list[tuple[str, ...]]:
+        if self.conversation is None:
+            return []
+        records = self.request.app.state.proxy_records.get((tenant, self.conversation.key))
+        cache = self.request.app.state.resources.cache
+        pk = cache.pks.get((tenant, records[0].session_id)) if records else None
+        if pk is None:
+            return []
+        self.read = (records[0].session_id, pk)
+        return [self.request.app.state.entry_memo.read(cache.prompts, pk)]
+
+    def entry(self, replies: list[Any] | None) -> Prefetched | None:
+        """(session id, pk, its entry or None: none cached); None when nothing was read, or what
+        was read cannot stand for the entry (a stale held copy, an error reply such as LOADING):
+        reconcile_ahead reads it again. The fetch route's EntryMemo: a held copy costs no read."""
+        if self.read is None or not replies:
+            return None
+        entry = self.request.app.state.entry_memo.answer(self.read[1], replies[0])
+        return None if entry is False else (*self.read, entry)
 
 
 Parsed = tuple[bytes, BodyRead | None, Conversation | None, ProxyError | None]

@@ -25,8 +25,9 @@ from fastapi.responses import Response
 from api.http.error_shapes import openai_error
 from api.http.errors import ApiError
 from api.http.proxy.auth import ANTHROPIC, OPENAI, authenticate
+from api.http.proxy.call import Call, pass_through, unreachable, upstream_error, upstream_of
 from api.http.proxy.errors import ProxyError, anthropic_response, openai_response
-from api.http.proxy.flow import Call, pass_through, proxy, unreachable, upstream_error
+from api.http.proxy.flow import proxy
 from api.http.proxy.formats import CHAT, MESSAGES, RESPONSES, Format, StreamRelay, served_parts
 from api.http.proxy.messages import session_header, window_header
 from api.http.routes.prompt import serve_prompt
@@ -334,14 +335,8 @@ async def _models(request: Request, path: str) -> Response:
         call = Call(request, request.app.state.resources, tenant, auth, {}, fmt)
         target = f"/v1{path}" if anthropic else path
         try:
-            response = await open_stream(
-                request.app.state.upstreams[provider.name],
-                target,
-                request.url.query,
-                call.headers(),
-                b"",
-                "GET",
-            )
+            client = await upstream_of(call)
+            response = await open_stream(client, target, request.url.query, call.headers(), b"", "GET")
         except httpx.TimeoutException:
             raise ProxyError(504, "the upstream did not answer in time") from None
         except httpx.HTTPError as exc:
