@@ -2,8 +2,9 @@
 `compactd up` (default settings: SQLite, embedded Redis, a Celery worker) at an agent's pace.
 
 Run: python -m ops.bench.paced [--paces 0.25,1,recordedx0.1] [--windows 200000,64000,32000]
-[--cache-ttl SECONDS] (with `--paces recordedx0.2 --cache-ttl 60`, the recorded session on a clock
-five times faster with the provider's 5-minute cache scaled the same: its real idle gaps go cold)
+[--cache-ttl SECONDS] [--service CHECKOUT] (with `--paces recordedx0.2 --cache-ttl 60`, the recorded
+session on a clock five times faster with the provider's 5-minute cache scaled the same: its real
+idle gaps go cold; `--service` runs another checkout's service under the same harness and bills)
 Every (session, window, pace) replay runs at once, each in its own session of one service, as
 concurrent agents would. Per replay: fetches over budget (must be 0), validity, fetch p50/p99,
 epochs, the share of later fetches that read the cache (`hit`) and that start with the previous
@@ -72,7 +73,9 @@ def running_up(key: str, env_extra: dict[str, str] | None = None) -> Iterator[in
             shutil.rmtree(workdir, ignore_errors=True)
 
 
-def run(paces: list[str], windows: list[int], cache_ttl: float | None = None) -> list[dict[str, Any]]:
+def run(
+    paces: list[str], windows: list[int], cache_ttl: float | None = None, service: str | None = None
+) -> list[dict[str, Any]]:
     """`cache_ttl`: the provider cache's lifetime for the service and the bills (a scaled clock:
     300 s x 0.2 for `recordedx0.2`), its sweep every tenth of it, so an idle gap past it gets its
     cold job; None: the defaults (300 s, a sweep a minute)."""
@@ -87,6 +90,8 @@ def run(paces: list[str], windows: list[int], cache_ttl: float | None = None) ->
         else None
     )
     ttl = cache_ttl or 300.0
+    if service:  # another checkout's service, the same harness and bills (before/after)
+        env = {**(env or {}), "PYTHONPATH": service}
     with running_up(KEY, env) as port, ThreadPoolExecutor(max_workers=len(jobs)) as pool:
         futures = [pool.submit(_one, root / name, window, pace, port, ttl) for name, window, pace in jobs]
         return [f.result() for f in futures]
@@ -148,8 +153,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--paces", default="0.25,1,recordedx0.1")
     parser.add_argument("--windows", default="200000,64000,32000")
     parser.add_argument("--cache-ttl", type=float, default=None, help="seconds (default: the service's, 300)")
+    parser.add_argument(
+        "--service",
+        default=None,
+        help="run the service from another checkout (its path): before/after, one bill",
+    )
     args = parser.parse_args(argv or [])
-    rows = run(args.paces.split(","), [int(w) for w in args.windows.split(",")], args.cache_ttl)
+    rows = run(args.paces.split(","), [int(w) for w in args.windows.split(",")], args.cache_ttl, args.service)
     print(table(rows, COLUMNS))
     return {"rows": rows}
 
