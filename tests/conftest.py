@@ -61,7 +61,10 @@ LONGEST_FIRST = (
     "test_keys.py",  # ~60 s
     "test_worker.py",  # ~50 s
     "test_scale_out.py",  # ~50 s
+    "test_codex.py",  # ~50 s
+    "test_openai_proxy.py",  # ~35 s
     "test_claude_code.py",  # ~30 s
+    "test_openai_agents.py",  # ~20 s
     "test_faults_api.py",
     "test_proxy.py",
     "test_prune.py",
