@@ -83,7 +83,7 @@ def _text(content: Any) -> str:
 
 def request_for(fmt: str, messages: list[dict[str, Any]], tools: bool = True) -> dict[str, Any]:
     """The agent's streamed request over `messages` in a drop-in format (no tools: a side request).
-    A Responses or chat client sends a reply back as its text, as simple clients do."""
+    A chat client sends a reply back as its text; a Responses client its items (measure)."""
     if fmt == "responses":
         items = [
             {
@@ -207,7 +207,7 @@ def measure(
     time.sleep(3)  # the worker publishes the adopted history's first snapshot
     kinds = ("direct", "proxy", "side_direct", "side_proxy")
     rows: dict[str, list[float]] = {k: [] for kind in kinds for k in (kind, f"{kind}_ttfb")}
-    answer = _reply_text(adopt[2])
+    answer, output = _reply_text(adopt[2]), _reply_items(adopt[2])
     api_cpu, side_cpu = cpu_seconds(api_pid), 0.0
     # no full collection of the client's own in the timed loop (as in the stand-in)
     gc.collect()
@@ -217,7 +217,10 @@ def measure(
             {"role": "assistant", "content": [{"type": "text", "text": answer}]},
             {"role": "user", "content": f"go on with step {step}"},
         ]
-        body[history_key] = [*body[history_key], *request_for(fmt, turn)[history_key]]
+        new = request_for(fmt, turn)[history_key]
+        if fmt == "responses" and output:
+            new = [*output, new[-1]]  # a Responses client sends the reply's items back, as Codex does
+        body[history_key] = [*body[history_key], *new]
         raw = orjson.dumps(body)
         side = side_request(raw, step, fmt)
         order = [
@@ -236,7 +239,7 @@ def measure(
             rows[name].append(total)
             rows[f"{name}_ttfb"].append(ttfb)
             if name == "proxy":
-                answer = _reply_text(data)
+                answer, output = _reply_text(data), _reply_items(data)
     # everything the API process did per step (the previous reply's recording too) but the side
     # requests: less sensitive to the machine's load than wall time (approximate: background work
     # that overlaps a side request, such as a job's release, is left out with it)
@@ -264,6 +267,14 @@ def measure(
         "adopt_ms": ms(adopt[1]),
         "api_cpu_per_step_ms": ms(api_cpu / STEPS),
     }
+
+
+def _reply_items(sse: bytes) -> list[dict[str, Any]]:
+    """A streamed Responses answer's output items (its response.completed), else []."""
+    for line in sse.split(b"\n"):
+        if line.startswith(b"data:") and b'"response.completed"' in line:
+            return list(orjson.loads(line[5:])["response"]["output"])
+    return []
 
 
 def side_request(raw: bytes, step: int, fmt: str = "messages") -> bytes:

@@ -99,14 +99,19 @@ def _plain_item(item: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def reasoning_prefix(body: dict[str, Any], items: list[dict[str, Any]], before: int) -> str:
-    value = {
-        "instructions": body.get("instructions") or "",
-        "tools": body.get("tools") or [],
-        "input": [_plain_item(i) for i in items[:before] if i.get("type") != "reasoning"],
-    }
-    data = json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
-    return hashlib.sha256(data).hexdigest()[:32]
+def prefix_digests(body: dict[str, Any], items: list[dict[str, Any]]) -> list[str]:
+    """The digest of what an item at each position 0..len(items) is bound to: the instructions,
+    the tools and every earlier item but reasoning items, as the model reads them (one pass)."""
+    running = hashlib.sha256()
+    running.update(
+        json.dumps([body.get("instructions") or "", body.get("tools") or []], sort_keys=True).encode()
+    )
+    out = [running.copy().hexdigest()[:32]]
+    for item in items:
+        if item.get("type") != "reasoning":
+            running.update(json.dumps(_plain_item(item), sort_keys=True, separators=(",", ":")).encode())
+        out.append(running.copy().hexdigest()[:32])
+    return out
 
 
 def mint(prefix: str, previous: str) -> str:
@@ -136,6 +141,7 @@ def check_reasoning(body: dict[str, Any], items: list[dict[str, Any]]) -> tuple[
     refusals: list[str] = []
     previous = "none"
     broken = False
+    digests: list[str] | None = None
     for i, item in enumerate(items):
         if item.get("type") != "reasoning":
             continue
@@ -145,7 +151,8 @@ def check_reasoning(body: dict[str, Any], items: list[dict[str, Any]]) -> tuple[
                 f"input[{i}]: the encrypted content of reasoning item {item.get('id')} could not be verified"
             )
             continue
-        if broken or bound["prefix"] != reasoning_prefix(body, items, i) or bound["previous"] != previous:
+        digests = digests or prefix_digests(body, items)
+        if broken or bound["prefix"] != digests[i] or bound["previous"] != previous:
             broken = True
             dropped += 1
             continue
@@ -399,7 +406,7 @@ class OpenAIStandIn:
                     "type": "reasoning",
                     "id": f"rs_{n:05d}",
                     "summary": [{"type": "summary_text", "text": answer.reasoning}],
-                    "encrypted_content": mint(reasoning_prefix(body, items, len(items)), previous),
+                    "encrypted_content": mint(prefix_digests(body, items)[-1], previous),
                 }
             )
         if answer.text:
