@@ -215,24 +215,25 @@ def cooled(
     engine: Engine, now: datetime, default_ttl_seconds: float, window_seconds: float, limit: int = 1000
 ) -> list[tuple[int, int, int]]:
     """(tenant id, session pk, version) of sessions whose provider cache expired within the last
-    `window_seconds`: idle past their cache lifetime (their own, else the default), not much longer."""
-    longest = max(default_ttl_seconds, 86_400)
+    `window_seconds`: idle past their cache lifetime (their own, else the default), not much longer.
+    One band of `last_append_at` per lifetime in use, so however many sessions were active earlier,
+    the ones that just cooled are found."""
     with read_tx(engine) as conn:
-        rows = conn.execute(
-            select(S.c.tenant_id, S.c.id, S.c.version, S.c.last_append_at, S.c.cache_ttl_seconds)
-            .where(
-                S.c.last_append_at <= now - timedelta(seconds=60),
-                S.c.last_append_at > now - timedelta(seconds=longest + window_seconds),
-            )
-            .order_by(S.c.last_append_at)
-            .limit(limit)
-        ).all()
-    out = []
-    for r in rows:
-        idle = (now - r.last_append_at).total_seconds()
-        ttl = r.cache_ttl_seconds or default_ttl_seconds
-        if ttl < idle <= ttl + window_seconds:
-            out.append((r.tenant_id, r.id, r.version))
+        own = conn.execute(select(S.c.cache_ttl_seconds).where(S.c.cache_ttl_seconds.is_not(None)).distinct())
+        out: list[tuple[int, int, int]] = []
+        for ttl in [None, *own.scalars()]:
+            seconds = ttl or default_ttl_seconds
+            rows = conn.execute(
+                select(S.c.tenant_id, S.c.id, S.c.version)
+                .where(
+                    S.c.cache_ttl_seconds.is_(None) if ttl is None else S.c.cache_ttl_seconds == ttl,
+                    S.c.last_append_at <= now - timedelta(seconds=seconds),
+                    S.c.last_append_at > now - timedelta(seconds=seconds + window_seconds),
+                )
+                .order_by(S.c.last_append_at)
+                .limit(limit)
+            ).all()
+            out += [(r.tenant_id, r.id, r.version) for r in rows]
     return out
 
 
