@@ -130,6 +130,9 @@ def request_head(
     """The request line and headers of a POST (or `method`) with a `length`-byte body."""
     if not target.isascii():  # as httpx sends it: the non-ASCII characters percent-encoded
         target = quote(target, safe="/?#[]@!$&'()*+,;=:%~")
+    path = target.split("?", 1)[0]
+    if any(c in target for c in (*_FORBIDDEN, " ", "\t")) or "/../" in path + "/" or "/./" in path + "/":
+        raise httpx.LocalProtocolError(f"the request target {target[:80]!r} is not a plain path")
     lines = [method.encode("ascii"), b" ", target.encode("ascii"), b" HTTP/1.1\r\nhost: ", host, b"\r\n"]
     for name, value in headers.items():
         if any(c in name or c in value for c in _FORBIDDEN) or ":" in name:

@@ -16,11 +16,13 @@ references; "Preserved reasoning"):
   by a `tool` message for each id (400);
 - the context window: a request whose input tokens (o200k_base, counted by quicktok) pass it is
   answered 400 `context_length_exceeded`, the error the SDKs and Codex recognise;
-- preserved reasoning: each reply starts with a `reasoning` item whose `encrypted_content` binds it
-  to the request it answered (instructions, tools, and the input before it, reasoning items left
-  out, ids and statuses aside) and to the reasoning item before it in that input; a reasoning item
-  sent back on a changed prefix, or after a gap, is dropped (`dropped` counts them, as the real
-  model silently reasons without it); a forged one is refused (400).
+- preserved reasoning: each reply starts with a `reasoning` item whose `encrypted_content` (when
+  the request's `include` asks for it, as the real API returns it) binds it to the request it
+  answered (instructions, tools, and the input before it, reasoning items left out, ids and
+  statuses aside) and to the reasoning item before it in that input; a reasoning item sent back on
+  a changed prefix, or after a gap, is dropped (`dropped` counts them, as the real model silently
+  reasons without it); a forged one is refused (400), and so is one without its encrypted content
+  under `store: false` (the real API's "Item with id ... not found").
 
 Every check's failures are kept in `failures` (and answered with the real API's error); replies
 stream as the real APIs stream (Responses events with sequence numbers; chat chunks and `[DONE]`).
@@ -145,6 +147,12 @@ def check_reasoning(body: dict[str, Any], items: list[dict[str, Any]]) -> tuple[
     for i, item in enumerate(items):
         if item.get("type") != "reasoning":
             continue
+        if item.get("encrypted_content") is None:
+            if body.get("store") is False:  # nothing kept upstream for an id to name
+                refusals.append(
+                    f"Item with id '{item.get('id')}' not found. Items are not persisted when `store` is set to false."
+                )
+            continue  # with store, the upstream reads it by its id
         bound = opened(item.get("encrypted_content"))
         if bound is None:
             refusals.append(
@@ -401,14 +409,15 @@ class OpenAIStandIn:
         previous = str(before[-1].get("id")) if before else "none"
         out: list[dict[str, Any]] = []
         if answer.reasoning:
-            out.append(
-                {
-                    "type": "reasoning",
-                    "id": f"rs_{n:05d}",
-                    "summary": [{"type": "summary_text", "text": answer.reasoning}],
-                    "encrypted_content": mint(prefix_digests(body, items)[-1], previous),
-                }
-            )
+            reasoning: dict[str, Any] = {
+                "type": "reasoning",
+                "id": f"rs_{n:05d}",
+                "summary": [{"type": "summary_text", "text": answer.reasoning}],
+            }
+            # only when asked for, as the real API returns it
+            if "reasoning.encrypted_content" in (body.get("include") or []):
+                reasoning["encrypted_content"] = mint(prefix_digests(body, items)[-1], previous)
+            out.append(reasoning)
         if answer.text:
             out.append(
                 {

@@ -30,6 +30,13 @@ BASH = {
     "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]},
 }
 CHAT_BASH = {"type": "function", "function": {k: v for k, v in BASH.items() if k != "type"}}
+# what a reasoning client that keeps nothing upstream sends (Codex does): its reasoning comes back
+# with its encrypted content, to be sent again
+STATELESS: dict[str, Any] = {
+    "store": False,
+    "include": ["reasoning.encrypted_content"],
+    "reasoning": {"effort": "low"},
+}
 
 
 @pytest.fixture(autouse=True)
@@ -74,12 +81,12 @@ def _responses_agent(p: Proxy, sid: str, rounds: int, stream: bool) -> list[Any]
         outputs = []
         for _ in range(rounds + 1):
             if stream:
-                with client.responses.stream(model="gpt-5.5", input=items, tools=[BASH], store=False) as s:
+                with client.responses.stream(model="gpt-5.5", input=items, tools=[BASH], **STATELESS) as s:
                     for _event in s:
                         pass
                     response = s.get_final_response()
             else:
-                response = client.responses.create(model="gpt-5.5", input=items, tools=[BASH], store=False)
+                response = client.responses.create(model="gpt-5.5", input=items, tools=[BASH], **STATELESS)
             outputs.append(response)
             items += [o.model_dump(exclude_none=True) for o in response.output]
             calls = [o for o in response.output if o.type == "function_call"]
@@ -423,7 +430,7 @@ def test_a_client_that_sends_back_only_the_text_of_a_reply_stays_in_one_session(
     items: list[Any] = [{"role": "user", "content": "Count to three, one a turn."}]
     with _client(openai_proxy, default_headers={"x-compactd-session": sid}) as client:
         for n in range(3):
-            r = client.responses.create(model="gpt-5.5", input=items, tools=[BASH], store=False)
+            r = client.responses.create(model="gpt-5.5", input=items, tools=[BASH], **STATELESS)
             items += [
                 {"role": "assistant", "content": r.output_text},
                 {"role": "user", "content": f"next {n}"},
@@ -433,3 +440,24 @@ def test_a_client_that_sends_back_only_the_text_of_a_reply_stays_in_one_session(
     ).json()
     assert [s["id"] for s in sessions["sessions"] if s["id"].startswith(sid)] == [sid]
     assert [r.reasoning_kept for r in api.requests] == [0, 1, 2] and api.dropped == 0
+
+
+def test_reasoning_the_client_did_not_ask_to_keep_is_not_sent_back_stateless(openai_proxy: Proxy) -> None:  # noqa: F811
+    """With `store: false` and no encrypted content asked for, a reasoning item could never be read
+    back by the upstream (it kept nothing): compactd stores it but sends it no more, so no request
+    is refused; with `reasoning` set, compactd asks for the encrypted content itself."""
+    api = _upstream(openai_proxy)
+    api.script(reply("one"), reply("two"), reply("three"))
+    items: list[Any] = [{"role": "user", "content": "Count, one a turn."}]
+    with _client(openai_proxy, default_headers={"x-compactd-session": "stateless"}) as client:
+        for n in range(2):
+            r = client.responses.create(model="gpt-5.5", input=items, tools=[BASH], store=False)
+            items += [o.model_dump(exclude_none=True) for o in r.output] + [
+                {"role": "user", "content": f"next {n}"}
+            ]
+        client.responses.create(
+            model="gpt-5.5", input=items, tools=[BASH], store=False, reasoning={"effort": "low"}
+        )
+    assert api.failures == []
+    assert all(i.get("type") != "reasoning" for i in api.requests[2].body["input"])
+    assert api.requests[2].body["include"] == ["reasoning.encrypted_content"]

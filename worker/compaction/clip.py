@@ -70,7 +70,7 @@ class Clip:
 
     def _output(self, text: str, files: list[FileWrite]) -> str:
         limit = self.clip_tokens + _MARGIN_TOKENS
-        if len(text) <= limit or (pointers.is_marked(text) and not self.whole):
+        if len(text) <= limit or (pointers.is_marked(text) and not self.whole) or pointers.is_tagged(text):
             return text
         known = known_count(text)
         if known is not None and known <= limit:

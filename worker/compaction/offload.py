@@ -50,7 +50,7 @@ class Offload:
 
     def _text(self, text: str, files: list[FileWrite]) -> str:
         # a block can't have more tokens than characters: skip the tokenizer for short text
-        if len(text) <= self.offload_tokens or pointers.is_marked(text):
+        if len(text) <= self.offload_tokens or pointers.is_marked(text) or pointers.is_tagged(text):
             return text
         total = count_text(text)
         if total <= self.offload_tokens:

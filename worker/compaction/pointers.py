@@ -24,6 +24,15 @@ def archive_ref(text: str) -> str:
     return "h_" + content_hash(text)[:16]
 
 
+# a text block that stands for an item of another wire format (worker/proxy/wire/tags.py): it goes
+# back to that format whole or not at all, so no stage cuts it
+TAG_OPENERS = ("<compactd-item>", '<compactd-role role="')
+
+
+def is_tagged(text: str) -> bool:
+    return text.startswith(TAG_OPENERS)
+
+
 def is_marked(text: str) -> bool:
     """True when a stage already rewrote this text (so no stage rewrites it again)."""
     return _MARKER.search(text) is not None

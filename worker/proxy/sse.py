@@ -222,6 +222,9 @@ class Relay:
     def round_done(self) -> bool:
         return self.current.assembler.done
 
+    def failed(self) -> bool:
+        return False  # an error event ends the stream (`current.error`)
+
     def hidden_tool_uses(self) -> list[dict[str, Any]]:
         """compactd's tool calls of the current round (tool_use blocks)."""
         return self.current.hidden_calls()

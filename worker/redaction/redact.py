@@ -44,6 +44,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import unquote
 
+import orjson
+
 from worker.redaction.encoded import encoded_secrets, may_hide_secrets
 from worker.redaction.keywords import is_assigned_secret, secret_kind_of_key
 from worker.redaction.scanner import ALL, KEYED_FIELD, Finding, Ruleset, find, find_spans
@@ -367,6 +369,12 @@ class Redactor:
                 return {"type": "text", "text": THINKING_REMOVED}
             return block
         if kind == "redacted_thinking":
+            # an OpenAI reasoning item (worker/proxy/wire/responses.py) carries its summary in
+            # plain text beside the encrypted part: one with a secret in it goes, as thinking does
+            data = str(block.get("data", ""))
+            reasoning = data.startswith("{") and '"type":"reasoning"' in data
+            if reasoning and find_spans(_reasoning_text(data).encode("utf-8", "surrogatepass"), self.rules):
+                return {"type": "text", "text": THINKING_REMOVED}
             return block
         return self._redact_part(block)
 
@@ -399,3 +407,13 @@ class Redactor:
             return data  # not base64 text after all: the bytes stay as sent
         redacted = self.redact_text(text)
         return data if redacted == text else base64.b64encode(redacted.encode()).decode()
+
+
+def _reasoning_text(data: str) -> str:
+    """The plain text of a reasoning item's JSON: its summary and content parts."""
+    try:
+        item = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return data
+    parts = [*(item.get("summary") or []), *(item.get("content") or [])] if isinstance(item, dict) else []
+    return "\n".join(str(p.get("text", "")) for p in parts if isinstance(p, dict))

@@ -49,6 +49,9 @@ class Auth:
     key: str
     provider: dict[str, str]
     mode: str  # "custom_header": provider key passed through | "api_key": compactd holds it
+    # whose provider key goes upstream: "client" (passed through), "tenant" (held for it),
+    # "deployment" (COMPACTD_*UPSTREAM_API_KEY), "none"
+    source: str = "client"
 
 
 def resolve_auth(
@@ -67,7 +70,7 @@ def resolve_auth(
     if not key:
         return None
     held = provider.deployment_key(settings)
-    return Auth(key, provider.held_headers(held) if held else {}, "api_key")
+    return Auth(key, provider.held_headers(held) if held else {}, "api_key", "deployment" if held else "none")
 
 
 async def authenticate(
@@ -95,5 +98,5 @@ async def authenticate(
                 500, "the provider key held for this tenant cannot be read; set it again"
             ) from None
         if key is not None:
-            auth = replace(auth, provider=provider.held_headers(key))
+            auth = replace(auth, provider=provider.held_headers(key), source="tenant")
     return tenant, auth, replies

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import anyio
@@ -98,6 +98,10 @@ async def upstream_of(call: Call) -> Upstream:
     if url is None:
         return state.upstreams[name]  # type: ignore[no-any-return]
     call.upstream_url = url
+    if call.auth.source == "deployment":
+        # the deployment's key is for the deployment's upstream: a tenant's own server gets the
+        # tenant's held key or the client's own, never it
+        call.auth = replace(call.auth, provider={}, source="none")
     pool: dict[str, Upstream] = state.upstream_pool
     if url not in pool:
         pool[url] = upstream_client(call.res.settings, url)

@@ -31,6 +31,7 @@ from api.http.upstream import UpstreamResponse, returned_headers
 from worker.flows import proxy_tools
 from worker.flows.held_jobs import HeldJobs
 from worker.flows.proxy import Prefetched, record_reply
+from worker.proxy.fingerprints import is_reasoning_item
 from worker.proxy.sse import EventSplitter
 
 log = structlog.get_logger("compactd.proxy")
@@ -186,12 +187,10 @@ async def _rounds(call: Call, relay: StreamRelay, response: UpstreamResponse) ->
                 yield relay.error_event(payload)
                 relay.current.error = True
                 return
-        call.answered = (relay, results)
-        _log_answered(call)
-        if results:
-            # compactd's own rounds: stored before the client hears the end, so its next request
-            # (which carries only what it saw, however soon it comes) finds the rounds stored and
-            # the upstream gets them again, as every later reasoning block was produced on them
+        if not relay.failed():  # a failed answer is relayed, not recorded
+            call.answered = (relay, results)
+            _log_answered(call)
+        if call.reconciled is not None and call.answered is not None and _store_first(call, relay, results):
             await _stored_reply(call)
         yield relay.finish()
     finally:
@@ -217,6 +216,16 @@ async def _record(call: Call) -> None:
         log.debug("proxy.reply_superseded", tenant_id=call.tenant, session_id=call.reconciled.plan.session_id)
         return
     await _stored_reply(call)
+
+
+def _store_first(call: Call, relay: StreamRelay, results: list[list[dict[str, Any]]]) -> bool:
+    """Whether the reply is stored before the client hears its end, because the client's next
+    request (however soon it comes) could not stand for it: compactd's own rounds (the later
+    reasoning was produced on them), an OpenAI reasoning item (many clients send back only the
+    text), or a response a later `previous_response_id` names (it must resolve at once)."""
+    if results or call.on_recorded is not None:
+        return True
+    return any(is_reasoning_item(b) for b in relay.client_message()["content"])
 
 
 def _log_answered(call: Call) -> None:
@@ -255,4 +264,4 @@ async def _stored_reply(call: Call) -> None:
         log.warning("proxy.reply_unrecorded", error=type(exc).__name__)
         recorded = False
     if recorded and call.on_recorded is not None:
-        call.on_recorded(relay)
+        await in_thread(call.on_recorded, relay)

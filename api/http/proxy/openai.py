@@ -10,6 +10,7 @@ the start) -> the proxy flow (api/http/proxy/flow.py). Errors are in OpenAI's sh
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
@@ -50,6 +51,7 @@ log = structlog.get_logger("compactd.proxy")
 # how long a previous_response_id waits for its response to be recorded (the client may ask again
 # as soon as the stream ends, while the reply is being stored)
 PREVIOUS_WAIT_SECONDS = 3.0
+MODEL_ID = re.compile(r"[A-Za-z0-9._:@-]{1,200}")
 # the longest summary a client's own compaction is answered with
 SUMMARY_TOKENS = 4_000
 # stands for a message of the history a previous_response_id request leaves out: never stored
@@ -97,8 +99,11 @@ async def list_models(request: Request) -> Response:
     return await _models(request, "/models")
 
 
-@router.get("/v1/models/{model_id:path}", include_in_schema=False)
+@router.get("/v1/models/{model_id}", include_in_schema=False)
 async def get_model(request: Request, model_id: str) -> Response:
+    """One model, passed through; an id is a name, never a path (no `/`, no `..`)."""
+    if not MODEL_ID.fullmatch(model_id) or ".." in model_id:
+        return openai_response(ProxyError(404, f"no model {model_id[:80]!r}", code="model_not_found"))
     return await _models(request, f"/models/{model_id}")
 
 
@@ -166,7 +171,9 @@ async def _proxied(request: Request, fmt: Format) -> Response:
         context_window=window_header(request.headers),
     )
     if fmt is RESPONSES and is_client_compaction(request.headers):
-        summary = await _summary(call, canonical["messages"][:-1], named)
+        # its summary prompt is the last item: the history it asks about is every item before it
+        before = canonical_of(RESPONSES, {**body, "input": responses.input_items(body)[:-1]})
+        summary = await _summary(call, before["messages"], named)
         response = text_response(
             f"resp_compactd_{uuid.uuid4().hex[:24]}", body.get("model"), summary.text, summary.usage
         )
@@ -296,12 +303,14 @@ async def _continued(call: Call, previous: str) -> tuple[Conversation, list[str]
 
 
 async def _find_response(call: Call, response_id: str) -> tuple[str, Record] | None:
+    """The response's record, waited for a moment (its reply may still be being stored): a few
+    reads, a quarter of a second apart, not a tight loop on the database."""
     deadline = time.monotonic() + PREVIOUS_WAIT_SECONDS
     while True:
         found = await in_thread(find_response, call.res.engine, call.tenant, response_id)
         if found is not None or time.monotonic() > deadline:
             return found
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.25)
 
 
 def _remember_response(call: Call) -> Callable[[StreamRelay], None]:

@@ -77,7 +77,7 @@ class ChatRelay:
         r = self.current
         data = event.data
         if not isinstance(data, dict):
-            if event.raw.strip() == b"data: [DONE]":
+            if _payload(event.raw) == b"[DONE]":
                 r.done = True
                 return b""
             return event.raw
@@ -211,11 +211,15 @@ class ChatRelay:
         return [{**c, "index": n} for n, c in enumerate(c for r in self.rounds for c in r.visible_calls())]
 
     def text(self) -> str:
+        """Every round's text; when compactd's own rounds left the client nothing, a short note."""
         text = "".join(r.text for r in self.rounds)
-        if not text and not self.visible_calls():
+        if not text and not self.visible_calls() and (len(self.rounds) > 1 or self.current.hidden):
             self.filler = True
             return NO_CONTENT
         return text
+
+    def failed(self) -> bool:
+        return False
 
     def finish(self) -> bytes:
         """The closing chunks: the finish reason, the usage when asked for, [DONE]."""
@@ -311,3 +315,8 @@ def _text(content: Any) -> str:
     if isinstance(content, str):
         return content
     return "\n".join(str(b.get("text", "")) for b in content or [] if isinstance(b, dict))
+
+
+def _payload(raw: bytes) -> bytes:
+    """An event's data, with or without the space after `data:` (both are SSE)."""
+    return b"".join(line[5:].strip() for line in raw.split(b"\n") if line.startswith(b"data:"))

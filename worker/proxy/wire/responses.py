@@ -34,6 +34,7 @@ SYSTEM_ROLES = ("developer", "system")
 # the client's parameters compactd replaces or decides itself (never sent upstream as given)
 REPLACED = ("input", "stream", "previous_response_id", "tools", "conversation")
 RAW_ARGUMENTS = "_arguments"  # a tool_use input holding arguments that are not a JSON object
+ENCRYPTED = "reasoning.encrypted_content"
 
 
 class WireError(ValueError):
@@ -266,8 +267,12 @@ def tool_kinds(tools: Any) -> dict[str, str]:
     return out
 
 
-def upstream_input(messages: Iterable[Mapping[str, Any]], kinds: Mapping[str, str]) -> list[dict[str, Any]]:
-    """The Responses input items of canonical messages (the served prompt)."""
+def upstream_input(
+    messages: Iterable[Mapping[str, Any]], kinds: Mapping[str, str], stored: bool = True
+) -> list[dict[str, Any]]:
+    """The Responses input items of canonical messages (the served prompt). With `stored` false
+    (`store: false`), a reasoning item without its encrypted content is left out: the upstream
+    kept nothing it could name."""
     out: list[dict[str, Any]] = []
     calls: dict[str, str] = {}  # call id -> the kind of its call
     for m in messages:
@@ -277,6 +282,8 @@ def upstream_input(messages: Iterable[Mapping[str, Any]], kinds: Mapping[str, st
             out += _assistant_items(blocks, kinds, calls)
         else:
             out += _user_items(blocks, calls)
+    if not stored:
+        out = [i for i in out if i.get("type") != "reasoning" or i.get("encrypted_content")]
     return out
 
 
@@ -445,5 +452,10 @@ def upstream_body(
     if tools or added:
         body["tools"] = tools + added
     body["stream"] = True
-    body["input"] = [*head, *memory_items, *upstream_input(served_messages, tool_kinds(tools))]
+    stored = client.get("store") is not False
+    if not stored and isinstance(client.get("reasoning"), dict):
+        # reasoning sent back without the upstream keeping it needs its encrypted content
+        include = [i for i in client.get("include") or [] if isinstance(i, str)]
+        body["include"] = include if ENCRYPTED in include else [*include, ENCRYPTED]
+    body["input"] = [*head, *memory_items, *upstream_input(served_messages, tool_kinds(tools), stored)]
     return body, frozenset(t["name"] for t in added)

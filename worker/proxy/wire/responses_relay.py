@@ -92,6 +92,9 @@ class ResponsesRelay:
                 return b""
             if kind == "response.created":
                 self.first = dict(data.get("response") or {})
+            if self._lists_hidden(data.get("response")):
+                data = {**data, "response": self._shown(data["response"])}
+                return encode(self._numbered(data))
             return self._passed(event, data)
         if kind in TERMINAL:
             r.final, r.final_raw = data, event.raw
@@ -176,8 +179,9 @@ class ResponsesRelay:
         )
 
     def visible_output(self) -> list[dict[str, Any]]:
+        """Every visible item; when compactd's own rounds left the client nothing, a short note."""
         out = [i for r in self.rounds for i in r.visible()]
-        if not out:
+        if not out and (len(self.rounds) > 1 or self.current.hidden):
             self.filler = True
             return [_filler()]
         return out
@@ -204,6 +208,7 @@ class ResponsesRelay:
         """The response object as the client gets it in the terminal event (or the JSON answer)."""
         final = dict(((self.current.final or {}).get("response")) or {})
         response = {**final, **{k: v for k, v in self.first.items() if k in ("id", "created_at")}}
+        response = self._shown(response) if self._lists_hidden(response) else response
         response["output"] = self.visible_output()
         if final.get("usage") is not None or len(self.rounds) > 1:
             response["usage"] = self.usage()
@@ -216,7 +221,8 @@ class ResponsesRelay:
         holds every visible item (and the filler, when the client saw no output at all)."""
         r = self.current
         final = r.final or {"type": "response.completed"}
-        if len(self.rounds) == 1 and not r.hidden and self._next_index > 0 and r.final is not None:
+        plain = not self._lists_hidden(final.get("response"))
+        if len(self.rounds) == 1 and not r.hidden and r.final is not None and plain:
             seq = final.get("sequence_number")
             if not isinstance(seq, int) or seq >= self._seq:
                 return r.final_raw
@@ -232,6 +238,25 @@ class ResponsesRelay:
             )
         kind = str(final.get("type") or "response.completed")
         return out + encode(self._numbered({"type": kind, "response": response}))
+
+    def _lists_hidden(self, response: Any) -> bool:
+        """Whether a response object lists compactd's own tools (the client never sees them)."""
+        tools = response.get("tools") if isinstance(response, dict) else None
+        return isinstance(tools, list) and any(
+            isinstance(t, dict) and t.get("name") in self.hidden_tools for t in tools
+        )
+
+    def _shown(self, response: dict[str, Any]) -> dict[str, Any]:
+        tools = [
+            t
+            for t in response.get("tools") or []
+            if not (isinstance(t, dict) and t.get("name") in self.hidden_tools)
+        ]
+        return {**response, "tools": tools}
+
+    def failed(self) -> bool:
+        """The upstream's answer failed (a terminal `response.failed`): nothing to record."""
+        return str((self.current.final or {}).get("type")) == "response.failed"
 
     def _numbered(self, data: dict[str, Any]) -> dict[str, Any]:
         data = {**data, "sequence_number": self._seq}
@@ -268,7 +293,13 @@ class ResponsesRelay:
             }
             for b in results
         ]
-        return [*self.current.output(), *outputs]
+        # the round's items as received, less the ids and statuses of what is not reasoning (with
+        # `store: false` an id names nothing the upstream kept)
+        items = [
+            i if i.get("type") == "reasoning" else {k: v for k, v in i.items() if k not in ("id", "status")}
+            for i in self.current.output()
+        ]
+        return [*items, *outputs]
 
 
 def _text(content: Any) -> str:

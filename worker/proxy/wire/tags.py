@@ -17,8 +17,9 @@ from typing import Any
 
 import orjson
 
-ROLE_OPEN = '<compactd-role role="'
-ITEM_OPEN = "<compactd-item>"
+from worker.compaction.pointers import TAG_OPENERS
+
+ITEM_OPEN, ROLE_OPEN = TAG_OPENERS  # no compaction stage cuts a text that starts with one
 _ROLE = re.compile(
     r'^<compactd-role role="(developer|system|user|assistant)">\n(.*)\n</compactd-role>$', re.S
 )
