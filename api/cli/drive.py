@@ -26,6 +26,20 @@ class ReplayError(Exception):
     """Raised when the service refuses an append or a fetch (the status and problem detail say why)."""
 
 
+def _resent(client: httpx.Client, method: str, url: str, tries: int = 3, **kwargs: Any) -> httpx.Response:
+    """The request, sent again when the connection closed under it: a kept-alive connection the server
+    closed as the request went out (every request here is safe to repeat: a fetch reads, an append
+    carries its Idempotency-Key)."""
+    for attempt in range(tries):
+        try:
+            return client.request(method, url, **kwargs)
+        except (httpx.RemoteProtocolError, httpx.ConnectError):
+            if attempt == tries - 1:
+                raise
+            time.sleep(0.1 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
 def replay_http(
     base_url: str,
     api_key: str,
@@ -72,14 +86,15 @@ def replay_http(
             if i == 0:
                 body["system"] = system or None
                 body["context_window"] = context_window
-            r = client.post(f"/v1/sessions/{sid}/turns", json=body, headers={"Idempotency-Key": f"{sid}-{i}"})
+            idem = {"Idempotency-Key": f"{sid}-{i}"}
+            r = _resent(client, "POST", f"/v1/sessions/{sid}/turns", json=body, headers=idem)
             _check(r, f"append {i}")
             raw.add(message)
             if after_append is not None:
                 after_append(client, sid, i)
             if i + 1 < len(messages) and messages[i + 1]["role"] == "assistant":
                 t0 = time.perf_counter()
-                r = client.get(f"/v1/sessions/{sid}/prompt")
+                r = _resent(client, "GET", f"/v1/sessions/{sid}/prompt")
                 ms = (time.perf_counter() - t0) * 1000
                 _check(r, f"fetch before message {i + 1}")
                 served = r.json()
