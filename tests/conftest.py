@@ -63,7 +63,7 @@ LONGEST_FIRST = (
     "test_scale_out.py",  # ~50 s
     "test_codex.py",  # ~50 s
     "test_openai_proxy.py",  # ~35 s
-    "test_claude_code.py",  # ~30 s
+    "test_claude_code.py",  # ~55 s
     "test_openai_agents.py",  # ~20 s
     "test_faults_api.py",
     "test_proxy.py",

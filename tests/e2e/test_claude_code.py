@@ -96,10 +96,11 @@ def compactd_up(tmp: Path, upstream_url: str) -> Iterator[tuple[str, str]]:
 
 
 def run_claude_code(
-    cwd: Path, home: Path, url: str, key: str
+    cwd: Path, home: Path, url: str, key: str, extra_env: dict[str, str] | None = None
 ) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]]:
     """`claude -p` with environment variables only; its stream-json lines (every message it got)."""
     env = {
+        **(extra_env or {}),
         "PATH": os.environ["PATH"],
         "HOME": str(home),
         "ANTHROPIC_BASE_URL": url,
@@ -199,3 +200,35 @@ def test_claude_code_runs_a_long_bash_session_through_compactd(tmp_path: Path) -
     # one session: every request reconciled with it (no divergence into a linked one)
     assert len(sessions) == 1 and main["turns"] >= 2 * ROUNDS and main["epoch"] >= 2, sessions
     assert detail.status_code == 200 and detail.json()["profile"]["context_window"] == WINDOW, detail.text
+
+
+def test_claude_code_on_a_message_thread_is_told_threads_are_unsupported_and_resends_whole(
+    tmp_path: Path,
+) -> None:
+    """Claude Code with message threads on (CLAUDE_CODE_TETHER_LIVE=1) starts a thread; compactd
+    refuses it as a server without threads does, and the CLI resends the turn with its whole history
+    and stops threading: the run succeeds, no `thread` reaches the upstream, one refusal in all."""
+    command = claude_code()
+    assert command
+    rounds = 3
+    work, home = tmp_path / "work", tmp_path / "home"
+    work.mkdir()
+    home.mkdir()
+    with (
+        ClaudeUpstream(rounds=rounds, context_window=WINDOW) as upstream,
+        compactd_up(tmp_path, upstream.base_url) as (url, key),
+    ):
+        done, lines = run_claude_code(work, home, url, key, {"CLAUDE_CODE_TETHER_LIVE": "1"})
+    log = (tmp_path / "up.err").read_text() + (tmp_path / "up.out").read_text()
+    refusals = [line for line in log.splitlines() if "proxy.thread_refused" in line]
+    report = f"stderr {done.stderr[-1500:]!r}, last lines {done.stdout[-1500:]!r}, refusals {refusals}"
+    assert done.returncode == 0, report
+    (result,) = [line for line in lines if line.get("type") == "result"]
+    assert f"All {rounds} rounds ran." in str(result.get("result")), report
+    # the CLI asked for a thread (so the case is real) and was refused once: it stopped threading
+    assert len(refusals) == 1, report
+    # no thread upstream, every request valid, one upstream request per model call
+    assert upstream.failures == [], upstream.failures
+    mains = [r for r in upstream.requests if r.kind == "main"]
+    calls = len({line["message"]["id"] for line in lines if line.get("type") == "assistant"})
+    assert len(mains) == calls + len(upstream.reads), (len(mains), calls, len(upstream.reads))

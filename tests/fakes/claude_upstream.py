@@ -269,6 +269,8 @@ class ClaudeUpstream:
             except ValueError:
                 self.failures.append(f"request {len(self.requests)}: body is not JSON")
                 return send_json(handler, 400, error_body("the request body is not valid JSON"))
+            if "thread" in body:  # a proxy that keeps the conversation never hands its thread on
+                self.failures.append(f"request {len(self.requests)}: a `thread` reached the upstream")
             checked = self.binder.check(body)
             transformations: list[dict[str, Any]] = []
             if not checked.valid:
