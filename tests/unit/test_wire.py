@@ -113,7 +113,7 @@ def test_a_clients_text_never_becomes_a_developer_message_or_an_item() -> None:
 
 
 def test_a_chat_history_converts_back_to_the_same_messages() -> None:
-    history = [
+    history: list[dict[str, Any]] = [
         {"role": "user", "content": "count files"},
         {
             "role": "assistant",
@@ -224,20 +224,22 @@ def test_a_failed_response_is_passed_on_as_it_came_and_not_recorded() -> None:
     assert relay.failed() and not relay.filler
 
 
-def test_the_chat_relay_reads_done_without_a_space_and_hides_compactds_calls() -> None:
-    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
-        return (
-            b"data:"
-            + orjson.dumps(
-                {
-                    "id": "c",
-                    "object": "chat.completion.chunk",
-                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-                }
-            )
-            + b"\n\n"
+def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+    """A Chat Completions stream chunk (`data:` without a space, as some servers send it)."""
+    return (
+        b"data:"
+        + orjson.dumps(
+            {
+                "id": "c",
+                "object": "chat.completion.chunk",
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            }
         )
+        + b"\n\n"
+    )
 
+
+def test_the_chat_relay_reads_done_without_a_space_and_hides_compactds_calls() -> None:
     hidden = {
         "tool_calls": [
             {
@@ -289,3 +291,50 @@ def test_no_stage_cuts_a_tagged_item() -> None:
     t = Transcript("", (Turn(1, "user", tuple(blocks), 30_000),))
     assert Offload(offload_tokens=1_000, preview_tokens=100)(t) == t
     assert Clip(clip_tokens=500, keep_tokens=0, whole=True)(t).turns[0].content == t.turns[0].content
+
+
+def call_piece(index: int, name: str = "", arguments: str = "", call_id: str = "") -> dict[str, Any]:
+    fn = {k: v for k, v in (("name", name), ("arguments", arguments)) if v}
+    piece: dict[str, Any] = {"index": index, "type": "function", "function": fn}
+    return {"tool_calls": [{**piece, "id": call_id} if call_id else piece]}
+
+
+def client_calls(out: bytes) -> dict[int, dict[str, str]]:
+    """The tool calls a client rebuilds from the relayed chunks (index -> name, arguments, id)."""
+    calls: dict[int, dict[str, str]] = {}
+    for event in EventSplitter().feed(out):
+        data = event.data
+        if not isinstance(data, dict):
+            continue
+        for choice in data.get("choices") or []:
+            for piece in (choice.get("delta") or {}).get("tool_calls") or []:
+                c = calls.setdefault(piece["index"], {"name": "", "arguments": "", "id": ""})
+                c["id"] += piece.get("id", "")
+                c["name"] += (piece.get("function") or {}).get("name", "")
+                c["arguments"] += (piece.get("function") or {}).get("arguments", "")
+    return calls
+
+
+def test_a_tool_name_streamed_in_pieces_never_lets_part_of_compactds_call_out() -> None:
+    """`read_` then `file`: compactd's call stays hidden whole; a client tool whose name starts the
+    same (`read_notes`, or `read`, a prefix of compactd's name to the end) reaches the client whole."""
+    relay = ChatRelay(frozenset({"read_file"}), include_usage=False)
+    stream = (
+        chunk({"role": "assistant"})
+        + chunk(call_piece(0, "read_", call_id="t1"))
+        + chunk(call_piece(0, "file", '{"ref":'))
+        + chunk(call_piece(0, arguments='"f"}'))
+        + chunk(call_piece(1, "rea", call_id="t2"))
+        + chunk(call_piece(1, "d_notes", '{"a":1}'))
+        + chunk(call_piece(2, "read", "{}", call_id="t3"))
+        + chunk({}, "tool_calls")
+        + b"data: [DONE]\n\n"
+    )
+    out = _relay(relay, stream)
+    assert b"read_file" not in out and b"read_" not in out.replace(b"read_notes", b"")
+    assert client_calls(out) == {
+        0: {"id": "t2", "name": "read_notes", "arguments": '{"a":1}'},
+        1: {"id": "t3", "name": "read", "arguments": "{}"},
+    }
+    assert [c["function"]["name"] for c in relay.current.hidden_calls()] == ["read_file"]
+    assert not relay.should_continue(5)  # the client has calls of its own to run

@@ -35,6 +35,7 @@ class Round:
     reasoning: str = ""
     calls: dict[int, dict[str, Any]] = field(default_factory=dict)  # upstream index -> call
     hidden: set[int] = field(default_factory=set)
+    held: set[int] = field(default_factory=set)  # calls whose name could still become compactd's
     index_map: dict[int, int] = field(default_factory=dict)
     finish_reason: str | None = None
     usage: dict[str, Any] | None = None
@@ -98,6 +99,7 @@ class ChatRelay:
         changed = self._absorb(r, delta)
         if choice.get("finish_reason") is not None:
             r.finish_reason = choice.pop("finish_reason")
+            self._release_held(r, delta)
             changed = True
         if len(self.rounds) > 1 and "role" in delta:
             delta.pop("role")
@@ -145,8 +147,17 @@ class ChatRelay:
             if isinstance(fn.get("arguments"), str):
                 current["function"]["arguments"] += fn["arguments"]
             if index in r.hidden:
+                r.held.discard(index)
                 changed = True
                 continue
+            if index not in r.index_map and self._undecided(current["function"]["name"]):
+                # a name streamed in pieces ("read_" then "file"): nothing of it goes out until
+                # it is known not to be compactd's
+                r.held.add(index)
+                changed = True
+                continue
+            if index in r.held:
+                call, changed = self._release(r, index), True
             if index not in r.index_map:
                 r.index_map[index] = self._next_index
                 self._next_index += 1
@@ -159,6 +170,29 @@ class ChatRelay:
         else:
             delta.pop("tool_calls")
         return changed or len(self.rounds) > 1
+
+    def _undecided(self, name: str) -> bool:
+        """The name so far could still become one of compactd's tools (and is none yet)."""
+        return name not in self.hidden_tools and any(h.startswith(name) for h in self.hidden_tools)
+
+    def _release(self, r: Round, index: int) -> dict[str, Any]:
+        """A held call as one delta: everything it streamed so far."""
+        r.held.discard(index)
+        c = r.calls[index]
+        out: dict[str, Any] = {"index": index, "type": "function", "function": dict(c["function"])}
+        return {**out, "id": c["id"]} if c["id"] else out
+
+    def _release_held(self, r: Round, delta: dict[str, Any]) -> None:
+        """At the round's end, a held call whose name stayed a prefix of compactd's (a client's tool
+        named `read`) is the client's: it goes out whole."""
+        released = []
+        for index in sorted(r.held):
+            call = self._release(r, index)
+            r.index_map[index] = self._next_index
+            self._next_index += 1
+            released.append({**call, "index": r.index_map[index]})
+        if released:
+            delta["tool_calls"] = [*(delta.get("tool_calls") or []), *released]
 
     def round_done(self) -> bool:
         return self.current.done
