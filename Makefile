@@ -5,7 +5,7 @@ UV := $(shell command -v uv 2>/dev/null || echo .tools/bin/uv)
 VENV := .venv
 RUN := $(UV) run --frozen
 
-.PHONY: up test test-fast lint fmt bench bench-service sync services clean client-wheel claude-code codex data demo
+.PHONY: up test test-fast lint fmt bench bench-service sync services clean client-wheel claude-code codex data
 
 $(UV):
 	$(PY) -m venv .tools

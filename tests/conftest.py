@@ -24,7 +24,8 @@ DATA_HOW = (
     "the third-party transcripts and secret samples the project reads from ../shared/data (or "
     "COMPACTD_DATA_DIR); `make data` fetches the transcripts from their upstream repositories at "
     "pinned commits and checks each file's sha256 (ops/data/manifest.json); the secret samples "
-    "(extracted from upstream rule tests) come only with the project's shared data"
+    "(extracted from upstream rule tests) come only with the project's shared data, so their tests "
+    "stay skipped after `make data`"
 )
 
 
@@ -143,7 +144,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
             f"The shared data is absent ({data_dir()}): the tests that need a long Claude Code session "
             "(the inspector, stats, worker, faults, `compactd up`, import) ran on generated ones "
             "(tests/synthetic.py). Under CI=true the shared data is required and every test that "
-            "needs it fails without it."
+            "needs it fails without it (the public-config corpus aside: it is not distributed yet)."
         )
 
 
@@ -154,5 +155,8 @@ def public_configs() -> Path:
     under CI=true too (a `require` once it is staged)."""
     root = data_dir() / "public_configs"
     if not root.is_dir():
-        pytest.skip(f"the public-config corpus is not at {root} (issue 42 report: where to stage it)")
+        pytest.skip(
+            f"need the public-config corpus (issue 42's upstream config files with planted credentials), "
+            f"not at {root}: it is not distributed yet, so these skip under CI=true too"
+        )
     return root

@@ -31,7 +31,9 @@ Independent of compactd's code: a green test says compactd keeps the rules.
 
 from __future__ import annotations
 
+import argparse
 import base64
+import contextlib
 import hashlib
 import hmac
 import itertools
@@ -267,7 +269,9 @@ Responder = Callable[[str, dict[str, Any], dict[str, str]], Reply]
 class OpenAIStandIn:
     """The stand-in server; `script(...)` queues replies, else `responder` decides, else a note."""
 
-    def __init__(self, context_window: int = 200_000, responder: Responder | None = None) -> None:
+    def __init__(
+        self, context_window: int = 200_000, responder: Responder | None = None, port: int = 0
+    ) -> None:
         self.context_window = context_window
         self.responder = responder
         self.requests: list[Recorded] = []
@@ -317,7 +321,7 @@ class OpenAIStandIn:
                 self.wfile.write(data)
 
         self.handler = Handler
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.server.daemon_threads = True
 
     @property
@@ -637,7 +641,23 @@ def _end_stream(handler: Any) -> None:
     handler.wfile.flush()
 
 
-if __name__ == "__main__":  # pragma: no cover - a manual stand-in: python -m tests.fakes.openai_api
-    with OpenAIStandIn() as api:
-        print(f"OpenAI stand-in at {api.base_url}", flush=True)
-        threading.Event().wait()
+DEMO_PORT = 8791  # the Messages stand-in's is 8790
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve until Ctrl-C: every request answered with a short note (nothing kept per request)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.fakes.openai_api", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--port", type=int, default=DEMO_PORT, help="0: any free port (default %(default)s)")
+    args = parser.parse_args(argv)
+    with OpenAIStandIn(port=args.port) as api:
+        api.keep_requests = False
+        print(f"a local stand-in for OpenAI's APIs at {api.base_url} (Ctrl-C stops it)", flush=True)
+        print(f"  compactd:   COMPACTD_OPENAI_UPSTREAM_URL={api.base_url} make up", flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            threading.Event().wait()
+
+
+if __name__ == "__main__":  # pragma: no cover - a manual stand-in
+    main()
