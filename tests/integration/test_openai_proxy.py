@@ -251,6 +251,14 @@ def test_previous_response_id_resolves_from_compactds_own_store(openai_proxy: Pr
     the new items, the upstream gets the whole history (compacted) and no previous_response_id."""
     api = _upstream(openai_proxy)
     api.script(reply(calls=[("bash", {"command": "ls"})]), reply("Seven files."))
+    auth = {"Authorization": f"Bearer {openai_proxy.key}"}
+
+    def listed() -> set[str]:
+        return {
+            s["id"] for s in httpx.get(f"{openai_proxy.url}/v1/sessions", headers=auth).json()["sessions"]
+        }
+
+    before = listed()
     with _client(openai_proxy) as client:
         first = client.responses.create(model="gpt-5.5", input="Count the Python files.", tools=[BASH])
         call = next(o for o in first.output if o.type == "function_call")
@@ -275,6 +283,15 @@ def test_previous_response_id_resolves_from_compactds_own_store(openai_proxy: Pr
                 model="gpt-5.5", previous_response_id="resp_nope", input="hi", tools=[BASH]
             )
         assert unknown.value.code == "previous_response_not_found"
+        # a deleted session takes its responses with it: continuing one is an unknown id, not a
+        # request on a session that is gone
+        (sid,) = listed() - before
+        assert httpx.delete(f"{openai_proxy.url}/v1/sessions/{sid}", headers=auth).status_code == 204
+        with pytest.raises(openai.BadRequestError) as gone:
+            client.responses.create(
+                model="gpt-5.5", previous_response_id=second.id, input="go on", tools=[BASH]
+            )
+        assert gone.value.code == "previous_response_not_found"
         time.sleep(0)
 
 

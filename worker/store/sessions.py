@@ -18,7 +18,7 @@ from worker.ingest import rewrite_turn_end
 from worker.redaction.seams import Reseamed
 from worker.store import memory as memory_store
 from worker.store.db import insert_ignore, is_sqlite, raw_rows, raw_write, read_tx, single_read, write_tx
-from worker.store.tables import Append, File, FileRead, Snapshot, SnapshotLog, utcnow
+from worker.store.tables import Append, File, FileRead, ProxyResponse, Snapshot, SnapshotLog, utcnow
 from worker.store.tables import Session as SessionTable
 from worker.store.tables import Turn as TurnTable
 
@@ -29,6 +29,7 @@ SN = Snapshot.__table__  # type: ignore[attr-defined]
 SL = SnapshotLog.__table__  # type: ignore[attr-defined]
 F = File.__table__  # type: ignore[attr-defined]
 FR = FileRead.__table__  # type: ignore[attr-defined]
+PR = ProxyResponse.__table__  # type: ignore[attr-defined]
 
 # Stands for everything before the validation window, so the window starts with a user message.
 EARLIER = {"role": "user", "content": [{"type": "text", "text": "(earlier turns)"}]}
@@ -520,6 +521,13 @@ def delete_session(engine: Engine, tenant_id: int, client_id: str) -> int | None
 
 
 def delete_session_rows(conn: Connection, pk: int) -> None:
+    """Everything of one session, the drop-in's responses that continue it included (a later
+    previous_response_id naming one is then unknown: 400, never a request on a session gone)."""
+    owner = conn.execute(select(S.c.tenant_id, S.c.client_id).where(S.c.id == pk)).first()
+    if owner is not None:
+        conn.execute(
+            delete(PR).where(PR.c.tenant_id == owner.tenant_id, PR.c.session_client_id == owner.client_id)
+        )
     file_ids = select(F.c.id).where(F.c.session_id == pk).scalar_subquery()
     conn.execute(delete(FR).where(FR.c.file_id.in_(file_ids)))
     for table in (F, TT, A, SN, SL):
