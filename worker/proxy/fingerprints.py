@@ -25,6 +25,8 @@ from typing import Any
 
 import orjson
 
+from worker.redaction.redact import is_reasoning_item
+
 # fields that identify a block's meaning; anything else (cache_control, citations, SDK-added
 # nulls) may change between the message compactd streamed and the copy the client sends back
 _FIELDS = {
@@ -59,8 +61,9 @@ def normalize_block(block: Any) -> Any:
 
 
 def normalize_content(content: Any) -> Any:
-    """String content as one text block; empty text blocks and OpenAI reasoning items dropped;
-    each block normalized."""
+    """String content as one text block; empty text blocks and OpenAI reasoning items dropped (many
+    Responses clients send back only the text of a reply, and the session keeps the item from the
+    reply itself: it is what the upstream produced); each block normalized."""
     if isinstance(content, str):
         return [{"type": "text", "text": content}] if content else []
     if not isinstance(content, list):
@@ -71,18 +74,6 @@ def normalize_content(content: Any) -> Any:
         if not (isinstance(b, dict) and b.get("type") == "text" and not b.get("text"))
         and not is_reasoning_item(b)
     ]
-
-
-def is_reasoning_item(block: Any) -> bool:
-    """An OpenAI reasoning item held as a redacted_thinking block (worker/proxy/wire/responses.py).
-    Left out of a reply's fingerprint: many Responses clients send back only the text of a reply,
-    and the session keeps the item from the reply itself (it is what the upstream produced)."""
-    return (
-        isinstance(block, dict)
-        and block.get("type") == "redacted_thinking"
-        and str(block.get("data", "")).startswith("{")
-        and '"type":"reasoning"' in str(block.get("data", ""))
-    )
 
 
 def normalize_message(message: Any) -> Any:

@@ -20,6 +20,7 @@ class Event:
     name: str
     data: Any  # the parsed JSON (None when it is not JSON)
     raw: bytes  # the event as received, blank line included
+    payload: bytes = b""  # its data lines joined (`[DONE]` is data that is not JSON)
 
 
 class EventSplitter:
@@ -57,7 +58,7 @@ def parse_event(raw: bytes) -> Event | None:
         parsed = None
     if not name and isinstance(parsed, dict):
         name = str(parsed.get("type", ""))
-    return Event(name, parsed, raw)
+    return Event(name, parsed, raw, payload)
 
 
 def encode_event(name: str, data: Any) -> bytes:

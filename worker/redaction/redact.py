@@ -371,9 +371,8 @@ class Redactor:
         if kind == "redacted_thinking":
             # an OpenAI reasoning item (worker/proxy/wire/responses.py) carries its summary in
             # plain text beside the encrypted part: one with a secret in it goes, as thinking does
-            data = str(block.get("data", ""))
-            reasoning = data.startswith("{") and '"type":"reasoning"' in data
-            if reasoning and find_spans(_reasoning_text(data).encode("utf-8", "surrogatepass"), self.rules):
+            text = _reasoning_text(str(block["data"])) if is_reasoning_item(block) else ""
+            if text and find_spans(text.encode("utf-8", "surrogatepass"), self.rules):
                 return {"type": "text", "text": THINKING_REMOVED}
             return block
         return self._redact_part(block)
@@ -407,6 +406,17 @@ class Redactor:
             return data  # not base64 text after all: the bytes stay as sent
         redacted = self.redact_text(text)
         return data if redacted == text else base64.b64encode(redacted.encode()).decode()
+
+
+def is_reasoning_item(block: Any) -> bool:
+    """An OpenAI reasoning item held as a redacted_thinking block (worker/proxy/wire/responses.py):
+    its `data` is the item's JSON."""
+    return (
+        isinstance(block, dict)
+        and block.get("type") == "redacted_thinking"
+        and str(block.get("data", "")).startswith("{")
+        and '"type":"reasoning"' in str(block.get("data", ""))
+    )
 
 
 def _reasoning_text(data: str) -> str:

@@ -108,10 +108,16 @@ async def upstream_of(call: Call) -> Upstream:
     return pool[url]
 
 
-async def open_upstream(call: Call, body: bytes) -> UpstreamResponse:
+async def open_upstream(
+    call: Call, body: bytes, path: str | None = None, method: str = "POST"
+) -> UpstreamResponse:
+    """The call's request opened on its upstream (`path`: the format's own unless given), its
+    response's head in; a timeout is a 504, an upstream that cannot be reached a 502."""
     client = await upstream_of(call)
     try:
-        return await open_stream(client, call.fmt.path, call.request.url.query, call.headers(), body)
+        return await open_stream(
+            client, path or call.fmt.path, call.request.url.query, call.headers(), body, method
+        )
     except httpx.TimeoutException:
         raise ProxyError(504, "the upstream did not answer in time") from None
     except httpx.HTTPError as exc:
@@ -145,13 +151,7 @@ async def upstream_error(response: UpstreamResponse) -> Response:
 
 async def pass_through(call: Call, raw: bytes, path: str) -> Response:
     """A side request: the client's body goes upstream as is; the answer comes back as is."""
-    try:
-        client = await upstream_of(call)
-        response = await open_stream(client, path, call.request.url.query, call.headers(), raw)
-    except httpx.TimeoutException:
-        raise ProxyError(504, "the upstream did not answer in time") from None
-    except httpx.HTTPError as exc:
-        raise unreachable(call, exc) from None
+    response = await open_upstream(call, raw, path)
     if response.status_code != 200 or not call.body.get("stream"):
         return await upstream_error(response)
     failed = call.fmt.relay(call.body, frozenset()).error_event(

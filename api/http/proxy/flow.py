@@ -31,8 +31,8 @@ from api.http.upstream import UpstreamResponse, returned_headers
 from worker.flows import proxy_tools
 from worker.flows.held_jobs import HeldJobs
 from worker.flows.proxy import Prefetched, record_reply
-from worker.proxy.fingerprints import is_reasoning_item
 from worker.proxy.sse import EventSplitter
+from worker.redaction.redact import is_reasoning_item
 
 log = structlog.get_logger("compactd.proxy")
 

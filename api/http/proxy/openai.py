@@ -17,7 +17,6 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 import orjson
 import structlog
 from fastapi import APIRouter, Request, WebSocket
@@ -26,14 +25,13 @@ from fastapi.responses import Response
 from api.http.error_shapes import openai_error
 from api.http.errors import ApiError
 from api.http.proxy.auth import ANTHROPIC, OPENAI, authenticate
-from api.http.proxy.call import Call, pass_through, unreachable, upstream_error, upstream_of
+from api.http.proxy.call import Call, open_upstream, pass_through, upstream_error
 from api.http.proxy.errors import ProxyError, anthropic_response, openai_response
 from api.http.proxy.flow import proxy
 from api.http.proxy.formats import CHAT, MESSAGES, RESPONSES, Format, StreamRelay, served_parts
 from api.http.proxy.messages import session_header, window_header
 from api.http.routes.prompt import serve_prompt
 from api.http.threads import in_thread
-from api.http.upstream import open_stream
 from worker.compaction.summarize import prompt_summary
 from worker.compaction.tokens import count_text
 from worker.proxy import fingerprints
@@ -343,13 +341,6 @@ async def _models(request: Request, path: str) -> Response:
         tenant, auth, _ = await authenticate(request, provider=provider)
         call = Call(request, request.app.state.resources, tenant, auth, {}, fmt)
         target = f"/v1{path}" if anthropic else path
-        try:
-            client = await upstream_of(call)
-            response = await open_stream(client, target, request.url.query, call.headers(), b"", "GET")
-        except httpx.TimeoutException:
-            raise ProxyError(504, "the upstream did not answer in time") from None
-        except httpx.HTTPError as exc:
-            raise unreachable(call, exc) from None
-        return await upstream_error(response)
+        return await upstream_error(await open_upstream(call, b"", target, "GET"))
     except ProxyError as exc:
         return answer(exc)

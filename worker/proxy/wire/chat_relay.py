@@ -78,7 +78,7 @@ class ChatRelay:
         r = self.current
         data = event.data
         if not isinstance(data, dict):
-            if _payload(event.raw) == b"[DONE]":
+            if event.payload.strip() == b"[DONE]":
                 r.done = True
                 return b""
             return event.raw
@@ -158,11 +158,9 @@ class ChatRelay:
                 continue
             if index in r.held:
                 call, changed = self._release(r, index), True
-            if index not in r.index_map:
-                r.index_map[index] = self._next_index
-                self._next_index += 1
-            if r.index_map[index] != index:
-                call = {**call, "index": r.index_map[index]}
+            shown = self._client_index(r, index)
+            if call["index"] != shown:
+                call = {**call, "index": shown}
                 changed = True
             kept.append(call)
         if kept:
@@ -175,22 +173,24 @@ class ChatRelay:
         """The name so far could still become one of compactd's tools (and is none yet)."""
         return name not in self.hidden_tools and any(h.startswith(name) for h in self.hidden_tools)
 
+    def _client_index(self, r: Round, index: int) -> int:
+        """The index the client knows an upstream call by (contiguous across rounds)."""
+        if index not in r.index_map:
+            r.index_map[index] = self._next_index
+            self._next_index += 1
+        return r.index_map[index]
+
     def _release(self, r: Round, index: int) -> dict[str, Any]:
-        """A held call as one delta: everything it streamed so far."""
+        """A held call as one delta, at its client index: everything it streamed so far."""
         r.held.discard(index)
         c = r.calls[index]
-        out: dict[str, Any] = {"index": index, "type": "function", "function": dict(c["function"])}
+        out = {"index": self._client_index(r, index), "type": "function", "function": dict(c["function"])}
         return {**out, "id": c["id"]} if c["id"] else out
 
     def _release_held(self, r: Round, delta: dict[str, Any]) -> None:
         """At the round's end, a held call whose name stayed a prefix of compactd's (a client's tool
         named `read`) is the client's: it goes out whole."""
-        released = []
-        for index in sorted(r.held):
-            call = self._release(r, index)
-            r.index_map[index] = self._next_index
-            self._next_index += 1
-            released.append({**call, "index": r.index_map[index]})
+        released = [self._release(r, index) for index in sorted(r.held)]
         if released:
             delta["tool_calls"] = [*(delta.get("tool_calls") or []), *released]
 
@@ -349,8 +349,3 @@ def _text(content: Any) -> str:
     if isinstance(content, str):
         return content
     return "\n".join(str(b.get("text", "")) for b in content or [] if isinstance(b, dict))
-
-
-def _payload(raw: bytes) -> bytes:
-    """An event's data, with or without the space after `data:` (both are SSE)."""
-    return b"".join(line[5:].strip() for line in raw.split(b"\n") if line.startswith(b"data:"))

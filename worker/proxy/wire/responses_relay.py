@@ -239,20 +239,16 @@ class ResponsesRelay:
         kind = str(final.get("type") or "response.completed")
         return out + encode(self._numbered({"type": kind, "response": response}))
 
+    def _is_hidden(self, tool: Any) -> bool:
+        return isinstance(tool, dict) and tool.get("name") in self.hidden_tools
+
     def _lists_hidden(self, response: Any) -> bool:
         """Whether a response object lists compactd's own tools (the client never sees them)."""
         tools = response.get("tools") if isinstance(response, dict) else None
-        return isinstance(tools, list) and any(
-            isinstance(t, dict) and t.get("name") in self.hidden_tools for t in tools
-        )
+        return isinstance(tools, list) and any(self._is_hidden(t) for t in tools)
 
     def _shown(self, response: dict[str, Any]) -> dict[str, Any]:
-        tools = [
-            t
-            for t in response.get("tools") or []
-            if not (isinstance(t, dict) and t.get("name") in self.hidden_tools)
-        ]
-        return {**response, "tools": tools}
+        return {**response, "tools": [t for t in response.get("tools") or [] if not self._is_hidden(t)]}
 
     def failed(self) -> bool:
         """The upstream's answer failed (a terminal `response.failed`): nothing to record."""
