@@ -641,7 +641,7 @@ def _end_stream(handler: Any) -> None:
     handler.wfile.flush()
 
 
-DEMO_PORT = 8791  # the Messages stand-in's is 8790
+DEMO_PORT = 8792  # the Messages stand-in's is 8790; 8791 is the README's other port for compactd
 
 
 def main(argv: list[str] | None = None) -> None:
