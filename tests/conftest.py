@@ -144,19 +144,5 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
             f"The shared data is absent ({data_dir()}): the tests that need a long Claude Code session "
             "(the inspector, stats, worker, faults, `compactd up`, import) ran on generated ones "
             "(tests/synthetic.py). Under CI=true the shared data is required and every test that "
-            "needs it fails without it (the public-config corpus aside: it is not distributed yet)."
+            "needs it fails without it."
         )
-
-
-def public_configs() -> Path:
-    """The public-config corpus (issue 42: fetched upstream config files with planted credentials),
-    `<data>/public_configs`. Fetched files may live only in the steering repository's shared/, not
-    in this repository, and the corpus is not staged there yet: its tests skip while it is absent,
-    under CI=true too (a `require` once it is staged)."""
-    root = data_dir() / "public_configs"
-    if not root.is_dir():
-        pytest.skip(
-            f"need the public-config corpus (issue 42's upstream config files with planted credentials), "
-            f"not at {root}: it is not distributed yet, so these skip under CI=true too"
-        )
-    return root

@@ -27,6 +27,8 @@ from worker.redaction.scanner import ALL, CONFIG_POSITIONS, Ruleset, strict_rule
 BEFORE = Ruleset.without(frozenset({CONFIG_POSITIONS}))
 
 CORPUS = Path(__file__).resolve().parents[2] / "tests" / "data" / "configs"
+# upstream example files with planted credentials, formats no rule was written for (issue 42)
+PUBLIC_CONFIGS = CORPUS.parent / "public_configs"
 _MARK = re.compile("«(.*?)»")
 _PLACEHOLDER = re.compile(r"\[REDACTED:[a-z0-9_]+:[0-9a-f]{8}\]")
 

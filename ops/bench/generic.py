@@ -8,8 +8,8 @@
 - leave-the-formats-out on the config corpus (tests/data/configs): every file scored with the
   config-position pass removed, so no format keeps a rule of its own (a lower bound on leaving
   one format out at a time: the other formats' rules are gone too);
-- the public-config corpus (`<data>/public_configs/{dev,held}`, fetched files with planted
-  credentials; README.md there): credential lines caught, near-miss lines changed, per half;
+- the public-config corpus (tests/data/public_configs/{dev,held}, upstream example files with
+  planted credentials; README.md there): credential lines caught, near-miss lines changed, per half;
 - real transcripts: placeholders per MB of `<data>/transcripts` and every redaction the generic
   layer adds, for review.
 
@@ -123,7 +123,7 @@ def _corpus_row(name: str, rules: Ruleset, files: list[configs.ConfigFile]) -> d
     }
 
 
-def config_corpora(root: Path) -> list[dict[str, Any]]:
+def config_corpora() -> list[dict[str, Any]]:
     """The config corpus with its formats' rules out, and the public-config corpus, before/after."""
     rows = []
     files = configs.load()
@@ -131,10 +131,7 @@ def config_corpora(root: Path) -> list[dict[str, Any]]:
         rules = Ruleset.without(frozenset({CONFIG_POSITIONS}) | extra)
         rows.append(_corpus_row(f"configs, format rules out, {when}", rules, files))
     for half in ("dev", "held"):
-        folder = root / "public_configs" / half
-        if not folder.is_dir():
-            continue
-        public = configs.load(folder)
+        public = configs.load(configs.PUBLIC_CONFIGS / half)
         for when, rules in (("before", BEFORE), ("after", ALL)):
             rows.append(_corpus_row(f"public {half}, {when}", rules, public))
     return rows
@@ -193,7 +190,7 @@ def main() -> dict[str, Any]:
             ["family", "half", "positives", "caught_before", "caught_after", "fps_before", "fps_after"],
         )
     )
-    corpora = config_corpora(root)
+    corpora = config_corpora()
     cols = [k for k in corpora[0] if k not in ("missed", "changed_lines")]
     print()
     print(table(corpora, cols))

@@ -4,10 +4,10 @@ test_planted_secrets.py (whose service and dumps this reuses) with config files 
 the API and through the offline `compactd compact`, offloaded files and archives included.
 
 Two corpora: tests/data/configs (every credential caught) and the public-config corpus (fetched
-upstream example files with planted credentials, `<data>/public_configs`, issue 42). In the
+upstream example files with planted credentials, tests/data/public_configs, issue 42). In the
 public one the redactor leaves some credentials when it reads a file whole (positions no name
-marks: hostapd's `wpa_psk` lines, a pgbouncer userlist; tests/unit/test_public_configs.py counts
-them); those may appear, and nothing else may."""
+marks: hostapd's EAP user file, a Kafka JAAS user list, pgpool's `user:md5` lines;
+tests/unit/test_public_configs.py counts them); those may appear, and nothing else may."""
 
 from __future__ import annotations
 
@@ -22,8 +22,7 @@ import pytest
 import structlog
 
 import tests.integration.test_planted_secrets as planted
-from ops.bench.configs import ConfigFile, load
-from tests.conftest import public_configs
+from ops.bench.configs import PUBLIC_CONFIGS, ConfigFile, load
 from tests.fakes.messages_api import FakeMessagesAPI
 from tests.integration.test_offline_files import compact
 from worker.flows import compact as jobs
@@ -37,7 +36,7 @@ FILES = load()
 
 
 def _public() -> list[ConfigFile]:
-    return [f for half in ("dev", "held") for f in load(public_configs() / half)]
+    return [f for half in ("dev", "held") for f in load(PUBLIC_CONFIGS / half)]
 
 
 CORPORA: dict[str, Callable[[], list[ConfigFile]]] = {"configs": lambda: FILES, "public": _public}

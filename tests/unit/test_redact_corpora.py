@@ -33,10 +33,11 @@ def test_secret_corpora_recall_and_false_positives(shared_data: Path) -> None:
     # 0.092 since config positions (issue 25): detect-secrets' negative `password: real_key` is a weak
     # literal in a password position, a secret by policy; 0.103 since the generic layer (issue 42):
     # five negatives of other rules that are credentials by shape or position (`foo_wWPw5k4a…`,
-    # a look-alike `sk-proj-…`, `Ldap password ---- H7IKC85R#@4$`; two token-shaped ones not read)
-    assert total["fp_rate"] <= 0.105, total
-    # 0.047: the same `real_key`; 0.059 since the generic layer (the five above)
-    assert total["fp_rate_unlisted"] <= 0.06, total
+    # a look-alike `sk-proj-…`, `Ldap password ---- H7IKC85R#@4$`; two token-shaped ones not read);
+    # 0.108 since hex bodies after a vendor-style prefix are tokens (two sourcegraph negatives, not read)
+    assert total["fp_rate"] <= 0.11, total
+    # 0.047: the same `real_key`; 0.059 since the generic layer (the five above); 0.061 since hex bodies
+    assert total["fp_rate_unlisted"] <= 0.062, total
 
 
 def test_family_held_out_figures_hold(shared_data: Path) -> None:
@@ -49,14 +50,16 @@ def test_family_held_out_figures_hold(shared_data: Path) -> None:
     total = overall([score_held_out(shared_data, name, redactors) for name in CORPORA])
     # config positions (issue 25, a rule held out only for the families it was tuned on) took recall
     # from 0.70 to 0.73 and false positives from 0.023 to 0.028; the generic layer (issue 42) to
-    # 0.755 and 0.040
+    # 0.755 and 0.040; hex bodies after a prefix and `[_-]` anywhere in a token's body (session 15) to
+    # 0.755 and 0.047 (two sourcegraph and one google negative, not read)
     assert total["recall"] >= 0.75, total
-    assert total["fp_rate"] <= 0.041, total
+    assert total["fp_rate"] <= 0.048, total
 
 
 # corpus: (recall floor, false-positive ceiling), just past today's figures
 PER_CORPUS = {
-    "gitleaks_rule_cases": (0.98, 0.12),  # look-alike Anthropic keys are redacted on purpose
+    # look-alike Anthropic keys are redacted on purpose; 0.123: two sourcegraph hex tokens (session 15)
+    "gitleaks_rule_cases": (0.98, 0.125),
     # 0.098: a table's `Ldap password ---- H7IKC85R#@4$` and two token shapes (issue 42)
     "noseyparker_rule_examples": (0.96, 0.1),
     # `password: real_key`, a secret since issue 25; token shapes since issue 42 (`foo_wWPw5k4a…`)

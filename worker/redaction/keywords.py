@@ -302,6 +302,10 @@ def is_assigned_secret(
         return False
     if _ARN.match(v) or _CONCATENATION.match(v):
         return False
+    if not quoted and (v.endswith("(") or _NEXT_KEY.fullmatch(v)):
+        return False  # `os.getenv(`: a call; `password= auth_user=`: empty, then the next key
+    if kind == "credential" and _MODE_WORD.fullmatch(v):
+        return False  # `auth=MSCHAPV2`, `auth: PLAIN`: a method's name
     if is_file_path(v) or _URL_PATH.match(v) or _COLOR.match(v) or _REGEX.search(v):
         return False
     # `token: TokenInterface):`, `_tokens = (IMPORT, …)`, `[token for …]`: code, not a literal
@@ -348,6 +352,8 @@ _FILLER_WORDS = re.compile(
 
 
 _ENV_NAME = re.compile(r"^[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+$")
+_NEXT_KEY = re.compile(r"[A-Za-z][A-Za-z_.-]*=")
+_MODE_WORD = re.compile(r"[A-Z][A-Z0-9_-]{1,15}")
 # `#68175A`: a colour; `(?:%25|%)`, `[0-9A-F]{1,4}`, `\d+`: a regular expression
 _COLOR = re.compile(r"^#(?:[0-9A-Fa-f]{3}){1,2}(?:[0-9A-Fa-f]{2})?$")
 _REGEX = re.compile(r"\(\?[:=!<]|\[[^\]\s]*\w-\w[^\]\s]*\][*+?{]|\\[dwsSbB][*+?{]|\{\d+,\d*\}")

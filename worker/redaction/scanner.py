@@ -374,10 +374,6 @@ def find_spans(data: bytes, rules: Ruleset = ALL, depth: int = 1) -> list[Span]:
         found = config_spans(data, formats=formats, wider=WIDER if generic else None)
         spans = merged(spans, _outside_placeholders(data, found))
     extra: list[Span] = []
-    if rules.has(GENERIC_TOKENS):
-        for kind, start, end in _outside_placeholders(data, list(token_spans(data))):
-            if not _overlaps(spans, start, end):
-                extra.append((kind, start, end))
     manifests = kubernetes_secret_spans(data) if rules.has(KUBERNETES_MANIFEST) else []
     for kind, start, end in manifests:
         if not _overlaps(spans, start, end):
@@ -392,6 +388,12 @@ def find_spans(data: bytes, rules: Ruleset = ALL, depth: int = 1) -> list[Span]:
         for a, b in pieces:
             if (a == start or b == end) and _continues(data, a, b) and len(_ALNUM.findall(data[a:b])) >= 4:
                 extra.append((kind, a, b))
+    if rules.has(GENERIC_TOKENS):
+        # after Kingfisher, whose vendor names say more than `token`; under strict a token that runs
+        # past what a rule found is merged with it (strict takes all that standard takes)
+        for kind, start, end in _outside_placeholders(data, list(token_spans(data))):
+            if rules.strict or not (_overlaps(spans, start, end) or _overlaps(extra, start, end)):
+                extra.append((kind, start, end))
     if b"%" in data:
         for run_start, _, decoded, where in _percent_views(data):
             for kind, a, b in scan_bytes(decoded, rules):
@@ -409,7 +411,21 @@ def find_spans(data: bytes, rules: Ruleset = ALL, depth: int = 1) -> list[Span]:
                 extra.append((inner[0][0], start, end))
             elif text is not None and rules.has(GENERIC_POSITIONS) and decoded_userinfo(text):
                 extra.append(("basic_auth", start, end))  # `user:password`, base64: Basic auth
-    return sorted(spans + extra, key=lambda s: s[1]) if extra else spans
+    if not extra:
+        return spans
+    found = sorted(spans + extra, key=lambda s: s[1])
+    return _merged(found) if rules.strict else found
+
+
+def _merged(found: list[Span]) -> list[Span]:
+    """Sorted spans with overlapping ones made one (the first one's kind)."""
+    out: list[Span] = []
+    for kind, start, end in found:
+        if out and start < out[-1][2]:
+            out[-1] = (out[-1][0], out[-1][1], max(end, out[-1][2]))
+        else:
+            out.append((kind, start, end))
+    return out
 
 
 def find(text: str, rules: Ruleset = ALL) -> list[Finding]:

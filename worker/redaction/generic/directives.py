@@ -286,6 +286,10 @@ def directive_spans(line: str) -> Iterator[Span]:
     rest = rest[: next((j for j, t in enumerate(rest) if _TRAILING_COMMENT.match(t.group())), len(rest))]
     if rest and rest[0].group() in ("=", ":", "=>", ":="):
         return  # a key/value pair: pairs.py reads those
+    if len(rest) == 2 and rest[0].group().lower().rstrip(":") in ("is", "was"):
+        if not _could_be_secret(rest[1].group()):
+            return  # `token was revoked`: prose
+        rest = rest[1:]  # `# Password is: Tannenbaum#7`: the value after the copula
     value = _value(line, rest)
     if value is None or (_is_word(name) and not _stands_alone(line, tokens, i, value)):
         return

@@ -12,8 +12,9 @@ may join: `xoxb-1234…-5678…-AbC…`), with upper and lower case or letters a
 entropy per character and no run of words. What looks like that and is no secret is
 excluded by its structure, not by a list of prefixes:
 
-- hashes and encoded text: a body of hex digits (content hashes, git SHAs, digests named after
-  their algorithm), or base64 that decodes to printable text;
+- hashes and encoded text: a hex body shorter than 128 bits or after a prefix that names a digest
+  or an id (`sha256-…`, `commit_…`; git SHAs and content hashes have no prefix at all), or a body
+  of base64 that decodes to printable text;
 - ids a system mints: a body in a versioned id format (`01` then base62: `toolu_01…`, `msg_01…`),
   any token in an id's position (after a key or word that names an id: `"id": "…"`,
   `tool_use_id`, `call_id=`), and the ids of the wire formats compactd itself stores (`call_…`,
@@ -49,8 +50,8 @@ def _spans_only() -> re2.Options:
 # the candidates: a prefix, then a body whose first run holds an upper-case letter or a digit (a
 # random body has one) and does not start like a versioned id (`01…`)
 _PATTERN = (
-    rb"(?:^|[^A-Za-z0-9_./\\-])((?:[A-Za-z][A-Za-z0-9]{1,9}[_-]){1,3}|(?:[A-Za-z]{2,5}\.){1,3})"
-    rb"((?:[1-9A-Z]|0[A-Za-z]|[a-z]+[A-Z0-9])[A-Za-z0-9]{7,119}(?:[_-][A-Za-z0-9]{4,60}){0,6})"
+    rb"(?:^|://|[^A-Za-z0-9_./\\-])((?:[A-Za-z][A-Za-z0-9]{1,9}[_-]){1,3}|(?:[A-Za-z]{2,5}\.){1,3})"
+    rb"((?:[1-9A-Z]|0[A-Za-z]|[a-z]+[A-Z0-9])[A-Za-z0-9]{3,119}(?:[_-][A-Za-z0-9]{1,120}){0,8})"
     rb"(?:[^A-Za-z0-9_/.+=-]|$)"
 )
 # RE2 finds the candidates' spans (one DFA pass, no groups); `re` reads the groups of each one
@@ -122,6 +123,32 @@ def _random_body(body: bytes) -> bool:
     return entropy_bits(text) >= _MIN_BITS and not is_wordy(text)
 
 
+# words of a prefix that say a hex body is a digest or an id, not a key (`sha256-…`, `commit_…`)
+_DIGEST_WORDS = frozenset(
+    b"sha sha1 sha224 sha256 sha384 sha512 md4 md5 blake2b blake2s blake3 crc crc32 xxh hash hashed "
+    b"digest checksum sum commit rev revision ref oid tree blob object obj etag build version ver v "
+    b"hex uuid guid fingerprint fp nonce trace span request req correlation image layer container "
+    b"pod node chunk cache file tmp temp".split()
+)
+_MIN_HEX_BODY = 32
+
+
+def _hex_token(prefix: bytes, body: bytes) -> bool:
+    """A hex body after a vendor-style prefix (`shpat_5674…`, `dapi` keys, `ghs_` ones): a key when
+    it is long (128 bits), holds letters and digits, and no word of its prefix names a digest or an
+    id. A bare hex string has no prefix and is never a candidate (git SHAs, content hashes)."""
+    words = {w.lower() for w in _PREFIX_WORDS.split(prefix) if w}
+    return (
+        len(body) >= _MIN_HEX_BODY
+        and not words & _DIGEST_WORDS
+        and any(c in b"abcdefABCDEF" for c in body)
+        and sum(c in b"0123456789" for c in body) >= 4
+    )
+
+
+_PREFIX_WORDS = re.compile(rb"[_.-]")
+
+
 def _encoded_text(body: bytes) -> bool:
     """A body that is base64 of printable text (`YmVkcm9jay5hbWF6b25h…`): encoded words, not a key."""
     try:
@@ -140,6 +167,8 @@ HASHED = re2.compile(
     # crypt(3) and its kin: `$1$salt$hash`, `$2a$05$…`, `$6$…`, `$y$…`, `$krb5asrep$23$…`
     rb"|\$(?:1|2[abxy]?|5|6|7|8|9|y|gy|md5|sha1|apr1|argon2(?:id|i|d)|scrypt|pbkdf2[a-z0-9-]*|krb5[a-z]*)"
     rb"\$[A-Za-z0-9./$=,@:+-]{16,}"
+    # MySQL's native password hash (`*` and 40 upper-case hex digits): it logs in as it is
+    rb"|\*[0-9A-F]{40}\b"
 )
 
 
@@ -191,7 +220,9 @@ def token_spans(data: bytes) -> Iterator[Span]:
         # cheapest first: minted ids and public keys by their prefix, then the body's shape
         if prefix in _MINTED or _PUBLIC.match(prefix) or prefix.rstrip(b"_-").endswith((b"id", b"uuid")):
             continue
-        if len(body) < _MIN_BODY or _HEX.match(body) or not _random_body(body) or _encoded_text(body):
+        if len(body) < _MIN_BODY or _encoded_text(body):
+            continue
+        if not (_hex_token(prefix, body) if _HEX.match(body) else _random_body(body)):
             continue
         if _ID_BEFORE.search(data, max(0, m.start(1) - 24), m.start(1)):
             continue  # `"id": "…"`, `tool_use_id=…`: an id by its position
