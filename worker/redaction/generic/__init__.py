@@ -46,8 +46,8 @@ Span = tuple[str, int, int]
 
 # a line worth reading names a credential somewhere (one RE2 pass; the rest is not looked at)
 _KEYWORD = re2.compile(
-    rb"(?i)pass|pwd|pw\b|secret|token|key|salt|cred|auth|psk|community|://[^\s:/@]*:[^\s@]+@|hooks?\b|"
-    rb"webhook|(?:^|\s)-[pP]|@(?:tcp|udp|unix)\("
+    rb"(?i)pass|pwd|pw\b|secret|token|key|salt|cred|auth|psk|community|://[^\s:/@]*:[^\s@]+@|"
+    rb"://[^\s\"'<>]*hook|@(?:tcp|udp|unix)\(|\s-u[ \t]+[^\s-][^\n]*\s-p|\s-p[^\n]*\s-u[ \t]"
 )
 # an element whose value is in a child: `<Password>\n  <Value>x</Value>` (Windows answer files)
 _CHILD_VALUE = re.compile(

@@ -7,9 +7,11 @@ scheme (`{SSHA}W6ph5Mm5Pz8G…`, `$6$salt$…`: crackable offline), JSON Web Tok
 padded base64 that decodes to `user:password` (`YWRtaW46cGFzc3dvcmQ=`).
 
 Judged by shape alone: a prefix of one to three short words ending in `_`, `-` or `.` (`ghp_`,
-`xoxb-`, `SG.`, `dp.st.`), then a body of 20 to 120 letters and digits (in runs that `_` or `-`
-may join: `xoxb-1234…-5678…-AbC…`), with upper and lower case or letters and digits mixed, high
-entropy per character and no run of words. What looks like that and is no secret is
+`xoxb-`, `SG.`, `dp.st.`), then a body of 20 or more letters and digits that `_` and `-` may
+break after its first five (base64url: `xoxb-1234…-5678…-AbC…`, `hvb.AAAAAQJg…-ynBv…_fnX8…`),
+with upper and lower case or letters and digits mixed, high entropy per character and no run of
+words; or a hex body of 32 or more (128 bits) after a prefix that names no digest or id
+(`shpat_5674…`). What looks like that and is no secret is
 excluded by its structure, not by a list of prefixes:
 
 - hashes and encoded text: a hex body shorter than 128 bits or after a prefix that names a digest
@@ -48,10 +50,11 @@ def _spans_only() -> re2.Options:
 
 
 # the candidates: a prefix, then a body whose first run holds an upper-case letter or a digit (a
-# random body has one) and does not start like a versioned id (`01…`)
+# random body has one), does not start like a versioned id (`01…`) and is five or more long (a
+# UUID's second group is four: `fa812bfe-b295-…` is no candidate)
 _PATTERN = (
     rb"(?:^|://|[^A-Za-z0-9_./\\-])((?:[A-Za-z][A-Za-z0-9]{1,9}[_-]){1,3}|(?:[A-Za-z]{2,5}\.){1,3})"
-    rb"((?:[1-9A-Z]|0[A-Za-z]|[a-z]+[A-Z0-9])[A-Za-z0-9]{3,119}(?:[_-][A-Za-z0-9]{1,120}){0,8})"
+    rb"((?:[1-9A-Z]|0[A-Za-z]|[a-z]+[A-Z0-9])[A-Za-z0-9]{4}[A-Za-z0-9_-]{13,240}[A-Za-z0-9])"
     rb"(?:[^A-Za-z0-9_/.+=-]|$)"
 )
 # RE2 finds the candidates' spans (one DFA pass, no groups); `re` reads the groups of each one
