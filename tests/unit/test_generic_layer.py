@@ -67,6 +67,24 @@ CAUGHT = [
     ),
     ("jwt", "token eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhYmMifQ.c2lnbmF0dXJlMTIz", "eyJzdWIiOiJhYmMifQ"),
     ("base64-userinfo", "data:\n  extra: 'YWRtaW46cGFzc3dvcmQ='", "YWRtaW46cGFzc3dvcmQ="),
+    ("hex-token", "const KEY = 'zkt_56748ed1d681fa90132776d7abf1455d'", "56748ed1d681fa90132776d7abf1455d"),
+    ("token-as-url-user", "git clone https://zkt_Rgu9XkihJjwHAP6eXEYxaPN@git.example/r.git", "Rgu9XkihJjwHAP6eXEYxaPN"),
+    ("base64url-body", "acme.AAAAAQJgxDgqs-GNorpo_OR8hPZ5SU-ynBvCl764jyRP", "OR8hPZ5SU-ynBvCl764jyRP"),
+    ("mysql-hash", "root_password_hash: '*DB024244E2FCBB42DE26E00D1688F3D3C020AE67'", "DB024244E2FCBB42DE26E00D1688F3D3C020AE67"),
+    ("user-and-password-flags", "psexec \\\\host -u DOMAIN\\admin -p Kx7vR2pQ cmd", "Kx7vR2pQ"),
+    ("password-flag-attached", "mysql -u root -pS3cret!x app", "S3cret!x"),
+    ("tool-password-flag", "redis-cli -h cache -a Rd5-Pw-2291 ping", "Rd5-Pw-2291"),
+    ("ldap-bind-password", "ldapsearch -x -D cn=admin,dc=ex -w Ld4p-Bind-77 -b dc=ex", "Ld4p-Bind-77"),
+    ("net-use", "net use Z: \\\\srv\\share /user:CORP\\bob Sh4re-Pw-9", "Sh4re-Pw-9"),
+    ("password-stdin", "echo 'Reg-Pw-4471' | docker login -u bob --password-stdin", "Reg-Pw-4471"),
+    ("go-dsn", 'dsn = "app:Mx7#kQ2pZr@tcp(127.0.0.1:3306)/app"', "Mx7#kQ2pZr"),
+    (
+        "webhook-url",
+        "curl -X POST https://chat.example.com/api/webhooks/1234567890/aB3xY7zQ9wLm2Np4Rt6Vb8Kc0Df5",
+        "aB3xY7zQ9wLm2Np4Rt6Vb8Kc0Df5",
+    ),
+    ("typed-value", '{ "type" : "password",\n  "value" : "Alice-in-Chains#1865" }', "Alice-in-Chains#1865"),
+    ("copula", "# Password is: Tannenbaum#7", "Tannenbaum#7"),
 ]
 # (case, text): nothing is redacted
 SPARED = [
@@ -103,6 +121,22 @@ SPARED = [
     ),
     ("public-key-prefix", "pk_live_ReTllpYQYfIZu2Jnf2lAPFjD"),
     ("path", "/usr/lib/foo_Abc123Def456Ghi789Jkl0"),
+    ("digest-prefix-hex", "commit_5674a8ed1d681fa90132776d7abf1455d"),
+    ("short-hex", "build-5674a8ed1d681fa9"),
+    ("port-after-p", "psql -U app -p 5432 shop"),
+    ("publish-after-p", "docker run -u 1000 -p 8080:80 nginx"),
+    ("flags-without-values", "cp -u -p a b"),
+    ("windows-variable", "psexec \\\\host -u admin -p %ADMIN_PW% cmd"),
+    ("docs-webhook", "see https://docs.github.com/en/webhooks/using-webhooks/creating-webhooks"),
+    ("hook-id", "GET /repos/o/r/hooks/12345/pings"),
+    ("piped-variable", "echo $TOKEN | docker login --password-stdin"),
+    ("one-letter-flag-value", "7z x archive.7z -o/tmp/out"),
+    ("a-call", 'EMAIL_HOST_PASSWORD = os.getenv("EMAIL_HOST_PASSWORD", "")'),
+    ("next-key", ";;   dbname= host= port= user= password= auth_user="),
+    ("auth-method", 'phase2="auth=MSCHAPV2"'),
+    ("yaml-tag", "  auth_token: !vault |"),
+    ("prose-copula", "token was revoked"),
+    ("typed-non-secret", '{"type": "string", "value": "hello"}'),
 ]
 
 

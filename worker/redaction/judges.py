@@ -59,6 +59,8 @@ def assignment(secret: str, key: str | None) -> Judged:
     if secret.lstrip("\\").startswith("`") and any(c.isspace() for c in value):
         # `KEY=`cmd arg``: shell command substitution, the value is computed at run time
         return None
+    if not quoted and _YAML_TAG.match(value):
+        return None  # a YAML tag: `!vault |` (the value follows), `!secret http_password`, `!Ref Pw`
     if value.startswith("!!") and " " in value:
         # a YAML tag (`!!binary MjNj…`): the value follows it
         skip = value.index(" ") + 1
@@ -69,6 +71,7 @@ def assignment(secret: str, key: str | None) -> Judged:
     return kind, lo, lo + len(value)
 
 
+_YAML_TAG = re.compile(r"![A-Za-z]+(?:\s|$)")
 _ENV_KEY = re.compile(r"^(?:[A-Z][A-Z0-9_]*|[A-Z][a-z]+)$")
 
 

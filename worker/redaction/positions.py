@@ -88,6 +88,18 @@ def auth_value(kind: str, min_len: int = 8, names_ok: bool = True) -> Judge:
     return judge
 
 
+def short_flag_password(secret: str, key: str | None) -> Judged:
+    """Judge for `-u USER -p PASSWORD` (psexec, mongo): a number or `host:port` after `-p` is a port
+    (`docker run -u 1000 -p 8080:80`), not a password."""
+    if _PORT.fullmatch(secret):
+        return None
+    return _FLAG_PASSWORD(secret, key)
+
+
+_PORT = re.compile(r"[\d.:]+(?:/(?:tcp|udp))?")
+_FLAG_PASSWORD = auth_value("basic_auth", 4)
+
+
 def url_password(secret: str, key: str | None) -> Judged:
     """Judge for `scheme://user:password@host`: only the password, whatever it looks like."""
     if len(secret) > 200:

@@ -19,7 +19,7 @@ from worker.redaction.judges import (
     telegram,
     token,
 )
-from worker.redaction.positions import auth_value
+from worker.redaction.positions import auth_value, short_flag_password
 from worker.redaction.rules import Detector
 
 # Characters of a token, and a word boundary that also treats `-` as part of a token.
@@ -310,7 +310,7 @@ TOKENS: tuple[Detector, ...] = (
     Detector(
         "basic_auth",
         r"(?:\s|^)-u[ \t]+[^\s]+[ \t]+-p[ \t]*([^\s\"'-][^\s\"']*)",
-        auth_value("basic_auth", 4),
+        short_flag_password,
         1,
     ),
     # Tokens without a provider prefix

@@ -260,6 +260,7 @@ _MASK = re.compile(r"[xX]{6,}|\*{4,}|#{4,}|\u2022{3,}")
 _CONCAT = re.compile(r"^[+.]\s*(?:new\s+)?[A-Za-z_$][\w$.]*\s*\(")
 _MADE_UP = re.compile(r"^[A-Za-z_.-]*(?i:fake|dummy|placeholder)[A-Za-z_.-]*$")
 _NEXT_KEY = re.compile(r"[A-Za-z][A-Za-z_.-]*=")
+_YAML_TAG = re.compile(r"!!?[A-Za-z][\w.-]*(?:\s+[|>][+-]?)?")
 # a whole alphabet run: a made-up example (`sk_abcdefghijklmnopqrstuvwxyz123`)
 _SEQUENTIAL = ("abcdefghijk", "ABCDEFGHIJK", "qwertyuiop")
 # a command whose output is the value (`\`pass show mail\``, `$(vault read …)`)
@@ -286,8 +287,8 @@ def spared(value: str, kind: str, strong: bool) -> bool:
         return True  # punctuation only (`,.:-@*?!`): a mask or a test of the parser, no password
     if _CONCAT.match(v) or _MADE_UP.match(v) or any(run in v for run in _SEQUENTIAL):
         return True
-    if _NEXT_KEY.fullmatch(value.strip()):
-        return True  # `password= auth_user=`: empty, then the next key
+    if _NEXT_KEY.fullmatch(value.strip()) or _YAML_TAG.fullmatch(v):
+        return True  # `password= auth_user=`: empty, then the next key; `!vault |`: the value follows
     if "${" in v or "#{" in v or "{{" in v:
         return True  # a template: `"#{visibility}_cursor"`, `"prefix-${ENV}"`
     weak = v.lower() in _WEAK  # `POSTGRES_PASSWORD: example` (the postgres image's docs): a working password

@@ -9,8 +9,9 @@ knows no format and no vendor:
                    `enable secret 5 HASH`, `proxy_set_header Authorization "Basic …"`); flags
                    (`--api-token X`, `--db-pass=X`) and headers (`X-Upstream-Token: v`)
     tokens.py      a short vendor-style prefix and a long random body (`ztk_live_4Q9v…`)
-    commands.py    `-u USER -p PASS` on a command line, a Go DSN's `user:PASS@tcp(…)`, a webhook
-                   URL's random path (no credential word near any of them)
+    commands.py    `-u USER -p PASS` and tools' own password flags (`redis-cli -a PASS`) on a
+                   command line, a Go DSN's `user:PASS@tcp(…)`, a webhook URL's random path (no
+                   credential word near any of them)
 
 Key/value pairs (`=`, `:`, `=>`, JSON, attributes), XML elements and URL userinfo
 (`scheme://user:p#ss@host`) are read with the config positions' own readers (configs/pairs.py,
@@ -34,7 +35,7 @@ import re2
 from worker.redaction.configs import Wider, config_spans
 from worker.redaction.configs.names import spared
 from worker.redaction.configs.oneliners import url_spans
-from worker.redaction.generic.commands import dsn_spans, user_password_spans, webhook_spans
+from worker.redaction.generic.commands import dsn_spans, tool_spans, user_password_spans, webhook_spans
 from worker.redaction.generic.directives import directive_spans, flag_spans, header_spans
 from worker.redaction.generic.names import credential_name
 from worker.redaction.generic.tokens import decoded_userinfo, token_spans
@@ -47,7 +48,8 @@ Span = tuple[str, int, int]
 # a line worth reading names a credential somewhere (one RE2 pass; the rest is not looked at)
 _KEYWORD = re2.compile(
     rb"(?i)pass|pwd|pw\b|secret|token|key|salt|cred|auth|psk|community|://[^\s:/@]*:[^\s@]+@|"
-    rb"://[^\s\"'<>]*hook|@(?:tcp|udp|unix)\(|\s-u[ \t]+[^\s-][^\n]*\s-p|\s-p[^\n]*\s-u[ \t]"
+    rb"://[^\s\"'<>]*hook|@(?:tcp|udp|unix)\(|\s-u[ \t]+[^\s-][^\n]*\s-p|\s-p[^\n]*\s-u[ \t]|"
+    rb"redis-cli|ldap[a-z]+\s|zip|7z|rar\s|openssl|smbclient|net\s+use|password-stdin"
 )
 # an element whose value is in a child: `<Password>\n  <Value>x</Value>` (Windows answer files)
 _CHILD_VALUE = re.compile(
@@ -72,6 +74,7 @@ def _line(text: str, whole: bool) -> Iterable[Span]:
         yield from webhook_spans(text)
     if "@tcp(" in text or "@unix(" in text or "@udp(" in text:
         yield from dsn_spans(text)
+    yield from tool_spans(text)
 
 
 def _child_values(text: str) -> Iterable[Span]:

@@ -363,6 +363,7 @@ def _header(line: str, at: int) -> Iterator[Span]:
 
 # `--api-token X`, `-Password X`, `--db-pass=X`: a flag whose name names a credential, then its value
 _FLAG = re.compile(r"(?:^|[\s\"'=])(--?)([A-Za-z][\w.-]*)(=|[ \t]+)(\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'`;&|)]+)")
+_ATTACHED = re.compile(r"[a-zA-Z](?:[A-Z]|.*\d)")
 # `X-Upstream-Token: v`, `Private-Token: v` (a header's name: capitalised words joined by `-`)
 # (`Authorization:` is the positions' own detector's, with its schemes)
 _HEADER = re.compile(r"\b((?:[A-Z][A-Za-z0-9]*-)+[A-Z][A-Za-z0-9]*):[ \t]*([^\s\"'`\\,;<>]+)")
@@ -374,6 +375,8 @@ def flag_spans(line: str) -> Iterator[Span]:
     if _reads_as_prose(line.split() or [""]):
         return
     for m in _FLAG.finditer(line):
+        if m.group(1) == "-" and _ATTACHED.match(m.group(2)):
+            continue  # `-pSecr3tPw`, `-pS3cret`: a one-letter flag and its value, not a flag's name
         named = credential_name(m.group(2))
         if named is None:
             continue
