@@ -85,6 +85,7 @@ CAUGHT = [
     ),
     ("typed-value", '{ "type" : "password",\n  "value" : "Alice-in-Chains#1865" }', "Alice-in-Chains#1865"),
     ("copula", "# Password is: Tannenbaum#7", "Tannenbaum#7"),
+    ("numbered-key", "BOT=8123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw", "AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw"),
 ]
 # (case, text): nothing is redacted
 SPARED = [
@@ -137,6 +138,8 @@ SPARED = [
     ("yaml-tag", "  auth_token: !vault |"),
     ("prose-copula", "token was revoked"),
     ("typed-non-secret", '{"type": "string", "value": "hello"}'),
+    ("traceparent", '@valid_traceparent "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"'),
+    ("clock-time", "12:34:56 started worker_process_manager_supervisor"),
 ]
 
 

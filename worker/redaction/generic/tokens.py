@@ -3,8 +3,9 @@
     ztk_live_4Q9vX2mB7rL8tY3wZ6pN1sK5     upt_Hq7Zx2Lm9Rv4Tk8Wn3Bs6Yc1     acme-pat-Q7vL2…
 
 And shapes that are credentials by structure wherever they sit: password hashes after their
-scheme (`{SSHA}W6ph5Mm5Pz8G…`, `$6$salt$…`: crackable offline), JSON Web Tokens (`eyJ….eyJ…`), and
-padded base64 that decodes to `user:password` (`YWRtaW46cGFzc3dvcmQ=`).
+scheme (`{SSHA}W6ph5Mm5Pz8G…`, `$6$salt$…`: crackable offline), JSON Web Tokens (`eyJ….eyJ…`), a
+random key after its owner's number (`123456789:AAHdqTcv…`, a bot's id and its secret), and padded
+base64 that decodes to `user:password` (`YWRtaW46cGFzc3dvcmQ=`).
 
 Judged by shape alone: a prefix of one to three short words ending in `_`, `-` or `.` (`ghp_`,
 `xoxb-`, `SG.`, `dp.st.`), then a body of 20 or more letters and digits that `_` and `-` may
@@ -197,7 +198,11 @@ def decoded_userinfo(decoded: bytes) -> bool:
 USERINFO = re.compile(rb"[\w.@+-]{1,64}:[!-.0-9;-~][!-9;-~]{2,127}")
 
 
-_SHAPES = re2.compile(b"|".join(b"(?:" + r.pattern + b")" for r in (HASHED, JWT, PADDED)), _spans_only())
+# a key after its owner's number (`123456789:AAHdqTcvCH1vGWJx…`, `1-UwV8…`: a bot's or an account's
+# id, then its secret): the number is a prefix like any other
+NUMBERED = re2.compile(rb"(?:^|[^\w.:/-])(\d{1,12}[:-])([A-Za-z0-9][A-Za-z0-9_-]{28,200}[A-Za-z0-9])(?:[^\w.-]|$)")
+
+_SHAPES = re2.compile(b"|".join(b"(?:" + r.pattern + b")" for r in (HASHED, JWT, PADDED, NUMBERED)), _spans_only())
 # every shape at once: a clean text (nearly all of them) costs this one DFA pass
 _ANY = re2.compile(_SHAPES.pattern + b"|" + _PATTERN, _spans_only())
 
@@ -215,6 +220,11 @@ def token_spans(data: bytes) -> Iterator[Span]:
         for m in PADDED.finditer(data):
             if _userinfo(m.group(1)):
                 yield "basic_auth", m.start(1), m.end(1)
+        for m in NUMBERED.finditer(data):
+            body = _SEPARATORS.sub(b"", m.group(2))
+            # hex after a number is a trace or a digest (`00-0af7…-b7ad…-01`, a W3C traceparent)
+            if not _HEX.match(body) and _random_body(body) and not _encoded_text(body):
+                yield "token", m.start(1), m.end(2)
     for start, end in match_spans(CANDIDATE, data):
         m = _GROUPS.match(data, start, end)
         if m is None:
