@@ -87,7 +87,9 @@ SINCE_LOG: dict[str, frozenset[str]] = {
     GENERIC_POSITIONS: frozenset({"huggingface", "generic", "aws", "openai", *LOOKED_AT_42}),
     # telegram and truenas: the numbered-key shape was written after their held-out miss counts
     # (no text read), so their figures do not count it (TUNING.md, 2026-12-07)
-    GENERIC_TOKENS: frozenset({"aws", "huggingface", "github", "openai", "telegram", "truenas", *LOOKED_AT_42}),
+    GENERIC_TOKENS: frozenset(
+        {"aws", "huggingface", "github", "openai", "telegram", "truenas", *LOOKED_AT_42}
+    ),
 }
 # rules that did not exist before the log: tuned on what SINCE_LOG says and nothing else
 NEW_SINCE_LOG = frozenset(

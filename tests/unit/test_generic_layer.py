@@ -68,9 +68,17 @@ CAUGHT = [
     ("jwt", "token eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhYmMifQ.c2lnbmF0dXJlMTIz", "eyJzdWIiOiJhYmMifQ"),
     ("base64-userinfo", "data:\n  extra: 'YWRtaW46cGFzc3dvcmQ='", "YWRtaW46cGFzc3dvcmQ="),
     ("hex-token", "const KEY = 'zkt_56748ed1d681fa90132776d7abf1455d'", "56748ed1d681fa90132776d7abf1455d"),
-    ("token-as-url-user", "git clone https://zkt_Rgu9XkihJjwHAP6eXEYxaPN@git.example/r.git", "Rgu9XkihJjwHAP6eXEYxaPN"),
+    (
+        "token-as-url-user",
+        "git clone https://zkt_Rgu9XkihJjwHAP6eXEYxaPN@git.example/r.git",
+        "Rgu9XkihJjwHAP6eXEYxaPN",
+    ),
     ("base64url-body", "acme.AAAAAQJgxDgqs-GNorpo_OR8hPZ5SU-ynBvCl764jyRP", "OR8hPZ5SU-ynBvCl764jyRP"),
-    ("mysql-hash", "root_password_hash: '*DB024244E2FCBB42DE26E00D1688F3D3C020AE67'", "DB024244E2FCBB42DE26E00D1688F3D3C020AE67"),
+    (
+        "mysql-hash",
+        "root_password_hash: '*DB024244E2FCBB42DE26E00D1688F3D3C020AE67'",
+        "DB024244E2FCBB42DE26E00D1688F3D3C020AE67",
+    ),
     ("user-and-password-flags", "psexec \\\\host -u DOMAIN\\admin -p Kx7vR2pQ cmd", "Kx7vR2pQ"),
     ("password-flag-attached", "mysql -u root -pS3cret!x app", "S3cret!x"),
     ("tool-password-flag", "redis-cli -h cache -a Rd5-Pw-2291 ping", "Rd5-Pw-2291"),
@@ -85,7 +93,11 @@ CAUGHT = [
     ),
     ("typed-value", '{ "type" : "password",\n  "value" : "Alice-in-Chains#1865" }', "Alice-in-Chains#1865"),
     ("copula", "# Password is: Tannenbaum#7", "Tannenbaum#7"),
-    ("numbered-key", "BOT=8123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw", "AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw"),
+    (
+        "numbered-key",
+        "BOT=8123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw",
+        "AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw",
+    ),
 ]
 # (case, text): nothing is redacted
 SPARED = [

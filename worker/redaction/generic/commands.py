@@ -57,7 +57,9 @@ _TOOL = re.compile(
         for tool, flag in _TOOL_FLAGS
     )
 )
-_STDIN = re.compile(r"(?:echo|printf)[ \t]+(\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'`;&|)]+)[ \t]*\|[^\n|]*--password-stdin")
+_STDIN = re.compile(
+    r"(?:echo|printf)[ \t]+(\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'`;&|)]+)[ \t]*\|[^\n|]*--password-stdin"
+)
 _DSN = re.compile(r"(?:^|[\s\"'=(\[,])[\w.-]{1,64}:([^\s\"'@]{1,128})@(?:tcp|udp|unix)\(")
 
 

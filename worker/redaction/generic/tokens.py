@@ -200,9 +200,13 @@ USERINFO = re.compile(rb"[\w.@+-]{1,64}:[!-.0-9;-~][!-9;-~]{2,127}")
 
 # a key after its owner's number (`123456789:AAHdqTcvCH1vGWJx…`, `1-UwV8…`: a bot's or an account's
 # id, then its secret): the number is a prefix like any other
-NUMBERED = re2.compile(rb"(?:^|[^\w.:/-])(\d{1,12}[:-])([A-Za-z0-9][A-Za-z0-9_-]{28,200}[A-Za-z0-9])(?:[^\w.-]|$)")
+NUMBERED = re2.compile(
+    rb"(?:^|[^\w.:/-])(\d{1,12}[:-])([A-Za-z0-9][A-Za-z0-9_-]{28,200}[A-Za-z0-9])(?:[^\w.-]|$)"
+)
 
-_SHAPES = re2.compile(b"|".join(b"(?:" + r.pattern + b")" for r in (HASHED, JWT, PADDED, NUMBERED)), _spans_only())
+_SHAPES = re2.compile(
+    b"|".join(b"(?:" + r.pattern + b")" for r in (HASHED, JWT, PADDED, NUMBERED)), _spans_only()
+)
 # every shape at once: a clean text (nearly all of them) costs this one DFA pass
 _ANY = re2.compile(_SHAPES.pattern + b"|" + _PATTERN, _spans_only())
 
