@@ -28,6 +28,7 @@ from worker.redaction.shapes import (
     is_hex_digest,
     is_placeholder,
     is_uuid,
+    is_yaml_tag,
     looks_random,
 )
 
@@ -59,7 +60,7 @@ def assignment(secret: str, key: str | None) -> Judged:
     if secret.lstrip("\\").startswith("`") and any(c.isspace() for c in value):
         # `KEY=`cmd arg``: shell command substitution, the value is computed at run time
         return None
-    if not quoted and _YAML_TAG.match(value):
+    if not quoted and is_yaml_tag(value):
         return None  # a YAML tag: `!vault |` (the value follows), `!secret http_password`, `!Ref Pw`
     if value.startswith("!!") and " " in value:
         # a YAML tag (`!!binary MjNj…`): the value follows it
@@ -71,7 +72,6 @@ def assignment(secret: str, key: str | None) -> Judged:
     return kind, lo, lo + len(value)
 
 
-_YAML_TAG = re.compile(r"![A-Za-z]+(?:\s|$)")
 _ENV_KEY = re.compile(r"^(?:[A-Z][A-Z0-9_]*|[A-Z][a-z]+)$")
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from worker.redaction.shapes import is_code, is_file_path, is_placeholder, is_wordy, looks_random
+from worker.redaction.shapes import NEXT_KEY, is_code, is_file_path, is_placeholder, is_wordy, looks_random
 
 _WORDS = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
 
@@ -302,9 +302,9 @@ def is_assigned_secret(
         return False
     if _ARN.match(v) or _CONCATENATION.match(v):
         return False
-    if not quoted and (v.endswith("(") or _NEXT_KEY.fullmatch(v)):
+    if not quoted and (v.endswith("(") or NEXT_KEY.fullmatch(v)):
         return False  # `os.getenv(`: a call; `password= auth_user=`: empty, then the next key
-    if kind == "credential" and _MODE_WORD.fullmatch(v):
+    if kind == "credential" and not quoted and _MODE_WORD.fullmatch(v):
         return False  # `auth=MSCHAPV2`, `auth: PLAIN`: a method's name
     if is_file_path(v) or _URL_PATH.match(v) or _COLOR.match(v) or _REGEX.search(v):
         return False
@@ -352,8 +352,8 @@ _FILLER_WORDS = re.compile(
 
 
 _ENV_NAME = re.compile(r"^[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+$")
-_NEXT_KEY = re.compile(r"[A-Za-z][A-Za-z_.-]*=")
-_MODE_WORD = re.compile(r"[A-Z][A-Z0-9_-]{1,15}")
+# a method's name: upper-case letters, at most two digits at the end (`MSCHAPV2`, `PLAIN`, `NTLM`)
+_MODE_WORD = re.compile(r"[A-Z][A-Z_-]{1,13}[A-Z]\d{0,2}")
 # `#68175A`: a colour; `(?:%25|%)`, `[0-9A-F]{1,4}`, `\d+`: a regular expression
 _COLOR = re.compile(r"^#(?:[0-9A-Fa-f]{3}){1,2}(?:[0-9A-Fa-f]{2})?$")
 _REGEX = re.compile(r"\(\?[:=!<]|\[[^\]\s]*\w-\w[^\]\s]*\][*+?{]|\\[dwsSbB][*+?{]|\{\d+,\d*\}")

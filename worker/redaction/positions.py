@@ -89,14 +89,15 @@ def auth_value(kind: str, min_len: int = 8, names_ok: bool = True) -> Judge:
 
 
 def short_flag_password(secret: str, key: str | None) -> Judged:
-    """Judge for `-u USER -p PASSWORD` (psexec, mongo): a number or `host:port` after `-p` is a port
-    (`docker run -u 1000 -p 8080:80`), not a password."""
-    if _PORT.fullmatch(secret):
+    """Judge for `-u USER -p PASSWORD` (psexec, mongo): a port after `-p` (`docker run -u 1000 -p
+    8080:80`) is no password."""
+    if PORT.fullmatch(secret):
         return None
     return _FLAG_PASSWORD(secret, key)
 
 
-_PORT = re.compile(r"[\d.:]+(?:/(?:tcp|udp))?")
+# a port, a range of them or `host:port` (`5432`, `8080:80`, `9000-9010:9000-9010`, `53/udp`)
+PORT = re.compile(r"[\d.:-]+(?:/(?:tcp|udp|sctp))?")
 _FLAG_PASSWORD = auth_value("basic_auth", 4)
 
 

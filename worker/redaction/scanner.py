@@ -24,7 +24,7 @@ from urllib.parse import unquote_to_bytes
 import re2
 
 from worker.redaction import kingfisher
-from worker.redaction.configs import config_spans, merged
+from worker.redaction.configs import config_spans, disjoint, merged
 from worker.redaction.detectors import DETECTORS
 from worker.redaction.generic import WIDER, decoded_userinfo, token_spans
 from worker.redaction.manifests import kubernetes_secret_spans
@@ -414,18 +414,7 @@ def find_spans(data: bytes, rules: Ruleset = ALL, depth: int = 1) -> list[Span]:
     if not extra:
         return spans
     found = sorted(spans + extra, key=lambda s: s[1])
-    return _merged(found) if rules.strict else found
-
-
-def _merged(found: list[Span]) -> list[Span]:
-    """Sorted spans with overlapping ones made one (the first one's kind)."""
-    out: list[Span] = []
-    for kind, start, end in found:
-        if out and start < out[-1][2]:
-            out[-1] = (out[-1][0], out[-1][1], max(end, out[-1][2]))
-        else:
-            out.append((kind, start, end))
-    return out
+    return disjoint(found) if rules.strict else found
 
 
 def find(text: str, rules: Ruleset = ALL) -> list[Finding]:

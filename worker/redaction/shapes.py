@@ -164,3 +164,18 @@ def is_uuid(value: str) -> bool:
 
 
 _UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
+
+
+# YAML tags whose value is elsewhere or computed: Ansible's `!vault |`, Home Assistant's `!secret
+# name`, CloudFormation's `!Ref Name`, `!Sub …`, `!GetAtt …`, GitLab's `!reference [...]`
+_YAML_TAG = re.compile(
+    r"!(?:vault|secret|env_var|include|include_dir_\w+|input|reference|Ref|Sub|GetAtt|ImportValue|"
+    r"FindInMap|Join|Select|Split|Base64|If|ENV|env|Env)(?:\s|$)"
+)
+# `password= auth_user=`: the value is empty and the next key follows
+NEXT_KEY = re.compile(r"[A-Za-z][A-Za-z_.-]*=")
+
+
+def is_yaml_tag(value: str) -> bool:
+    """Whether a value starts with a YAML tag that stands for it (`!vault |`, `!secret db_pw`)."""
+    return _YAML_TAG.match(value) is not None

@@ -100,7 +100,7 @@ def config_spans(data: bytes, formats: bool = True, wider: Wider | None = None) 
     if wider is not None:
         found += wider.whole(data)
     if not formats:
-        return _disjoint(found)
+        return disjoint(found)
     ones = [start for start, _ in match_spans(_ONE_LINE, data)] if b":" in data else []
     if ones:
         found += scan_windows(data, windows(data, ones), lambda text, whole: line_spans(text))
@@ -110,7 +110,7 @@ def config_spans(data: bytes, formats: bool = True, wider: Wider | None = None) 
     if marked and any(marker in data for marker in _SECTIONS):
         text = decode(data)
         found += to_bytes(text, data, 0, section_spans(text))
-    return _disjoint(found)
+    return disjoint(found)
 
 
 def config_text_spans(text: str) -> list[Span]:
@@ -120,7 +120,7 @@ def config_text_spans(text: str) -> list[Span]:
     return [(k, len(decode(data[:s])), len(decode(data[:e]))) for k, s, e in spans]
 
 
-def _disjoint(spans: list[Span]) -> list[Span]:
+def disjoint(spans: list[Span]) -> list[Span]:
     """spans sorted, overlapping ones merged (the first one's kind)."""
     out: list[Span] = []
     for kind, start, end in sorted((s for s in spans if s[2] > s[1]), key=lambda s: (s[1], -s[2])):
@@ -135,4 +135,4 @@ def _disjoint(spans: list[Span]) -> list[Span]:
 def merged(spans: list[Span], configs: list[Span]) -> list[Span]:
     """The scanner's spans with the config spans added: one that overlaps others takes them in
     (the whole value where a pattern stopped short), sorted and disjoint."""
-    return _disjoint(spans + configs) if configs else spans
+    return disjoint(spans + configs) if configs else spans

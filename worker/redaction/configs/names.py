@@ -20,7 +20,7 @@ from functools import lru_cache
 from worker.redaction.keywords import _NOT_CREDENTIAL_KEY as NOT_CREDENTIAL_KEY
 from worker.redaction.keywords import key_words
 from worker.redaction.positions import is_reference
-from worker.redaction.shapes import looks_random
+from worker.redaction.shapes import NEXT_KEY, is_yaml_tag, looks_random
 
 _PASSWORD = frozenset(["password", "passwd", "pass", "pwd", "passphrase", "passw", "pw", "pword"])
 _SECRET = frozenset(["secret", "salt", "secretkey", "clientsecret", "masterkey"])
@@ -259,8 +259,6 @@ _MASK = re.compile(r"[xX]{6,}|\*{4,}|#{4,}|\u2022{3,}")
 # the quote closed a string and code follows (`"+new Buffer(x)`); letters saying they are made up
 _CONCAT = re.compile(r"^[+.]\s*(?:new\s+)?[A-Za-z_$][\w$.]*\s*\(")
 _MADE_UP = re.compile(r"^[A-Za-z_.-]*(?i:fake|dummy|placeholder)[A-Za-z_.-]*$")
-_NEXT_KEY = re.compile(r"[A-Za-z][A-Za-z_.-]*=")
-_YAML_TAG = re.compile(r"!!?[A-Za-z][\w.-]*(?:\s+[|>][+-]?)?")
 # a whole alphabet run: a made-up example (`sk_abcdefghijklmnopqrstuvwxyz123`)
 _SEQUENTIAL = ("abcdefghijk", "ABCDEFGHIJK", "qwertyuiop")
 # a command whose output is the value (`\`pass show mail\``, `$(vault read …)`)
@@ -287,7 +285,7 @@ def spared(value: str, kind: str, strong: bool) -> bool:
         return True  # punctuation only (`,.:-@*?!`): a mask or a test of the parser, no password
     if _CONCAT.match(v) or _MADE_UP.match(v) or any(run in v for run in _SEQUENTIAL):
         return True
-    if _NEXT_KEY.fullmatch(value.strip()) or _YAML_TAG.fullmatch(v):
+    if NEXT_KEY.fullmatch(value.strip()) or is_yaml_tag(v):
         return True  # `password= auth_user=`: empty, then the next key; `!vault |`: the value follows
     if "${" in v or "#{" in v or "{{" in v:
         return True  # a template: `"#{visibility}_cursor"`, `"prefix-${ENV}"`

@@ -48,9 +48,13 @@ Span = tuple[str, int, int]
 # a line worth reading names a credential somewhere (one RE2 pass; the rest is not looked at)
 _KEYWORD = re2.compile(
     rb"(?i)pass|pwd|pw\b|secret|token|key|salt|cred|auth|psk|community|://[^\s:/@]*:[^\s@]+@|"
-    rb"://[^\s\"'<>]*hook|@(?:tcp|udp|unix)\(|\s-u[ \t]+[^\s-][^\n]*\s-p|\s-p[^\n]*\s-u[ \t]|"
-    rb"redis-cli|ldap[a-z]+\s|zip|7z|rar\s|openssl|smbclient|net\s+use|password-stdin"
+    rb"://[^\s\"'<>]{0,256}hook|@(?:tcp|udp|unix)\(|\s(?:-u|--user)[^\n]{0,80}\s-p|\s-p[^\n]{0,80}\s-u|"
+    rb"\bredis-cli\b[^\n]{0,120}\s-a|\bldap[a-z]+\b[^\n]{0,120}\s-w|\b(?:zip|unzip|zipcloak|7z[ar]?|rar|unrar)\b"
+    rb"[^\n]{0,120}-p|\bopenssl\b[^\n]{0,200}\s-k|\bsmbclient\b[^\n]{0,120}(?:-u|--user)|\bnet(?:\.exe)?\s+use\b|"
+    rb"password-stdin"
 )
+# a line that may hold a tool's password flag (commands.py `tool_spans`)
+_TOOL_WORD = re.compile(r"(?i)redis-cli|ldap|zip|7z|rar|openssl|smbclient|net(?:\.exe)?\s+use|password-stdin")
 # an element whose value is in a child: `<Password>\n  <Value>x</Value>` (Windows answer files)
 _CHILD_VALUE = re.compile(
     r"<(?:[\w.-]+:)?([A-Za-z_][\w.-]*)(?:\s[^<>]*)?>\s*<(?:[\w.-]+:)?(?:Value|value)>([^<]*)</"
@@ -74,7 +78,8 @@ def _line(text: str, whole: bool) -> Iterable[Span]:
         yield from webhook_spans(text)
     if "@tcp(" in text or "@unix(" in text or "@udp(" in text:
         yield from dsn_spans(text)
-    yield from tool_spans(text)
+    if _TOOL_WORD.search(text) is not None:
+        yield from tool_spans(text)
 
 
 def _child_values(text: str) -> Iterable[Span]:
@@ -85,24 +90,39 @@ def _child_values(text: str) -> Iterable[Span]:
 
 
 # an object whose type says what its value is: `{"type": "password", "value": "…"}` (Keycloak
-# credentials, Windows answer files in JSON), either order, on one line or several
-_TYPED_VALUE = re.compile(
-    r'"type"\s*:\s*"([A-Za-z_-]+)"\s*,\s*"value"\s*:\s*"((?:[^"\\\n]|\\.)*)"'
-    r'|"value"\s*:\s*"((?:[^"\\\n]|\\.)*)"\s*,\s*"type"\s*:\s*"([A-Za-z_-]+)"'
-)
+# credentials, `aws ssm get-parameter`'s `"Type": "SecureString"`), either order, other keys
+# between them, JSON or a Python dict's repr, on one line or several
+def _typed(q: str) -> re.Pattern[str]:
+    value = rf"{q}((?:[^{q}\\\n]|\\.)*){q}"
+    pair = rf"{q}[^{q}\n]{{1,64}}{q}\s*:\s*(?:{q}(?:[^{q}\\\n]|\\.){{0,256}}{q}|[\w.+-]{{1,32}})"
+    key = lambda name: rf"(?i:{q}{name}{q})\s*:\s*"  # noqa: E731
+    between = rf"(?:\s*,\s*{pair}){{0,6}}\s*,\s*"
+    return re.compile(
+        rf"{key('type')}{q}([A-Za-z_-]+){q}{between}{key('value')}{value}"
+        rf"|{key('value')}{value}{between}{key('type')}{q}([A-Za-z_-]+){q}"
+    )
+
+
+_TYPED_VALUE = (_typed('"'), _typed("'"))
 
 
 def _typed_values(text: str) -> Iterable[Span]:
-    for m in _TYPED_VALUE.finditer(text):
-        name, group = (m.group(1), 2) if m.group(1) is not None else (m.group(4), 3)
-        named = credential_name(name)
-        if named is not None and not spared(m.group(group), *named):
-            yield named[0], m.start(group), m.end(group)
+    for pattern in _TYPED_VALUE:
+        for m in pattern.finditer(text):
+            name, group = (m.group(1), 2) if m.group(1) is not None else (m.group(4), 3)
+            named = ("secret", True) if name.lower() == "securestring" else credential_name(name)
+            if named is None:
+                continue
+            # a password is one whatever it looks like; another kind must look random
+            strong = named[0] == "password" or name.lower() == "securestring"
+            if not spared(m.group(group), named[0], strong):
+                yield named[0], m.start(group), m.end(group)
 
 
 def _whole(data: bytes) -> list[Span]:
     child = b"<Value>" in data or b"<value>" in data
-    typed = b'"type"' in data and b'"value"' in data
+    lower = data.lower() if b"ype" in data and b"alue" in data else b""
+    typed = (b'"type"' in lower and b'"value"' in lower) or (b"'type'" in lower and b"'value'" in lower)
     if not child and not typed:
         return []
     text = decode(data)

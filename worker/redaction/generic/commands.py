@@ -1,27 +1,32 @@
 """Credentials a command line, a DSN or a URL holds without a credential word anywhere near them.
 
-    psexec \\\\host -u DOMAIN\\admin -p Kx7vR2pQ cmd      mysql -u root -pS3cret! app
+    psexec \\\\host -u DOMAIN\\admin -p Kx7vR2pQ cmd      mysql -uroot -p'S3cret!' app
     sqlcmd -S db -U sa -P 'Y0urStr0ng!'                  telegraf:Mx7#kQ2pZr@tcp(127.0.0.1:3306)/
-    https://outlook.office.com/webhook/…/IncomingWebhook/4d2b…/…
+    redis-cli -a Rd5-Pw ping                             echo -n 'Reg-Pw' | docker login --password-stdin
     https://discord.com/api/webhooks/1234/aB3x…          https://hooks.example.com/services/T0/B0/xY7…
 
-- `-u USER … -p VALUE` (or `-U` / `-P`, in either order, `-pVALUE` attached): a short password flag
-  beside a user flag is the user's password, whatever the tool (psexec, mysql, sqlcmd, sshpass).
-  A number or `host:port` after `-p` is a port (`psql -U app -p 5432`, `docker run -u 1000 -p
-  8080:80`), a flag after `-u` means `-u` took no user (`cp -u -p`), and a variable (`$Password`,
-  `%PW%`) or a visible placeholder is spared (configs/names.py `spared`). `mysql -u root -p app` reads `app` as the
-  password although mysql takes it as the database: redacting a database name costs a word,
-  leaking a password costs a login.
+A line is read one simple command at a time (cut at `&&`, `||`, `;`, `|` and a JSON-escaped
+newline), so a flag of one command never pairs with a flag of the next:
+
+- `-u USER … -p VALUE` (or `-U` / `-P`, in either order, `-uUSER` and `-pVALUE` attached, quoted
+  or not): a short password flag beside a user flag is the user's password, whatever the tool
+  (psexec, mysql, sqlcmd, mongo). A number, a range or `host:port` after `-p` is a port (`psql -U
+  app -p 5432`, `docker run -u 1000 -p 8080:80`); a `-u` that belongs to sudo, doas or runuser, or
+  a `-U` that belongs to pip or uv (upgrade), names no user; a variable (`$Password`, `%PW%`) or
+  a visible placeholder is spared (configs/names.py `spared`). `mysql -u root -p app` reads `app`
+  as the password although mysql takes it as the database: redacting a database name costs a
+  word, leaking a password costs a login.
 - a tool's own password flag where it is a short letter (`redis-cli -a PW`, `ldapsearch -w PW`,
-  `zip -P PW`, `7z -pPW`, `openssl … -k PW`, `smbclient -U user%PW`, `net use … /user:NAME PW`),
-  and a password piped into `--password-stdin` (`echo PW | docker login --password-stdin`): what
-  the tools' manuals say, not what the value looks like.
+  `zip -P PW`, `7z -pPW`, `openssl … -k PW`, `smbclient -U user%PW`), `net use`'s password (the
+  first word after the share that is no `/switch`), and a password piped into `--password-stdin`
+  (`echo -n PW | docker login --password-stdin`): what the tools' manuals say, not what the value
+  looks like.
 - a Go database DSN (`user:password@tcp(host:3306)/db`, `@unix(/run/mysqld.sock)`): the part
-  between the first colon and the `@` is the password, with no scheme in front.
+  between the first colon and the last `@` is the password, with no scheme in front.
 - a webhook URL (a path segment or host named `webhook`, `webhooks`, `hooks`, `IncomingWebhook`):
-  the path after that name is the credential when a segment of it is random (16 or more letters
-  and digits, both in it), as the hook's address is its only key (`…/hooks/123/pings` and
-  documentation paths have no such segment).
+  the path after that name is the credential when a segment of it reads as random (16 or more
+  letters and digits, mixed, not words joined up), as the hook's address is its only key
+  (`…/hooks/123/pings`, documentation slugs and file paths have no such segment).
 """
 
 from __future__ import annotations
@@ -30,63 +35,115 @@ import re
 from collections.abc import Iterator
 
 from worker.redaction.configs.names import spared
+from worker.redaction.generic.tokens import random_body
+from worker.redaction.positions import PORT
+from worker.redaction.shapes import is_wordy
 
 Span = tuple[str, int, int]
 
-_USER = re.compile(r"(?:^|\s)-[uU][ \t]+(?!-)\S")
-_PASSWORD = re.compile(r"(?:^|\s)-([pP])(?:[ \t]+(\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'`;&|]+)|([^\s\"'`;&|]+))")
-_PORT = re.compile(r"[\d.:]+(?:/(?:tcp|udp))?")
-_HOOK = re.compile(
-    r"(?i)https?://(?:[^\s/\"'<>]*\bhooks\.[^\s/\"'<>]*/|[^\s\"'<>]*?/(?:incoming)?web-?hooks?/|[^\s\"'<>]*?/hooks/)"
-    r"([^\s\"'<>?#`)\]]+)"
-)
-_RANDOM_SEGMENT = re.compile(r"[A-Za-z0-9_-]{16,}")
-# (tools, the password's pattern after the tool's name on the same command)
-_TOOL_FLAGS = (
-    (r"redis-cli", r"\s-a[ \t]+"),
-    (r"ldap(?:search|modify|add|delete|whoami|passwd|compare|modrdn|exop)", r"\s-w[ \t]+"),
-    (r"(?:zip|unzip|zipcloak)", r"\s-P[ \t]+"),
-    (r"(?:7z|7za|7zr|rar|unrar)", r"\s-p"),
-    (r"openssl", r"\s-k[ \t]+"),
-    (r"smbclient", r"\s-U[ \t]*[^\s%]+%"),
-    (r"net[ \t]+use", r"\s/user:\S+[ \t]+"),
-)
+# where one simple command ends
+_SEPARATOR = re.compile(r"&&|\|\||[;|\n]|\\n")
+_VALUE = r"(?:\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'`;&|)]+)"
+_USER = re.compile(r"(?:^|\s)(?:-[uU](?:[ \t]+(?!-)\S|[A-Za-z0-9_\\.]+)|--user[= ]\S)")
+_PASSWORD = re.compile(rf"(?:^|\s)-[pP](?:[ \t]+({_VALUE})|(\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'`;&|)]+))")
+# a `-u` / `-U` that names no user: sudo's (the user to run as), pip's and uv's (upgrade)
+_NOT_USER = re.compile(r"(?:^|\s)(?:sudo|doas|runuser|pip3?|uv|pipx|install)(?:[ \t]+-\S+)*[ \t]+-[uU]\b")
 _TOOL = re.compile(
-    "|".join(
-        rf"(?:^|[\s;&|(`])(?:{tool})(?:\.exe)?\b[^\n;&|]*?{flag}(\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'`;&|)]+)"
-        for tool, flag in _TOOL_FLAGS
-    )
+    r"(?i)(?:^|[\s(`\"'\\/])(redis-cli|ldap(?:search|modify|add|delete|whoami|passwd|compare|modrdn|exop)"
+    r"|zip|unzip|zipcloak|7z|7za|7zr|rar|unrar|openssl|smbclient)(?:\.exe)?(?=[\s\"'])"
 )
+# the tool's password flag: what follows it up to the value
+_TOOL_FLAG = {
+    "redis-cli": re.compile(r"\s-a[ \t]+"),
+    "ldap": re.compile(r"\s-w[ \t]*"),
+    "zip": re.compile(r"\s-P[ \t]+"),
+    "7z": re.compile(r"\s[\"']?-p(?=[^\s\"'])"),
+    "openssl": re.compile(r"\s-k[ \t]+"),
+    "smbclient": re.compile(r"\s(?:-U[ \t]*|--user[= ])[^\s%\"']+%"),
+}
+_TOOL_KIND = {"unzip": "zip", "zipcloak": "zip", "7za": "7z", "7zr": "7z", "rar": "7z", "unrar": "7z"}
+_NET_USE = re.compile(r"(?i)(?:^|[\s\"'\\/])net(?:\.exe)?[ \t]+use\b")
+_UNC = re.compile(r"\\\\\S+")
 _STDIN = re.compile(
-    r"(?:echo|printf)[ \t]+(\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'`;&|)]+)[ \t]*\|[^\n|]*--password-stdin"
+    rf"(?:echo|printf)(?:[ \t]+-[neE]+)*(?:[ \t]+'%s(?:\\n)?')?[ \t]+({_VALUE})[ \t]*\|[^\n|]{{0,300}}?--password-stdin"
 )
-_DSN = re.compile(r"(?:^|[\s\"'=(\[,])[\w.-]{1,64}:([^\s\"'@]{1,128})@(?:tcp|udp|unix)\(")
+_DSN = re.compile(r"(?:^|[\s\"'`=(\[,])[\w.-]{1,64}:([^\s\"'`]{1,128})@(?:tcp|udp|unix)\(")
+_URL = re.compile(r"https?://[^\s\"'<>`]{1,2048}")
+_HOOK = re.compile(r"(?i)/(?:incoming)?web-?hooks?/|/hooks/")
+_SEGMENT = re.compile(r"[A-Za-z0-9]{16,}")
+_FILE = re.compile(r"\.[A-Za-z0-9]{1,5}$")
+
+
+def _commands(line: str) -> Iterator[tuple[int, str]]:
+    """(offset, text) of each simple command of a line."""
+    pos = 0
+    for m in _SEPARATOR.finditer(line):
+        yield pos, line[pos : m.start()]
+        pos = m.end()
+    yield pos, line[pos:]
+
+
+def _unquoted(line: str, start: int, end: int) -> tuple[int, int]:
+    if end - start >= 2 and line[start] in "\"'" and line[end - 1] == line[start]:
+        return start + 1, end - 1
+    return start, end
 
 
 def user_password_spans(line: str) -> Iterator[Span]:
-    """The value of `-p` / `-P` on a line that also gives a user with `-u` / `-U`."""
-    if _USER.search(line) is None:
-        return
-    for m in _PASSWORD.finditer(line):
-        start, end = m.span(2) if m.group(2) is not None else m.span(3)
-        value = line[start:end]
-        if value[:1] in "\"'":
-            start, end, value = start + 1, end - 1, value[1:-1]
-        if not value or value.startswith("-") or _PORT.fullmatch(value) or _stands_in(value):
+    """The value of `-p` / `-P` in a command that also gives a user with `-u` / `-U`."""
+    for at, command in _commands(line):
+        if _USER.search(command) is None or _NOT_USER.search(command) is not None:
             continue
-        yield "password", start, end
+        for m in _PASSWORD.finditer(command):
+            start, end = _unquoted(command, *(m.span(1) if m.group(1) is not None else m.span(2)))
+            value = command[start:end]
+            if value and not value.startswith("-") and not PORT.fullmatch(value) and not _stands_in(value):
+                yield "password", at + start, at + end
 
 
 def tool_spans(line: str) -> Iterator[Span]:
-    """A tool's short password flag's value, and a password echoed into `--password-stdin`."""
-    for m in (*_TOOL.finditer(line), *_STDIN.finditer(line)):
-        group = next(i for i in range(1, len(m.groups()) + 1) if m.group(i) is not None)
-        start, end = m.span(group)
-        if line[start] in "\"'":
-            start, end = start + 1, end - 1
-        value = line[start:end]
-        if value and not value.startswith("-") and not _stands_in(value):
+    """A tool's short password flag's value, `net use`'s password, and a password echoed into
+    `--password-stdin`."""
+    for at, command in _commands(line):
+        m = _TOOL.search(command)
+        if m is not None:
+            name = m.group(1).lower()
+            kind = "ldap" if name.startswith("ldap") else _TOOL_KIND.get(name, name)
+            flag = _TOOL_FLAG[kind].search(command, m.end())
+            if flag is not None:
+                yield from _value_at(command, at, flag.end())
+        if _NET_USE.search(command) is not None:
+            yield from _net_use(command, at)
+    for m in _STDIN.finditer(line):
+        start, end = _unquoted(line, *m.span(1))
+        if not _stands_in(line[start:end]):
             yield "password", start, end
+
+
+def _value_at(command: str, at: int, start: int) -> Iterator[Span]:
+    m = re.compile(_VALUE).match(command, start)
+    if m is None:
+        return
+    a, b = _unquoted(command, *m.span())
+    if command[b - 1 : b] in "\"'" and command[a - 1 : a] not in "\"'":
+        b -= 1  # `"-pMyS3cret"`: the quote closes the flag and its value
+    value = command[a:b]
+    if value and not value.startswith("-") and not _stands_in(value):
+        yield "password", at + a, at + b
+
+
+def _net_use(command: str, at: int) -> Iterator[Span]:
+    """`net use [Z:] \\\\srv\\share PASSWORD [/user:NAME]`: the first word after the share that is no
+    switch (`*` asks for it)."""
+    share = _UNC.search(command)
+    if share is None:
+        return
+    for m in re.finditer(_VALUE, command[share.end() :]):
+        if not m.group().startswith("/"):
+            start, end = _unquoted(command, share.end() + m.start(), share.end() + m.end())
+            if command[start:end] != "*" and not _stands_in(command[start:end]):
+                yield "password", at + start, at + end
+            return
 
 
 def dsn_spans(line: str) -> Iterator[Span]:
@@ -97,19 +154,39 @@ def dsn_spans(line: str) -> Iterator[Span]:
 
 
 def _stands_in(value: str) -> bool:
-    """A variable of the shell, PowerShell or cmd (`$Password`, `$env:PW`, `%PW%`) or a visible
-    placeholder: on a command line the value comes from elsewhere."""
-    return value.startswith(("$", "%")) or spared(value, "password", True)
+    """A variable of the shell, PowerShell or cmd (`$Password`, `$env:PW`, `%PW%`), a value too
+    short to be a password, or a visible placeholder: on a command line the value comes from
+    elsewhere."""
+    return len(value) < 4 or value.startswith(("$", "%")) or spared(value, "password", True)
 
 
 def webhook_spans(line: str) -> Iterator[Span]:
     """The random path of a webhook URL (its secret part)."""
-    for m in _HOOK.finditer(line):
-        path = m.group(1).rstrip(".,;:")
-        if any(_random(s) for s in _RANDOM_SEGMENT.findall(path)):
-            yield "webhook_url", m.start(1), m.start(1) + len(path)
+    for url in _URL.finditer(line):
+        text = url.group().rstrip(".,;:)]")
+        host_end = text.find("/", len("https://"))
+        if host_end < 0:
+            continue
+        hook = _HOOK.search(text, host_end)
+        if hook is not None:
+            path_start = hook.end()
+        elif text[text.index("//") + 2 :].lower().startswith("hooks."):
+            path_start = host_end + 1
+        else:
+            continue
+        path = text[path_start:].split("?", 1)[0].split("#", 1)[0]
+        if path and not _FILE.search(path) and any(_random(s) for s in _SEGMENT.findall(path)):
+            yield "webhook_url", url.start() + path_start, url.start() + path_start + len(path)
 
 
 def _random(segment: str) -> bool:
+    """A path segment that reads as a key: random by tokens.py's measure, or letters and digits
+    mixed with no words making up half of it (`B00000000XyZ…`, not `useQueryClient2023v5`)."""
+    if random_body(segment.encode()):
+        return True
     digits = sum(c.isdigit() for c in segment)
-    return digits >= 2 and sum(c.isalpha() for c in segment) >= 2
+    words = sum(len(w) for w in _WORD.findall(segment))
+    return digits >= 2 and len(segment) - digits >= 2 and words < 0.5 * len(segment) and not is_wordy(segment)
+
+
+_WORD = re.compile(r"[A-Z]?[a-z]{3,}")

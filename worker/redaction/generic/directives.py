@@ -273,6 +273,9 @@ def directive_spans(line: str) -> Iterator[Span]:
         return
     i, named = found
     words = [t.group() for t in tokens]
+    if len(words) == i + 3 and words[i + 1].lower().rstrip(":") in ("is", "was"):
+        yield from _stated(line, named, tokens[i + 2])
+        return
     if _reads_as_prose(words) or any(w in _CODE for w in words[:2]):
         return
     name = words[i]
@@ -286,14 +289,18 @@ def directive_spans(line: str) -> Iterator[Span]:
     rest = rest[: next((j for j, t in enumerate(rest) if _TRAILING_COMMENT.match(t.group())), len(rest))]
     if rest and rest[0].group() in ("=", ":", "=>", ":="):
         return  # a key/value pair: pairs.py reads those
-    if len(rest) == 2 and rest[0].group().lower().rstrip(":") in ("is", "was"):
-        if not _could_be_secret(rest[1].group()):
-            return  # `token was revoked`: prose
-        rest = rest[1:]  # `# Password is: Tannenbaum#7`: the value after the copula
     value = _value(line, rest)
     if value is None or (_is_word(name) and not _stands_alone(line, tokens, i, value)):
         return
     yield from _judged(line, named, *value)
+
+
+def _stated(line: str, named: tuple[str, bool], token: re.Match[str]) -> Iterator[Span]:
+    """`# Password is: Tannenbaum#7.`: the value a line states (a full stop ends the sentence); a
+    word without a digit or symbol is prose (`token was revoked`)."""
+    value = token.group().rstrip(".,;")
+    if _could_be_secret(value) and _BARE_VALUE.fullmatch(value):
+        yield from _judged(line, named, token.start(), token.start() + len(value))
 
 
 # what `_named` returns for an `Authorization` header name
@@ -363,7 +370,8 @@ def _header(line: str, at: int) -> Iterator[Span]:
 
 # `--api-token X`, `-Password X`, `--db-pass=X`: a flag whose name names a credential, then its value
 _FLAG = re.compile(r"(?:^|[\s\"'=])(--?)([A-Za-z][\w.-]*)(=|[ \t]+)(\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'`;&|)]+)")
-_ATTACHED = re.compile(r"[a-zA-Z](?:[A-Z]|.*\d)")
+# a short password flag with its value attached: `-pSecr3t`, `-p4ssw0rd`, `-wLd4p` (not `-password`)
+_ATTACHED = re.compile(r"[pPw](?:[A-Z]|[a-z]*\d)")
 # `X-Upstream-Token: v`, `Private-Token: v` (a header's name: capitalised words joined by `-`)
 # (`Authorization:` is the positions' own detector's, with its schemes)
 _HEADER = re.compile(r"\b((?:[A-Z][A-Za-z0-9]*-)+[A-Z][A-Za-z0-9]*):[ \t]*([^\s\"'`\\,;<>]+)")

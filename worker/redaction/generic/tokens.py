@@ -38,6 +38,7 @@ from collections.abc import Iterator
 import re2
 
 from worker.redaction.configs.names import spared
+from worker.redaction.generic.names import credential_name
 from worker.redaction.search import leftmost, match_spans
 from worker.redaction.shapes import entropy_bits, is_wordy
 
@@ -104,7 +105,7 @@ _MIN_BITS = 3.6
 _MIN_LETTER_BITS = 4.0
 
 
-def _random_body(body: bytes) -> bool:
+def random_body(body: bytes) -> bool:
     """A body that reads as random: mixed classes, high entropy, not words joined up. Letters alone
     are random when upper and lower case are mixed throughout (a quarter to three quarters upper
     case: camelCase names have an upper-case letter a word); with digits, when the letters are not
@@ -132,25 +133,51 @@ _DIGEST_WORDS = frozenset(
     b"sha sha1 sha224 sha256 sha384 sha512 md4 md5 blake2b blake2s blake3 crc crc32 xxh hash hashed "
     b"digest checksum sum commit rev revision ref oid tree blob object obj etag build version ver v "
     b"hex uuid guid fingerprint fp nonce trace span request req correlation image layer container "
-    b"pod node chunk cache file tmp temp".split()
+    b"pod node chunk cache file tmp temp run job task".split()
 )
 _MIN_HEX_BODY = 32
 
 
-def _hex_token(prefix: bytes, body: bytes) -> bool:
-    """A hex body after a vendor-style prefix (`shpat_5674…`, `dapi` keys, `ghs_` ones): a key when
-    it is long (128 bits), holds letters and digits, and no word of its prefix names a digest or an
-    id. A bare hex string has no prefix and is never a candidate (git SHAs, content hashes)."""
-    words = {w.lower() for w in _PREFIX_WORDS.split(prefix) if w}
+def _hex_token(prefix: bytes, raw: bytes) -> bool:
+    """A hex body after a vendor-style prefix (`shpat_5674…`, `key-3f2a…`, `xoxp-123-456-…-9c1f…`,
+    `sk-or-v1-4ce1…`): a key when it holds 128 bits or more, letters and digits, no UUID, no word
+    of its prefix names a digest or an id, and it is shaped like a vendor's: a prefix ending in `_`,
+    of two words or more, or naming a credential, or a body of several runs. What is left out is a
+    name with a hash after it (`kernel-5f1a…`, `dist-3f2a…`, `order_<uuid>`); a bare hex string has
+    no prefix and is never a candidate (git SHAs, content hashes)."""
+    body = _SEPARATORS.sub(b"", raw)
+    words = [w.lower() for w in _PREFIX_WORDS.split(prefix) if w]
+    if (
+        len(body) < _MIN_HEX_BODY
+        or set(words) & _DIGEST_WORDS
+        or _UUID.search(raw) is not None
+        or not any(c in b"abcdefABCDEF" for c in body)
+        or sum(c in b"0123456789" for c in body) < 4
+    ):
+        return False
     return (
-        len(body) >= _MIN_HEX_BODY
-        and not words & _DIGEST_WORDS
-        and any(c in b"abcdefABCDEF" for c in body)
-        and sum(c in b"0123456789" for c in body) >= 4
+        prefix.endswith(b"_")
+        or len(words) >= 2
+        or _SEPARATORS.search(raw) is not None
+        or credential_name(words[-1].decode()) is not None
     )
 
 
+_UUID = re.compile(rb"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 _PREFIX_WORDS = re.compile(rb"[_.-]")
+
+
+def _runs_read_as_token(raw: bytes) -> bool:
+    """Whether a body broken by `_` or `-` reads as base64url, not as words joined up: not upper-case
+    runs of eight or fewer, and a run after the first shorter than four at most once, in a body
+    with both cases (`TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256`, `ERR_PNPM_FETCH_404_Not_Found` are
+    names)."""
+    runs = _SEPARATORS.split(raw)
+    letters = [c for c in raw if 65 <= c <= 90 or 97 <= c <= 122]
+    if len(runs) > 1 and sum(c <= 90 for c in letters) >= 0.9 * len(letters) and max(map(len, runs)) <= 8:
+        return False  # `CHACHA20_POLY1305_SHA256`, `FORMAT_ASTC_10x10_SRGB`: a constant's name
+    short = sum(len(run) < 4 for run in runs[1:])
+    return short == 0 or (short == 1 and not raw.isupper() and not raw.islower())
 
 
 def _encoded_text(body: bytes) -> bool:
@@ -171,9 +198,9 @@ HASHED = re2.compile(
     # crypt(3) and its kin: `$1$salt$hash`, `$2a$05$…`, `$6$…`, `$y$…`, `$krb5asrep$23$…`
     rb"|\$(?:1|2[abxy]?|5|6|7|8|9|y|gy|md5|sha1|apr1|argon2(?:id|i|d)|scrypt|pbkdf2[a-z0-9-]*|krb5[a-z]*)"
     rb"\$[A-Za-z0-9./$=,@:+-]{16,}"
-    # MySQL's native password hash (`*` and 40 upper-case hex digits): it logs in as it is
-    rb"|\*[0-9A-F]{40}\b"
 )
+# MySQL's native password hash (`*` and 40 upper-case hex digits, alone): it logs in as it is
+MYSQL_HASH = re2.compile(rb"(?:^|[^*\w])(\*[0-9A-F]{40})(?:[^\w]|$)")
 
 
 def _userinfo(run: bytes) -> bool:
@@ -205,7 +232,7 @@ NUMBERED = re2.compile(
 )
 
 _SHAPES = re2.compile(
-    b"|".join(b"(?:" + r.pattern + b")" for r in (HASHED, JWT, PADDED, NUMBERED)), _spans_only()
+    b"|".join(b"(?:" + r.pattern + b")" for r in (HASHED, MYSQL_HASH, JWT, PADDED, NUMBERED)), _spans_only()
 )
 # every shape at once: a clean text (nearly all of them) costs this one DFA pass
 _ANY = re2.compile(_SHAPES.pattern + b"|" + _PATTERN, _spans_only())
@@ -219,6 +246,8 @@ def token_spans(data: bytes) -> Iterator[Span]:
     if leftmost(_SHAPES, data) is not None:
         for start, end in match_spans(HASHED, data):
             yield "password_hash", start, end
+        for m in MYSQL_HASH.finditer(data):
+            yield "password_hash", m.start(1), m.end(1)
         for start, end in match_spans(JWT, data):
             yield "jwt", start, end
         for m in PADDED.finditer(data):
@@ -227,19 +256,23 @@ def token_spans(data: bytes) -> Iterator[Span]:
         for m in NUMBERED.finditer(data):
             body = _SEPARATORS.sub(b"", m.group(2))
             # hex after a number is a trace or a digest (`00-0af7…-b7ad…-01`, a W3C traceparent)
-            if not _HEX.match(body) and _random_body(body) and not _encoded_text(body):
+            if not _HEX.match(body) and random_body(body) and not _encoded_text(body):
                 yield "token", m.start(1), m.end(2)
     for start, end in match_spans(CANDIDATE, data):
         m = _GROUPS.match(data, start, end)
         if m is None:
             continue
-        prefix, body = m.group(1), _SEPARATORS.sub(b"", m.group(2))
+        prefix, raw = m.group(1), m.group(2)
+        body = _SEPARATORS.sub(b"", raw)
         # cheapest first: minted ids and public keys by their prefix, then the body's shape
         if prefix in _MINTED or _PUBLIC.match(prefix) or prefix.rstrip(b"_-").endswith((b"id", b"uuid")):
             continue
         if len(body) < _MIN_BODY or _encoded_text(body):
             continue
-        if not (_hex_token(prefix, body) if _HEX.match(body) else _random_body(body)):
+        if _HEX.match(body):
+            if not _hex_token(prefix, raw):
+                continue
+        elif not (_runs_read_as_token(raw) and random_body(body)):
             continue
         if _ID_BEFORE.search(data, max(0, m.start(1) - 24), m.start(1)):
             continue  # `"id": "…"`, `tool_use_id=…`: an id by its position
