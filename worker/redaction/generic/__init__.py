@@ -53,8 +53,8 @@ _KEYWORD = re2.compile(
     rb"[^\n]{0,120}-p|\bopenssl\b[^\n]{0,200}\s-k|\bsmbclient\b[^\n]{0,120}(?:-u|--user)|\bnet(?:\.exe)?\s+use\b|"
     rb"password-stdin"
 )
-# a line that may hold a tool's password flag (commands.py `tool_spans`)
-_TOOL_WORD = re.compile(r"(?i)redis-cli|ldap|zip|7z|rar|openssl|smbclient|net(?:\.exe)?\s+use|password-stdin")
+# a line that may hold a tool's password flag (commands.py `tool_spans`): substrings, the cheapest test
+_TOOL_WORDS = ("-p", "-P", "-w", "-a", "-k", "-U", "--user", "/user", "/USER", "/u:", "/U:", "password-stdin")
 # an element whose value is in a child: `<Password>\n  <Value>x</Value>` (Windows answer files)
 _CHILD_VALUE = re.compile(
     r"<(?:[\w.-]+:)?([A-Za-z_][\w.-]*)(?:\s[^<>]*)?>\s*<(?:[\w.-]+:)?(?:Value|value)>([^<]*)</"
@@ -78,7 +78,7 @@ def _line(text: str, whole: bool) -> Iterable[Span]:
         yield from webhook_spans(text)
     if "@tcp(" in text or "@unix(" in text or "@udp(" in text:
         yield from dsn_spans(text)
-    if _TOOL_WORD.search(text) is not None:
+    if any(word in text for word in _TOOL_WORDS):
         yield from tool_spans(text)
 
 
@@ -104,6 +104,8 @@ def _typed(q: str) -> re.Pattern[str]:
 
 
 _TYPED_VALUE = (_typed('"'), _typed("'"))
+_TYPE_KEYS = (b'"type"', b'"Type"', b"'type'", b'"TYPE"')
+_VALUE_KEYS = (b'"value"', b'"Value"', b"'value'", b'"VALUE"')
 
 
 def _typed_values(text: str) -> Iterable[Span]:
@@ -121,8 +123,7 @@ def _typed_values(text: str) -> Iterable[Span]:
 
 def _whole(data: bytes) -> list[Span]:
     child = b"<Value>" in data or b"<value>" in data
-    lower = data.lower() if b"ype" in data and b"alue" in data else b""
-    typed = (b'"type"' in lower and b'"value"' in lower) or (b"'type'" in lower and b"'value'" in lower)
+    typed = any(t in data for t in _TYPE_KEYS) and any(v in data for v in _VALUE_KEYS)
     if not child and not typed:
         return []
     text = decode(data)
