@@ -25,8 +25,12 @@ _VALUE_ATTR = re.compile(r"\bvalue\s*=\s*\"([^\"]*)\"")
 _KIND_SECRET = re.compile(r"(?m)^[ \t]*kind:[ \t]*[\"']?Secret[\"']?[ \t]*$")
 _STRING_DATA = re.compile(r"(?m)^([ \t]*)stringData:[ \t]*$")
 _YAML_ENTRY = re.compile(
-    r"[ \t]+[\"']?[\w.-]+[\"']?:[ \t]+(?:\"([^\"\n]*)\"|'([^'\n]*)'|([^\s#|>][^\n]*?))[ \t]*$"
+    r"[ \t]+[\"']?([\w.-]+)[\"']?:[ \t]+(?:\"([^\"\n]*)\"|'([^'\n]*)'|([^\s#|>][^\n]*?))[ \t]*(?:#[^\n]*)?$"
 )
+# a Secret's entries that name or configure, not unlock (Argo CD's and Tekton's repository
+# Secrets: `url`, `username`, `insecure: "true"`); the standard profile keeps identifiers
+_NOT_SECRET_ENTRY = frozenset(["url", "username", "user", "name", "project", "type", "namespace"])
+_FLAG_VALUE = frozenset(["true", "false", "yes", "no", "on", "off"])
 
 
 def section_spans(text: str) -> Iterator[Span]:
@@ -58,8 +62,9 @@ def _string_data(text: str) -> Iterator[Span]:
             if line.strip() and depth <= indent:
                 break
             m = _YAML_ENTRY.fullmatch(line)
-            if m is not None:
-                group = next(g for g in (1, 2, 3) if m.group(g) is not None)
-                if not spared(m.group(group), "secret", True):
+            if m is not None and m.group(1).lower() not in _NOT_SECRET_ENTRY:
+                group = next(g for g in (2, 3, 4) if m.group(g) is not None)
+                value = m.group(group)
+                if value.lower() not in _FLAG_VALUE and not spared(value, "secret", True):
                     yield "secret", pos + m.start(group), pos + m.end(group)
             pos = end + 1
