@@ -189,9 +189,24 @@ POSITIVES = [
         KEY_BODY,
         ('{"key": ',),
     ),
+    (
+        "jaas-user-list",
+        "KafkaServer {\n  org.apache.kafka.common.security.plain.PlainLoginModule required\n"
+        '  username="broker"\n  password="Br0ker-Plain-71"\n  user_analytics="An4lytics-Qx9";\n};',
+        "An4lytics-Qx9",
+        ('user_analytics="', 'username="broker"'),
+    ),
+    (
+        "secret-string-data-identifiers-kept",
+        "kind: Secret\nstringData:\n  url: https://git.example/r\n  username: deploy\n"
+        '  insecure: "true"\n  password: Gh-Repo-Pw-8812 # the token\n',
+        "Gh-Repo-Pw-8812",
+        ("url: https://git.example/r", "username: deploy", 'insecure: "true"', "# the token"),
+    ),
 ]
 
 NEAR_MISSES = [
+    ("user-option-without-login-module", 'user_id = "u-1234"  # a user option of some other config'),
     ("url-user-only", "git clone https://user@host.example/org/repo.git"),
     ("url-port", "curl http://host:8080/path"),
     ("url-placeholder-var", "postgres://app:${DB_PASSWORD}@db:5432/app"),

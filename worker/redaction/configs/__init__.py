@@ -59,6 +59,7 @@ _SECTIONS = (
     b'"bitbucket-oauth"',
     b"<apikeys>",
     b"stringData:",
+    b"LoginModule",
 )
 _MARKERS = re2.compile(b"|".join(re2.escape(m) for m in (*KEY_FILE_NAMES, *_SECTIONS)))
 

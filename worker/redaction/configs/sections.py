@@ -3,6 +3,8 @@
     composer auth.json   "github-oauth": { "github.com": "<token>" }   "gitlab-token": { … }
     NuGet.Config         <apikeys> <add key="https://www.nuget.org/api/v2/package" value="<key>" /> </apikeys>
     Kubernetes Secret    stringData:  (its entries, any names)
+    JAAS login module    …PlainLoginModule required username="admin" password="…" user_alice="…";
+                         (Kafka's SASL/PLAIN and SCRAM users: every `user_NAME` option is NAME's password)
 
 The entries' names are hosts or arbitrary; the section's name says what they hold.
 """
@@ -24,6 +26,8 @@ _XML_SECTION = re.compile(r"(?is)<(apikeys|secrets|passwords|tokens)>(.*?)</\1>"
 _VALUE_ATTR = re.compile(r"\bvalue\s*=\s*\"([^\"]*)\"")
 _KIND_SECRET = re.compile(r"(?m)^[ \t]*kind:[ \t]*[\"']?Secret[\"']?[ \t]*$")
 _STRING_DATA = re.compile(r"(?m)^([ \t]*)stringData:[ \t]*$")
+# a JAAS login module's `user_NAME="password"` options (Kafka, ZooKeeper): the users it accepts
+_JAAS_USER = re.compile(r"(?:^|[\s;])user_[\w.-]+\s*=\s*\"([^\"\n]*)\"")
 _YAML_ENTRY = re.compile(
     r"[ \t]+[\"']?([\w.-]+)[\"']?:[ \t]+(?:\"([^\"\n]*)\"|'([^'\n]*)'|([^\s#|>][^\n]*?))[ \t]*(?:#[^\n]*)?$"
 )
@@ -47,6 +51,10 @@ def section_spans(text: str) -> Iterator[Span]:
                     yield "api_key", m.start(2) + e.start(1), m.start(2) + e.end(1)
     if "stringData:" in text and _KIND_SECRET.search(text):
         yield from _string_data(text)
+    if "LoginModule" in text:
+        for m in _JAAS_USER.finditer(text):
+            if not spared(m.group(1), "password", True):
+                yield "password", m.start(1), m.end(1)
 
 
 def _string_data(text: str) -> Iterator[Span]:
