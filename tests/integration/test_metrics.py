@@ -103,8 +103,11 @@ def test_either_api_process_reports_the_totals_of_both_and_of_the_worker(deploym
 
     def settled() -> list[dict] | None:
         both = [scrape(base) for base in d.bases]
+        # a request's own count is recorded once it is answered, and may reach Redis a flush after
+        # the append it carried: both are waited for
         done = all(
             total(s, "compactd_appends_total") == appends
+            and total(s, "compactd_http_requests_total", route="/v1/sessions/{sid}/turns") == appends
             and total(s, "compactd_prompt_fetches_total") == fetches
             and total(s, "compactd_job_seconds_count", outcome="published") >= 3
             for s in both
