@@ -112,11 +112,12 @@ def _typed_values(text: str) -> Iterable[Span]:
     for pattern in _TYPED_VALUE:
         for m in pattern.finditer(text):
             name, group = (m.group(1), 2) if m.group(1) is not None else (m.group(4), 3)
-            named = ("secret", True) if name.lower() == "securestring" else credential_name(name)
+            secure = name.lower() == "securestring"
+            named = ("secret", True) if secure else credential_name(name)
             if named is None:
                 continue
             # a password is one whatever it looks like; another kind must look random
-            strong = named[0] == "password" or name.lower() == "securestring"
+            strong = named[0] == "password" or secure
             if not spared(m.group(group), named[0], strong):
                 yield named[0], m.start(group), m.end(group)
 

@@ -45,7 +45,9 @@ Span = tuple[str, int, int]
 _SEPARATOR = re.compile(r"&&|\|\||[;|\n]|\\n")
 _VALUE = r"(?:\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'`;&|)]+)"
 _USER = re.compile(r"(?:^|\s)(?:-[uU](?:[ \t]+(?!-)\S|[A-Za-z0-9_\\.]+)|--user[= ]\S)")
-_PASSWORD = re.compile(rf"(?:^|\s)-[pP](?:[ \t]+({_VALUE})|(\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'`;&|)]+))")
+_VALUE_RE = re.compile(_VALUE)
+# `-p VALUE` or `-pVALUE`
+_PASSWORD = re.compile(rf"(?:^|\s)-[pP](?:[ \t]+({_VALUE})|({_VALUE}))")
 # a `-u` / `-U` that names no user: sudo's (the user to run as), pip's and uv's (upgrade)
 _NOT_USER = re.compile(r"(?:^|\s)(?:sudo|doas|runuser|pip3?|uv|pipx|install)(?:[ \t]+-\S+)*[ \t]+-[uU]\b")
 _TOOL = re.compile(
@@ -121,7 +123,7 @@ def tool_spans(line: str) -> Iterator[Span]:
 
 
 def _value_at(command: str, at: int, start: int) -> Iterator[Span]:
-    m = re.compile(_VALUE).match(command, start)
+    m = _VALUE_RE.match(command, start)
     if m is None:
         return
     a, b = _unquoted(command, *m.span())
@@ -138,9 +140,9 @@ def _net_use(command: str, at: int) -> Iterator[Span]:
     share = _UNC.search(command)
     if share is None:
         return
-    for m in re.finditer(_VALUE, command[share.end() :]):
+    for m in _VALUE_RE.finditer(command, share.end()):
         if not m.group().startswith("/"):
-            start, end = _unquoted(command, share.end() + m.start(), share.end() + m.end())
+            start, end = _unquoted(command, *m.span())
             if command[start:end] != "*" and not _stands_in(command[start:end]):
                 yield "password", at + start, at + end
             return
