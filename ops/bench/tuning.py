@@ -84,7 +84,9 @@ SINCE_LOG: dict[str, frozenset[str]] = {
     # issue 42 (TUNING.md 2026-12-01): the crafted negatives the generic layer newly flagged, and the
     # misses of the dev half of the families (ops/bench/generic.py family_half) outside keyword and
     # generic, read
-    GENERIC_POSITIONS: frozenset({"huggingface", "generic", "aws", "openai", *LOOKED_AT_42}),
+    # keyword: a template is spared only when well formed (2026-12-07, session 16), a change made
+    # knowing detect-secrets' test value `m{{h}o)p${e]nob(ody[finds>-_$#thisone}}` (that family's)
+    GENERIC_POSITIONS: frozenset({"huggingface", "generic", "aws", "openai", "keyword", *LOOKED_AT_42}),
     # telegram and truenas: the numbered-key shape was written after their held-out miss counts
     # (no text read), so their figures do not count it (TUNING.md, 2026-12-07)
     GENERIC_TOKENS: frozenset(

@@ -7,10 +7,14 @@ import json
 from urllib.parse import quote
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from worker.redaction import Redactor
+from worker.redaction.configs.names import spared
 from worker.redaction.generic.names import credential_name
 from worker.redaction.scanner import CONFIG_POSITIONS, Ruleset
+from worker.redaction.shapes import has_template
 
 R = Redactor(b"generic-key")
 # the generic layer alone beneath the detectors: no config position knows these formats
@@ -121,6 +125,7 @@ CAUGHT = [
 SPARED = [
     ("reference", "sentinel auth-pass mymaster <password>"),
     ("variable", "requirepass ${REDIS_PASSWORD}"),
+    ("template-call", "client_secret: \"{{ lookup('env', 'CLIENT_SECRET') }}\""),
     ("prose", "Set the password to use to authenticate with the master and replicas."),
     ("markdown-bullet", "  * Token usage"),
     ("prose-heading", "Reduce token usage"),
@@ -244,3 +249,42 @@ def test_credential_names_in_any_spelling(name: str, kind: str | None) -> None:
     """A name's last word decides: a credential stem or compound names one, an about-word does not."""
     named = credential_name(name)
     assert (named[0] if named else None) == kind
+
+
+@pytest.mark.parametrize(
+    ("value", "template"),
+    [
+        ("${DB_PASSWORD}", True),
+        ("prefix-${ENV}", True),
+        ("#{visibility}_cursor", True),
+        ("{{ lookup('env', 'X') }}", True),
+        ("${A:-${B}}", True),
+        ("${x[0]}-{{ y }}", True),
+        ("m{{h}o)p${e]nob(ody[finds>-_$#x}}", False),  # detect-secrets' test value: brackets unbalanced
+        ("Pa${ss-Wq7", False),  # never closes
+        ("{{x}", False),  # one brace
+        ("Kq${a}b${c", False),  # the second one never closes
+        ("Kq${a)b}", False),
+        ("plain-Pw-42", False),
+    ],
+)
+def test_a_value_is_spared_as_a_template_only_when_every_template_in_it_is_well_formed(
+    value: str, template: bool
+) -> None:
+    assert has_template(value) is template
+    assert spared(value, "password", True) is template
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    before=st.text(alphabet="abcXYZ019-_.:@!", max_size=12),
+    name=st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,20}", fullmatch=True),
+    after=st.text(alphabet="abcXYZ019-_.:@!", max_size=12),
+    opener=st.sampled_from(["${", "#{", "{{", "{{ "]),
+)
+def test_a_well_formed_template_anywhere_is_spared_and_an_unclosed_one_is_not(
+    before: str, name: str, after: str, opener: str
+) -> None:
+    closer = "}}" if opener.startswith("{{") else "}"
+    assert has_template(f"{before}{opener}{name}{closer}{after}")
+    assert not has_template(f"{before}{opener}{name}{after}")

@@ -34,10 +34,14 @@ def test_secret_corpora_recall_and_false_positives(shared_data: Path) -> None:
     # literal in a password position, a secret by policy; 0.103 since the generic layer (issue 42):
     # five negatives of other rules that are credentials by shape or position (`foo_wWPw5k4a…`,
     # a look-alike `sk-proj-…`, `Ldap password ---- H7IKC85R#@4$`; two token-shaped ones not read);
-    # 0.108 since hex bodies after a vendor-style prefix are tokens (two sourcegraph negatives, not read)
+    # 0.108 since hex bodies after a vendor-style prefix are tokens (two sourcegraph negatives, not read);
+    # 0.110 since a template is spared only when well formed (session 16): the keyword plugin's negative
+    # `aws_secret_access_key = @'m{{h}o)p${e]nob(…}}'` (negative for some file types only) is a value in
+    # a credential position, a secret by policy
     assert total["fp_rate"] <= 0.11, total
-    # 0.047: the same `real_key`; 0.059 since the generic layer (the five above); 0.061 since hex bodies
-    assert total["fp_rate_unlisted"] <= 0.062, total
+    # 0.047: the same `real_key`; 0.059 since the generic layer (the five above); 0.061 since hex
+    # bodies; 0.063 since well-formed templates (the keyword negative above)
+    assert total["fp_rate_unlisted"] <= 0.064, total
 
 
 def test_family_held_out_figures_hold(shared_data: Path) -> None:
@@ -62,8 +66,9 @@ PER_CORPUS = {
     "gitleaks_rule_cases": (0.98, 0.125),
     # 0.098: a table's `Ldap password ---- H7IKC85R#@4$` and two token shapes (issue 42)
     "noseyparker_rule_examples": (0.96, 0.1),
-    # `password: real_key`, a secret since issue 25; token shapes since issue 42 (`foo_wWPw5k4a…`)
-    "detect_secrets_plugin_cases": (0.955, 0.085),
+    # `password: real_key`, a secret since issue 25; token shapes since issue 42 (`foo_wWPw5k4a…`);
+    # 0.093: `aws_secret_access_key = @'m{{h}o)p${e]…'`, a credential position (session 16)
+    "detect_secrets_plugin_cases": (0.955, 0.095),
     "detect_secrets_test_files": (0.96, 0.0),
 }
 

@@ -111,3 +111,25 @@ def test_a_percent_encoded_form_body_is_read_as_a_document_too() -> None:
     redacted = R.redact_text(f"curl -d 'file={quote(doc, safe='')}' https://example.test/upload")
 
     assert "open_sesame" not in redacted
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    encoding=st.sampled_from(["percent", "json", "json_unicode"]),
+    lines_before=st.integers(0, 200),
+    line_width=st.integers(1, 300),
+    same_line=st.integers(0, 20_000),
+)
+def test_an_encoded_secret_is_found_wherever_it_lies_in_a_long_text(
+    encoding: str, lines_before: int, line_width: int, same_line: int
+) -> None:
+    """Only the lines holding an escape are decoded (a long line around its escapes): the encoded
+    secret is found after many plain lines and deep into a long line alike, and the plain text
+    around it comes through."""
+    plain = ("x" * (line_width - 1) + "\n") * lines_before
+    text = plain + "w " * (same_line // 2) + ENCODINGS[encoding](FILE) + "\nthe end"
+
+    redacted = R.redact_text(text)
+
+    assert SECRET not in redacted and PLACEHOLDER.search(redacted)
+    assert redacted.startswith(plain) and redacted.endswith("\nthe end")

@@ -2,11 +2,13 @@
 
 Percent escapes (`%3D`, `%22`) and JSON string escapes (`\\"`, `\\n`) hide the `=`, quotes and
 line breaks that many rules need as context, so a secret the plain text would give away passes the
-scan of the encoded text. Each decoding is applied to the whole text (a JSON-escaped file keeps its
-spaces, so a token alone would lose the `key = ` in front of a value), the decoded bytes are scanned
+scan of the encoded text. Each decoding is applied to the lines that hold an escape of its kind,
+whole (a JSON-escaped file keeps its spaces, so a token alone would lose the `key = ` in front of a
+value; a long line is read around its escapes, as lines.py reads it); the decoded bytes are scanned
 with `find_spans`, and a secret found there is mapped back to the encoded token that carries it: the
 run of non-space bytes around it that holds an escape of that kind. The whole token is replaced,
-since the escapes inside it make a byte-exact cut between secret and context guesswork.
+since the escapes inside it make a byte-exact cut between secret and context guesswork. Lines with
+no escape are not scanned again: what they hold the plain scan saw.
 
 Base64 runs need nothing here: `find_spans` already scans the text they decode to.
 """
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 
 import re2
 
+from worker.redaction.lines import windows
 from worker.redaction.scanner import Span, uncovered
 from worker.redaction.search import leftmost
 
@@ -96,13 +99,19 @@ def _percent_unescaped(escape: bytes) -> bytes:
 
 
 def _view(
-    data: bytes, escape: re.Pattern[bytes], unescape: Callable[[bytes], bytes], keep: list[tuple[int, int]]
+    data: bytes,
+    escape: re.Pattern[bytes],
+    unescape: Callable[[bytes], bytes],
+    keep: list[tuple[int, int]],
+    window: tuple[int, int],
 ) -> _View | None:
-    """data with every match of `escape` outside the `keep` ranges decoded, or None when there is none."""
+    """data[start:end] of the window with every match of `escape` outside the `keep` ranges
+    decoded (offsets in data), or None when there is none."""
     out: list[bytes] = []
     pieces: list[tuple[int, int, int, bool]] = []
-    dec = pos = 0
-    for m in escape.finditer(data):
+    dec = 0
+    pos, stop = window
+    for m in escape.finditer(data, pos, stop):
         if any(a <= m.start() < b for a, b in keep):
             continue
         if m.start() > pos:
@@ -116,13 +125,14 @@ def _view(
         pos = m.end()
     if not pieces:
         return None
-    if pos < len(data):
-        pieces.append((dec, pos, len(data) - pos, False))
-        out.append(data[pos:])
+    if pos < stop:
+        pieces.append((dec, pos, stop - pos, False))
+        out.append(data[pos:stop])
     return _View(b"".join(out), pieces, escape)
 
 
 def _views(data: bytes) -> Iterator[_View]:
+    """A decoded view of each window of data (the lines around its escapes) per kind of escape."""
     # decoding inside a URL's userinfo would move where its password ends (`P%40ss@host`)
     userinfo = [m.span() for m in _USERINFO.finditer(data)] if b"://" in data else []
     # nor is `%ADMIN_PW%` an escape (`%AD`): a Windows variable, a reference to a secret
@@ -131,9 +141,11 @@ def _views(data: bytes) -> Iterator[_View]:
         (_PERCENT, _percent_unescaped, userinfo + variables),
         (_JSON_ESCAPE, _json_unescaped, []),
     ):
-        view = _view(data, escape, unescape, keep)
-        if view is not None:
-            yield view
+        hits = [m.start() for m in escape.finditer(data) if not any(a <= m.start() < b for a, b in keep)]
+        for start, end, _whole in windows(data, hits):
+            view = _view(data, escape, unescape, keep, (start, end))
+            if view is not None:
+                yield view
 
 
 def _token(data: bytes, start: int, end: int, covered: list[Span]) -> tuple[int, int]:

@@ -179,3 +179,44 @@ NEXT_KEY = re.compile(r"[A-Za-z][A-Za-z_.-]*=")
 def is_yaml_tag(value: str) -> bool:
     """Whether a value starts with a YAML tag that stands for it (`!vault |`, `!secret db_pw`)."""
     return _YAML_TAG.match(value) is not None
+
+
+_TEMPLATE_OPENERS = ("${", "#{", "{{")
+_CLOSER = {"{": "}", "(": ")", "[": "]"}
+
+
+def has_template(value: str) -> bool:
+    """Whether value holds a template expression (`${ENV}`, `#{visibility}_cursor`, `{{ x }}`) and
+    every one it opens is well formed: its brackets balance up to the closing brace. A stray
+    `${` or `{{` in a password (`m{{h}o)p${e]nob(ody…`) is no template: structure, not looks."""
+    found = False
+    at = min((i for i in (value.find(o) for o in _TEMPLATE_OPENERS) if i >= 0), default=-1)
+    while at >= 0:
+        end = _template_end(value, at)
+        if end is None:
+            return False
+        found = True
+        at = min((i for i in (value.find(o, end) for o in _TEMPLATE_OPENERS) if i >= 0), default=-1)
+    return found
+
+
+def _template_end(value: str, at: int) -> int | None:
+    """Just past the closing brace (or braces) of the template opened at `at`, or None when its
+    brackets do not balance before it or it never closes."""
+    double = value.startswith("{{", at)
+    stack: list[str] = []
+    for i in range(at + 2, len(value)):
+        c = value[i]
+        if c in _CLOSER:
+            stack.append(_CLOSER[c])
+        elif c in ")]}":
+            if stack:
+                if stack.pop() != c:
+                    return None
+            elif c != "}":
+                return None  # `)` or `]` that nothing opened
+            elif not double:
+                return i + 1
+            else:
+                return i + 2 if value.startswith("}", i + 1) else None  # `{{h}o`: one brace, no close
+    return None

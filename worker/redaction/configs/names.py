@@ -20,7 +20,7 @@ from functools import lru_cache
 from worker.redaction.keywords import _NOT_CREDENTIAL_KEY as NOT_CREDENTIAL_KEY
 from worker.redaction.keywords import key_words
 from worker.redaction.positions import is_reference
-from worker.redaction.shapes import NEXT_KEY, is_yaml_tag, looks_random
+from worker.redaction.shapes import NEXT_KEY, has_template, is_yaml_tag, looks_random
 
 _PASSWORD = frozenset(["password", "passwd", "pass", "pwd", "passphrase", "passw", "pw", "pword"])
 _SECRET = frozenset(["secret", "salt", "secretkey", "clientsecret", "masterkey"])
@@ -287,8 +287,8 @@ def spared(value: str, kind: str, strong: bool) -> bool:
         return True
     if NEXT_KEY.fullmatch(value.strip()) or is_yaml_tag(v):
         return True  # `password= auth_user=`: empty, then the next key; `!vault |`: the value follows
-    if "${" in v or "#{" in v or "{{" in v:
-        return True  # a template: `"#{visibility}_cursor"`, `"prefix-${ENV}"`
+    if has_template(v):
+        return True  # a template: `"#{visibility}_cursor"`, `"prefix-${ENV}"` (`m{{h}o)p${e]…` is none)
     weak = v.lower() in _WEAK  # `POSTGRES_PASSWORD: example` (the postgres image's docs): a working password
     if not v or (is_reference(v) and not weak) or _COMMAND.match(v) or _MASK.search(v):
         return True
