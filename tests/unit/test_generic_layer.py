@@ -22,6 +22,8 @@ NO_FORMATS = Redactor(b"generic-key", Ruleset.without(frozenset({CONFIG_POSITION
 
 # (case, text, secret): the secret must be gone, and the rest of the text kept
 CAUGHT = [
+    # a user and a password hash on a line of their own: a password file's entry (pgpool's pcp.conf)
+    ("user-hash-line", "# USERID:MD5PASSWD\nrelay:5f4dcc3b5aa765d61d8327deb882cf99\n", "5f4dcc3b5aa765d61d8327deb882cf99"),
     ("daemon-directive", "auth_pass Kx7vR2pQ", "Kx7vR2pQ"),
     ("directive-after-args", "sentinel auth-pass mymaster Qm9vLm8-pX2r_wq", "Qm9vLm8-pX2r_wq"),
     ("directive-type-word", "d-i passwd/user-password password Preseed-User-4410", "Preseed-User-4410"),
@@ -123,6 +125,9 @@ CAUGHT = [
 ]
 # (case, text): nothing is redacted
 SPARED = [
+    ("digest-line", "sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"),
+    ("commit-line", "  commit:4f0773b2c3a9e1d5f6a7b8c9d0e1f2a3b4c5d6e7"),
+    ("user-hash-in-prose", "the entry alice:5f4dcc3b5aa765d61d8327deb882cf99 is an example"),
     ("reference", "sentinel auth-pass mymaster <password>"),
     ("variable", "requirepass ${REDIS_PASSWORD}"),
     ("template-call", "client_secret: \"{{ lookup('env', 'CLIENT_SECRET') }}\""),

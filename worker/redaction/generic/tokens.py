@@ -225,6 +225,19 @@ def decoded_userinfo(decoded: bytes) -> bool:
 USERINFO = re.compile(rb"[\w.@+-]{1,64}:[!-.0-9;-~][!-9;-~]{2,127}")
 
 
+# a user and the hash of their password on a line of their own (pgpool's pcp.conf `pgpool:<md5>`,
+# pool_passwd's `user:md5<md5>`, `user:<sha256>` files): a password file's entry, whatever the file;
+# a digest's own name before it (`sha256:…`, `commit:…`) is no user (`_DIGEST_NAMES`)
+USER_HASH = re2.compile(
+    rb"(?m)^[ \t]*([A-Za-z_][\w.@-]{0,31}):((?:md5)?[0-9a-f]{32}|[0-9a-f]{40}|[0-9a-f]{64}|[0-9a-f]{128})[ \t\r]*$"
+)
+_DIGEST_NAMES = re.compile(
+    rb"(?i)(?:sha\d*|md\d|blake\w*|xxh\w*|crc\w*|hash\w*|digest|checksum|sum|etag|oid|id|uuid|guid|"
+    rb"commit|tree|blob|object|ref|rev|revision|head|parent|tag|nonce|salt|trace\w*|span\w*|request\w*|"
+    rb"fingerprint|integrity|version|build|key_?id|kid)"
+)
+
+
 # a key after its owner's number (`123456789:AAHdqTcvCH1vGWJx…`, `1-UwV8…`: a bot's or an account's
 # id, then its secret): the number is a prefix like any other
 NUMBERED = re2.compile(
@@ -232,7 +245,7 @@ NUMBERED = re2.compile(
 )
 
 _SHAPES = re2.compile(
-    b"|".join(b"(?:" + r.pattern + b")" for r in (HASHED, MYSQL_HASH, JWT, PADDED, NUMBERED)), _spans_only()
+    b"|".join(b"(?:" + r.pattern + b")" for r in (HASHED, MYSQL_HASH, USER_HASH, JWT, PADDED, NUMBERED)), _spans_only()
 )
 # every shape at once: a clean text (nearly all of them) costs this one DFA pass
 _ANY = re2.compile(_SHAPES.pattern + b"|" + _PATTERN, _spans_only())
@@ -248,6 +261,9 @@ def token_spans(data: bytes) -> Iterator[Span]:
             yield "password_hash", start, end
         for m in MYSQL_HASH.finditer(data):
             yield "password_hash", m.start(1), m.end(1)
+        for m in USER_HASH.finditer(data):
+            if _DIGEST_NAMES.fullmatch(m.group(1)) is None:
+                yield "password_hash", m.start(2), m.end(2)
         for start, end in match_spans(JWT, data):
             yield "jwt", start, end
         for m in PADDED.finditer(data):
