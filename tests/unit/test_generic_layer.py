@@ -22,8 +22,30 @@ NO_FORMATS = Redactor(b"generic-key", Ruleset.without(frozenset({CONFIG_POSITION
 
 # (case, text, secret): the secret must be gone, and the rest of the text kept
 CAUGHT = [
+    # entries.py: a collection's values, a user's entry, a method's secret, a scheme's encoding
+    (
+        "collection-dict",
+        'API_TOKEN_PEPPERS = {1: "Wn4Hs8Qk1Ld6Fz3Rp9Vt2Mx7Cb5Jy0Ga8"}',
+        "Wn4Hs8Qk1Ld6Fz3Rp9Vt2Mx7Cb5Jy0Ga8",
+    ),
+    ("collection-plural", 'SECRET_KEYS = ["a", "Ko1Pi6Sr3Tw9NeWn4Hs8Qk1Ld6"]', "Ko1Pi6Sr3Tw9NeWn4Hs8Qk1Ld6"),
+    ("collection-dict-key-kept", 'api_keys: {"billing": "Wn4Hs8Qk1Ld6Fz3Rp9Vt2M"}', "Wn4Hs8Qk1Ld6Fz3Rp9Vt2M"),
+    ("user-entry", "user=kiosk-lobby:Lobby.Cam.2025", "Lobby.Cam.2025"),
+    ("user-entry-scheme", "users relay:CL:Pr0xy!Vesna2024", "Pr0xy!Vesna2024"),
+    ("method-secret", '"DOMAIN\\user"\tMSCHAPV2\t"Tr0ub4dor&3"', "Tr0ub4dor&3"),
+    ("method-secret-snmp", 'createUser authPrivUser SHA "b7Vq!x2Lm9#zRt4P" AES', "b7Vq!x2Lm9#zRt4P"),
+    ("obfuscated", "job-reader:OBF:1fod1ino1ing1hva1tvf1z7e1irn,user", "1fod1ino1ing1hva1tvf1z7e1irn"),
+    (
+        "md5-scheme",
+        "job-runner:MD5:b3be3aa83a7ead94c6f9fb7eeaf1244c,user",
+        "b3be3aa83a7ead94c6f9fb7eeaf1244c",
+    ),
     # a user and a password hash on a line of their own: a password file's entry (pgpool's pcp.conf)
-    ("user-hash-line", "# USERID:MD5PASSWD\nrelay:5f4dcc3b5aa765d61d8327deb882cf99\n", "5f4dcc3b5aa765d61d8327deb882cf99"),
+    (
+        "user-hash-line",
+        "# USERID:MD5PASSWD\nrelay:5f4dcc3b5aa765d61d8327deb882cf99\n",
+        "5f4dcc3b5aa765d61d8327deb882cf99",
+    ),
     ("daemon-directive", "auth_pass Kx7vR2pQ", "Kx7vR2pQ"),
     ("directive-after-args", "sentinel auth-pass mymaster Qm9vLm8-pX2r_wq", "Qm9vLm8-pX2r_wq"),
     ("directive-type-word", "d-i passwd/user-password password Preseed-User-4410", "Preseed-User-4410"),
@@ -125,6 +147,22 @@ CAUGHT = [
 ]
 # (case, text): nothing is redacted
 SPARED = [
+    ("uid-gid", 'user: "1000:1000"'),
+    ("user-group", "USER app:app"),
+    ("user-group-word", "user = nobody:nogroup"),
+    ("login-time", "login: 2024-01-01T10:00:00"),
+    ("prose-user-colon", "6. All user messages:\\n   - Implement the parser"),
+    ("collection-of-names", 'password_keys = ["db", "cache", "queue"]'),
+    ("collection-closes", 'tokens = ["a"]; token_id = "Wn4Hs8Qk1Ld6Fz3Rp9Vt2Mx7Cb5Jy0Ga8"'),
+    ("collection-escaped", 'pass: [\\"*/*\\"], x: \\"uuid-9Wn4Hs8Qk1Ld6Fz3Rp9Vt\\"'),
+    (
+        "prose-username-password",
+        "# both mechanisms conduct username and password validation in different ways.",
+    ),
+    (
+        "oracle-cloud-id",
+        "user = ocid1.user.oc1..aaaaaaaakjkdrsqwljdpszrynrcosihxf2uspf7pzt7d4fmqomui2ngzysna",
+    ),
     ("digest-line", "sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"),
     ("commit-line", "  commit:4f0773b2c3a9e1d5f6a7b8c9d0e1f2a3b4c5d6e7"),
     ("user-hash-in-prose", "the entry alice:5f4dcc3b5aa765d61d8327deb882cf99 is an example"),

@@ -21,6 +21,7 @@ from worker.redaction.keywords import (
 from worker.redaction.positions import is_joined, is_password_flag, password_flag
 from worker.redaction.rules import Judge, Judged, strip_quotes
 from worker.redaction.shapes import (
+    RESOURCE_NAME,
     char_classes,
     entropy_bits,
     is_code,
@@ -119,6 +120,7 @@ def high_entropy(secret: str, key: str | None) -> Judged:
         or is_file_path(value)
         or is_hex_digest(value)
         or is_uuid(value)
+        or RESOURCE_NAME.match(value)
         or value[:4].lower() in ("sha1", "sha2", "sha5", "md5-")
     ):
         return None

@@ -10,7 +10,15 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from worker.redaction.shapes import NEXT_KEY, is_code, is_file_path, is_placeholder, is_wordy, looks_random
+from worker.redaction.shapes import (
+    NEXT_KEY,
+    RESOURCE_NAME,
+    is_code,
+    is_file_path,
+    is_placeholder,
+    is_wordy,
+    looks_random,
+)
 
 _WORDS = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
 
@@ -300,7 +308,7 @@ def is_assigned_secret(
     # structure before looks: a password is spared only when it visibly stands in for one
     if is_placeholder(v, runs=kind != "password") or echoes_key(key_hint, v):
         return False
-    if _ARN.match(v) or _CONCATENATION.match(v):
+    if RESOURCE_NAME.match(v) or _CONCATENATION.match(v):
         return False
     if not quoted and (v.endswith("(") or NEXT_KEY.fullmatch(v)):
         return False  # `os.getenv(`: a call; `password= auth_user=`: empty, then the next key
@@ -357,8 +365,6 @@ _MODE_WORD = re.compile(r"[A-Z][A-Z_-]{1,13}[A-Z]\d{0,2}")
 # `#68175A`: a colour; `(?:%25|%)`, `[0-9A-F]{1,4}`, `\d+`: a regular expression
 _COLOR = re.compile(r"^#(?:[0-9A-Fa-f]{3}){1,2}(?:[0-9A-Fa-f]{2})?$")
 _REGEX = re.compile(r"\(\?[:=!<]|\[[^\]\s]*\w-\w[^\]\s]*\][*+?{]|\\[dwsSbB][*+?{]|\{\d+,\d*\}")
-# resource names (`arn:aws:iam::aws:policy/IAMUserChangePassword`, `urn:ietf:params:oauth:…`)
-_ARN = re.compile(r"^(?:arn:aws[\w-]*|urn):[\w-]+:")
 # `"…password = "+new Buffer(x)`: the quote closed a string and code follows
 _CONCATENATION = re.compile(r"^[+.]\s*(?:new\s+)?[A-Za-z_$][\w$.]*\s*\(")
 # `"/en/enterprise-server@3.0/auth"`: a site path of two or more segments

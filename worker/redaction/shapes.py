@@ -181,6 +181,10 @@ def is_yaml_tag(value: str) -> bool:
     return _YAML_TAG.match(value) is not None
 
 
+# a resource's name, which says where a thing is, not how to get in (`arn:aws:iam::…:policy/
+# ReadOnlyPassword`, `urn:ietf:params:oauth:…`, an Oracle Cloud id `ocid1.user.oc1..aaaa…`)
+RESOURCE_NAME = re.compile(r"^(?:(?:arn:aws[\w-]*|urn):[\w-]+:|ocid1\.[a-z0-9]+\.[a-z0-9-]+\.)")
+
 _TEMPLATE_OPENERS = ("${", "#{", "{{")
 _CLOSER = {"{": "}", "(": ")", "[": "]"}
 

@@ -20,7 +20,7 @@ from functools import lru_cache
 from worker.redaction.keywords import _NOT_CREDENTIAL_KEY as NOT_CREDENTIAL_KEY
 from worker.redaction.keywords import key_words
 from worker.redaction.positions import is_reference
-from worker.redaction.shapes import NEXT_KEY, has_template, is_yaml_tag, looks_random
+from worker.redaction.shapes import NEXT_KEY, RESOURCE_NAME, has_template, is_yaml_tag, looks_random
 
 _PASSWORD = frozenset(["password", "passwd", "pass", "pwd", "passphrase", "passw", "pw", "pword"])
 _SECRET = frozenset(["secret", "salt", "secretkey", "clientsecret", "masterkey"])
@@ -270,8 +270,7 @@ _PHRASE = re.compile(
 _PUBLIC_VALUE = re.compile(
     r"^(?:ssh-(?:rsa|ed25519|dss)|ecdsa-sha2-|sk-ssh-|-----BEGIN (?:PUBLIC KEY|CERTIFICATE|SSH2 PUBLIC))"
 )
-# resource names (`arn:aws:iam::…:policy/ReadOnlyPassword`, `urn:…`) and regular expressions
-_RESOURCE = re.compile(r"^(?:arn:aws[\w-]*|urn):[\w-]+:")
+# regular expressions (resource names: shapes.RESOURCE_NAME)
 _REGEX = re.compile(r"\(\?[:=!<]|\[[^\]\s]*\w-\w[^\]\s]*\](?:[*+?]|\{\d)|\\[dwsSbB][*+?{]|\{\d+,\d*\}")
 _PATH = re.compile(r"^(?:/|~/|\./|\.\./|[A-Za-z]:\\|file:)")
 
@@ -297,7 +296,7 @@ def spared(value: str, kind: str, strong: bool) -> bool:
         return True
     if " " in v and _PHRASE.search(v) is not None:
         return True
-    if _PUBLIC_VALUE.match(v) or _PATH.match(v) or _RESOURCE.match(v) or _REGEX.search(v):
+    if _PUBLIC_VALUE.match(v) or _PATH.match(v) or RESOURCE_NAME.match(v) or _REGEX.search(v):
         return True
     if v.isdigit() and (len(v) < 4 or (kind != "password" and len(v) < 8)):
         return True  # a count, a port, a bcrypt cost

@@ -235,7 +235,7 @@ _PROSE_WORD = re.compile(
 )
 # `machine h login u password p` (netrc, one line) and fetchmail's `user 'u' … password 'p'`
 _NETRC = re.compile(
-    r"\b(?:login|user|username)[ \t]+[^\s=:]\S*.*?\b(?:password|passwd)[ \t]+(\"[^\"\n]*\"|'[^'\n]*'|[^\s=:]\S*)"
+    r"\b(?:login|user|username)[ \t]+([^\s=:]\S*).*?\b(?:password|passwd)[ \t]+(\"[^\"\n]*\"|'[^'\n]*'|[^\s=:]\S*)"
 )
 
 
@@ -257,9 +257,11 @@ def spaced_pairs(line: str) -> Iterator[Span]:
     if "passw" not in line:
         return  # _NETRC's `password` or `passwd`: a line without them needs no search
     for n in _NETRC.finditer(line):
-        value = n.group(1)
+        if _PROSE_WORD.fullmatch(n.group(1)):
+            continue  # `username and password validation`: prose, no user named
+        value = n.group(2)
         quoted = value[0] in "\"'"
         inner = value[1:-1] if quoted else value
         if not spared(inner, "password", True) and _PROSE_WORD.fullmatch(inner) is None:
-            start = n.start(1) + (1 if quoted else 0)
+            start = n.start(2) + (1 if quoted else 0)
             yield "password", start, start + len(inner)

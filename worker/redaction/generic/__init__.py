@@ -12,6 +12,8 @@ knows no format and no vendor:
     commands.py    `-u USER -p PASS` and tools' own password flags (`redis-cli -a PASS`) on a
                    command line, a Go DSN's `user:PASS@tcp(…)`, a webhook URL's random path (no
                    credential word near any of them)
+    entries.py     a credential name's literal collection (`API_KEYS = {"a": "…"}`), a user's
+                   `name:SECRET` entry, a method's secret (`"alice" MD5 "pw"`), `OBF:…`
 
 Key/value pairs (`=`, `:`, `=>`, JSON, attributes), XML elements and URL userinfo
 (`scheme://user:p#ss@host`) are read with the config positions' own readers (configs/pairs.py,
@@ -37,6 +39,7 @@ from worker.redaction.configs.names import spared
 from worker.redaction.configs.oneliners import url_spans
 from worker.redaction.generic.commands import dsn_spans, tool_spans, user_password_spans, webhook_spans
 from worker.redaction.generic.directives import directive_spans, flag_spans, header_spans
+from worker.redaction.generic.entries import collection_spans, method_spans, schemed_spans, user_entry_spans
 from worker.redaction.generic.names import credential_name
 from worker.redaction.generic.tokens import decoded_userinfo, token_spans
 from worker.redaction.lines import decode, to_bytes
@@ -47,11 +50,14 @@ Span = tuple[str, int, int]
 
 # a line worth reading names a credential somewhere (one RE2 pass; the rest is not looked at)
 _KEYWORD = re2.compile(
-    rb"(?i)pass|pwd|pw\b|secret|token|key|salt|cred|auth|psk|community|://[^\s:/@]*:[^\s@]+@|"
+    rb"(?i)pass|pwd|pw\b|secret|token|key|salt|pepper|cred|auth|psk|community|://[^\s:/@]*:[^\s@]+@|"
     rb"://[^\s\"'<>]{0,256}hook|@(?:tcp|udp|unix)\(|\s(?:-u|--user)[^\n]{0,80}\s-p|\s-p[^\n]{0,80}\s-u|"
     rb"\bredis-cli\b[^\n]{0,120}\s-a|\bldap[a-z]+\b[^\n]{0,120}\s-w|\b(?:zip|unzip|zipcloak|7z[ar]?|rar|unrar)\b"
     rb"[^\n]{0,120}-p|\bopenssl\b[^\n]{0,200}\s-k|\bsmbclient\b[^\n]{0,120}(?:-u|--user)|\bnet(?:\.exe)?\s+use\b|"
-    rb"password-stdin"
+    rb"password-stdin|"
+    # entries.py: a method's quoted secret, a scheme's encoding, a user's `name:secret` entry
+    rb"(?-i:\b(?:MD5|SHA(?:-?\d{1,3})?|MSCHAPV2|MSCHAP|GTC|PAP|CHAP|AES\d{0,3}|DES)[ \t]+\")|(?-i:OBF:|CRYPT:|MD5:[0-9a-f])|"
+    rb"\b(?:users?|user_?name|login|account)\b[ \t]*[=:]?[ \t]*[\"']?[\w.@\\-]{1,64}:[^\s,\"';\\]"
 )
 # a line that may hold a tool's password flag (commands.py `tool_spans`): substrings, the cheapest test
 _TOOL_WORDS = ("-p", "-P", "-w", "-a", "-k", "-U", "--user", "/user", "/USER", "/u:", "/U:", "password-stdin")
@@ -80,6 +86,14 @@ def _line(text: str, whole: bool) -> Iterable[Span]:
         yield from dsn_spans(text)
     if any(word in text for word in _TOOL_WORDS):
         yield from tool_spans(text)
+    if "[" in text or "{" in text or "(" in text:
+        yield from collection_spans(text)
+    if ":" in text:
+        yield from user_entry_spans(text)
+        if "OBF:" in text or "CRYPT:" in text or "MD5:" in text:
+            yield from schemed_spans(text)
+    if '"' in text:
+        yield from method_spans(text)
 
 
 def _child_values(text: str) -> Iterable[Span]:

@@ -5,7 +5,7 @@ A name is a key, directive, attribute, element, header or flag: `auth_pass`, `re
 Its words are split as keywords.py splits keys (snake, kebab, dotted, slashed, camelCase), and
 its last word decides, as in config positions: the config positions' own names first
 (configs/names.py), then any last word that holds a credential stem (`pass`, `pwd`, `secret`,
-`token`, `psk`, `community`, `credential`; `cred` whole) or is a credential compound of `key` or `auth` (`authkey`,
+`token`, `psk`, `pepper`, `community`, `credential`; `cred` whole) or is a credential compound of `key` or `auth` (`authkey`,
 `apikey`, bare `auth`). A last word that says the value is about a credential (`_file`, `_type`,
 `_length`, `authentication`, `bypass`) is not one.
 """
@@ -25,6 +25,7 @@ _STEMS = (
     ("pwd", "password"),
     ("secret", "secret"),
     ("psk", "secret"),
+    ("pepper", "secret"),
     ("community", "secret"),
     ("token", "token"),
     ("credential", "credential"),

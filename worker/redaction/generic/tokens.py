@@ -245,7 +245,8 @@ NUMBERED = re2.compile(
 )
 
 _SHAPES = re2.compile(
-    b"|".join(b"(?:" + r.pattern + b")" for r in (HASHED, MYSQL_HASH, USER_HASH, JWT, PADDED, NUMBERED)), _spans_only()
+    b"|".join(b"(?:" + r.pattern + b")" for r in (HASHED, MYSQL_HASH, USER_HASH, JWT, PADDED, NUMBERED)),
+    _spans_only(),
 )
 # every shape at once: a clean text (nearly all of them) costs this one DFA pass
 _ANY = re2.compile(_SHAPES.pattern + b"|" + _PATTERN, _spans_only())
