@@ -57,10 +57,13 @@ _KEYWORD = re2.compile(
     rb"password-stdin|"
     # entries.py: a method's quoted secret, a scheme's encoding, a user's `name:secret` entry
     rb"(?-i:\b(?:MD5|SHA(?:-?\d{1,3})?|MSCHAPV2|MSCHAP|GTC|PAP|CHAP|AES\d{0,3}|DES)[ \t]+\")|(?-i:OBF:|CRYPT:|MD5:[0-9a-f])|"
-    rb"\b(?:users?|user_?name|login|account)\b[ \t]*[=:]?[ \t]*[\"']?[\w.@\\-]{1,64}:[^\s,\"';\\]"
+    rb"\b(?:users?|user_?name|login|account)\b[ \t]*[=:]?[ \t]*[\"']?[\w.@\\-]+:[^\s,\"';\\]"
 )
 # a line that may hold a tool's password flag (commands.py `tool_spans`): substrings, the cheapest test
 _TOOL_WORDS = ("-p", "-P", "-w", "-a", "-k", "-U", "--user", "/user", "/USER", "/u:", "/U:", "password-stdin")
+# entries.py's readers: a user's entry, a method's secret (substrings, the cheapest test)
+_USER_WORDS = ("user", "User", "USER", "login", "Login", "LOGIN", "account", "Account", "ACCOUNT")
+_METHOD_WORDS = ("MD5", "SHA", "CHAP", "GTC", "PAP", "AES", "DES")
 # an element whose value is in a child: `<Password>\n  <Value>x</Value>` (Windows answer files)
 _CHILD_VALUE = re.compile(
     r"<(?:[\w.-]+:)?([A-Za-z_][\w.-]*)(?:\s[^<>]*)?>\s*<(?:[\w.-]+:)?(?:Value|value)>([^<]*)</"
@@ -89,10 +92,11 @@ def _line(text: str, whole: bool) -> Iterable[Span]:
     if "[" in text or "{" in text or "(" in text:
         yield from collection_spans(text)
     if ":" in text:
-        yield from user_entry_spans(text)
+        if any(word in text for word in _USER_WORDS):
+            yield from user_entry_spans(text)
         if "OBF:" in text or "CRYPT:" in text or "MD5:" in text:
             yield from schemed_spans(text)
-    if '"' in text:
+    if '"' in text and any(word in text for word in _METHOD_WORDS):
         yield from method_spans(text)
 
 

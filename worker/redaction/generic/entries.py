@@ -34,7 +34,8 @@ from worker.redaction.shapes import looks_random
 Span = tuple[str, int, int]
 
 # a name, then its operator, then a collection opening on the same line
-_COLLECTION = re.compile(r"[\"']?([A-Za-z_][\w.-]{0,63})[\"']?\s*(?:=>|:=|=|:)\s*(?:[\w.]+\()?\s*[\[{(]")
+# (a name starts a word: the search does not retry inside one)
+_COLLECTION = re.compile(r"(?<![\w.-])([A-Za-z_][\w.-]{0,63})[\"']?\s*(?:=>|:=|=|:)\s*(?:[\w.]+\()?\s*[\[{(]")
 _QUOTED = re.compile(r"\"((?:[^\"\\\n]|\\.){1,256})\"|'((?:[^'\\\n]|\\.){1,256})'")
 _USER_ENTRY = re.compile(
     r"(?i:\b(?:users?|user_?name|login|account)\b)[ \t]*[=:]?[ \t]*[\"']?"
