@@ -22,6 +22,16 @@ NO_FORMATS = Redactor(b"generic-key", Ruleset.without(frozenset({CONFIG_POSITION
 
 # (case, text, secret): the secret must be gone, and the rest of the text kept
 CAUGHT = [
+    ("dsn-arguments-perl", "@lookup_sql_dsn = ( [ 'DBI:Pg:database=amavis;host=db', 'amavis', 'Qu4rantine.Otter' ]);", "Qu4rantine.Otter"),
+    ("dsn-arguments-jdbc", 'DriverManager.getConnection("jdbc:mysql://db:3306/app", "app", "Sq1-Pw-2024");', "Sq1-Pw-2024"),
+    ("dsn-arguments-pdo", '$pdo = new PDO("mysql:host=localhost;dbname=test", "root", "Pd0-Secret!");', "Pd0-Secret!"),
+    ("base64-starting-with-slash", "set priv-pwd ENC /WekAHHK5g0OwakH/sim+mHYcCDXdO4+V0DgV9l4vb3e0zjnrbqlcU0ww0t7z", "/WekAHHK5g0OwakH/sim+mHYcCDXdO4+V0DgV9l4vb3e0zjnrbqlcU0ww0t7z"),
+    ("yaml-block", "secrets:\n  system:\n    - Hq4vN8zR2kT7mW1xYb6pLs3dF9cJ0gAe\n  cookie: []\n", "Hq4vN8zR2kT7mW1xYb6pLs3dF9cJ0gAe"),
+    (
+        "json-block",
+        '"credentials": {\n  "admin": "GS91Rc5Sq6PEj0hi7MflNgOV+22iiSv+MmzJnFO2wuk= /2vZzjR4SGyG/fJBeHsG6lq1NdUXEa/L+K+26iG8W5I="\n}',
+        "GS91Rc5Sq6PEj0hi7MflNgOV+22iiSv+MmzJnFO2wuk=",
+    ),
     # entries.py: a collection's values, a user's entry, a method's secret, a scheme's encoding
     (
         "collection-dict",
@@ -147,6 +157,11 @@ CAUGHT = [
 ]
 # (case, text): nothing is redacted
 SPARED = [
+    ("dsn-arguments-variables", "DBI->connect($dsn, $user, $pass)"),
+    ("dsn-arguments-empty", 'DBI->connect("dbi:SQLite:dbname=x.db", "", "")'),
+    ("path-after-name", "secret_file: /run/secrets/db_password"),
+    ("yaml-block-of-names", "imagePullSecrets:\n  - name: regcred\n  - name: ghcr-pull-secret\n"),
+    ("yaml-block-ends", "tokens:\n  ttl: 3600\nbuild: Hq4vN8zR2kT7mW1xYb6pLs3dF9cJ0gAe\n"),
     ("uid-gid", 'user: "1000:1000"'),
     ("user-group", "USER app:app"),
     ("user-group-word", "user = nobody:nogroup"),

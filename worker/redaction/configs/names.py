@@ -273,6 +273,8 @@ _PUBLIC_VALUE = re.compile(
 # regular expressions (resource names: shapes.RESOURCE_NAME)
 _REGEX = re.compile(r"\(\?[:=!<]|\[[^\]\s]*\w-\w[^\]\s]*\](?:[*+?]|\{\d)|\\[dwsSbB][*+?{]|\{\d+,\d*\}")
 _PATH = re.compile(r"^(?:/|~/|\./|\.\./|[A-Za-z]:\\|file:)")
+# base64 that happens to start with `/` (`/WekAHHK5g0OwakH/sim+mHYc…=`): a `+` or padding, no dot
+_BASE64_BLOB = re.compile(r"/[A-Za-z0-9+/]{19,}={0,2}")
 
 
 def spared(value: str, kind: str, strong: bool) -> bool:
@@ -296,7 +298,10 @@ def spared(value: str, kind: str, strong: bool) -> bool:
         return True
     if " " in v and _PHRASE.search(v) is not None:
         return True
-    if _PUBLIC_VALUE.match(v) or _PATH.match(v) or RESOURCE_NAME.match(v) or _REGEX.search(v):
+    path = _PATH.match(v) is not None and not (
+        _BASE64_BLOB.fullmatch(v) and ("+" in v or v.endswith("=")) and looks_random(v, min_len=20, min_bits=3.5)
+    )
+    if _PUBLIC_VALUE.match(v) or path or RESOURCE_NAME.match(v) or _REGEX.search(v):
         return True
     if v.isdigit() and (len(v) < 4 or (kind != "password" and len(v) < 8)):
         return True  # a count, a port, a bcrypt cost

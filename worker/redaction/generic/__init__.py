@@ -37,12 +37,13 @@ import re2
 from worker.redaction.configs import Wider, config_spans
 from worker.redaction.configs.names import spared
 from worker.redaction.configs.oneliners import url_spans
-from worker.redaction.generic.commands import dsn_spans, tool_spans, user_password_spans, webhook_spans
+from worker.redaction.generic.commands import dsn_argument_spans, dsn_spans, tool_spans, user_password_spans, webhook_spans
 from worker.redaction.generic.directives import directive_spans, flag_spans, header_spans
-from worker.redaction.generic.entries import collection_spans, method_spans, schemed_spans, user_entry_spans
+from worker.redaction.generic.entries import BLOCK_KEY, block_spans, collection_spans, method_spans, schemed_spans, user_entry_spans
 from worker.redaction.generic.names import credential_name
 from worker.redaction.generic.tokens import decoded_userinfo, token_spans
 from worker.redaction.lines import decode, to_bytes
+from worker.redaction.search import match_spans
 
 __all__ = ["WIDER", "decoded_userinfo", "position_spans", "token_spans"]
 
@@ -54,7 +55,7 @@ _KEYWORD = re2.compile(
     rb"://[^\s\"'<>]{0,256}hook|@(?:tcp|udp|unix)\(|\s(?:-u|--user)[^\n]{0,80}\s-p|\s-p[^\n]{0,80}\s-u|"
     rb"\bredis-cli\b[^\n]{0,120}\s-a|\bldap[a-z]+\b[^\n]{0,120}\s-w|\b(?:zip|unzip|zipcloak|7z[ar]?|rar|unrar)\b"
     rb"[^\n]{0,120}-p|\bopenssl\b[^\n]{0,200}\s-k|\bsmbclient\b[^\n]{0,120}(?:-u|--user)|\bnet(?:\.exe)?\s+use\b|"
-    rb"password-stdin|"
+    rb"password-stdin|[\"'](?:dbi|jdbc|[a-z]+:(?:host|dbname|server|database)=)|"
     # entries.py: a method's quoted secret, a scheme's encoding, a user's `name:secret` entry
     rb"(?-i:\b(?:MD5|SHA(?:-?\d{1,3})?|MSCHAPV2|MSCHAP|GTC|PAP|CHAP|AES\d{0,3}|DES)[ \t]+\")|(?-i:OBF:|CRYPT:|MD5:[0-9a-f])|"
     rb"\b(?:users?|user_?name|login|account)\b[ \t]*[=:]?[ \t]*[\"']?[\w.@\\-]+:[^\s,\"';\\]"
@@ -87,6 +88,8 @@ def _line(text: str, whole: bool) -> Iterable[Span]:
         yield from webhook_spans(text)
     if "@tcp(" in text or "@unix(" in text or "@udp(" in text:
         yield from dsn_spans(text)
+    if "," in text and ":" in text:
+        yield from dsn_argument_spans(text)
     if any(word in text for word in _TOOL_WORDS):
         yield from tool_spans(text)
     if "[" in text or "{" in text or "(" in text:
@@ -143,11 +146,16 @@ def _typed_values(text: str) -> Iterable[Span]:
 def _whole(data: bytes) -> list[Span]:
     child = b"<Value>" in data or b"<value>" in data
     typed = any(t in data for t in _TYPE_KEYS) and any(v in data for v in _VALUE_KEYS)
-    if not child and not typed:
+    blocks = [start for start, _ in match_spans(BLOCK_KEY, data)] if b"\n" in data else []
+    if not child and not typed and not blocks:
         return []
     text = decode(data)
     spans = list(_child_values(text)) if child else []
-    return to_bytes(text, data, 0, spans + list(_typed_values(text)) if typed else spans)
+    spans += list(_typed_values(text)) if typed else []
+    if blocks:
+        starts = [len(decode(data[:at])) for at in blocks] if len(text) != len(data) else blocks
+        spans += list(block_spans(text, starts))
+    return to_bytes(text, data, 0, spans)
 
 
 # the generic layer's reading of the lines config positions read (configs.config_spans)

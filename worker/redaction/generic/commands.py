@@ -22,7 +22,9 @@ newline), so a flag of one command never pairs with a flag of the next:
   (`echo -n PW | docker login --password-stdin`): what the tools' manuals say, not what the value
   looks like.
 - a Go database DSN (`user:password@tcp(host:3306)/db`, `@unix(/run/mysqld.sock)`): the part
-  between the first colon and the last `@` is the password, with no scheme in front.
+  between the first colon and the last `@` is the password, with no scheme in front; a driver's
+  DSN passed with a user and a password (`DBI->connect("dbi:Pg:…", "u", "PW")`, JDBC's
+  `getConnection("jdbc:…", "u", "PW")`, `new PDO("mysql:host=…", "u", "PW")`): the third argument.
 - a webhook URL (a path segment or host named `webhook`, `webhooks`, `hooks`, `IncomingWebhook`):
   the path after that name is the credential when a segment of it reads as random (16 or more
   letters and digits, mixed, not words joined up), as the hook's address is its only key
@@ -153,6 +155,22 @@ def dsn_spans(line: str) -> Iterator[Span]:
     for m in _DSN.finditer(line):
         if not _stands_in(m.group(1)):
             yield "password", m.start(1), m.end(1)
+
+
+# a driver's DSN, then the user and the password as the next two arguments: Perl's
+# `DBI->connect("dbi:Pg:…", "u", "pw")`, JDBC's `getConnection("jdbc:…", "u", "pw")`, PHP's
+# `new PDO("mysql:host=…;dbname=…", "u", "pw")`, a list of the three (amavis' `['DBI:Pg:…', 'u', 'pw']`)
+_DSN_ARGUMENTS = re.compile(
+    r"([\"'])(?i:dbi:|jdbc:|[a-z]+:(?:host|dbname|server|database)=)[^\"'\n]{1,256}\1\s*,\s*"
+    r"([\"'])[^\"'\n]{1,128}\2\s*,\s*([\"'])([^\"'\n]{1,256})\3"
+)
+
+
+def dsn_argument_spans(line: str) -> Iterator[Span]:
+    """The password after a driver DSN and a user, three arguments in a row."""
+    for m in _DSN_ARGUMENTS.finditer(line):
+        if not _stands_in(m.group(4)):
+            yield "password", m.start(4), m.end(4)
 
 
 def _stands_in(value: str) -> bool:

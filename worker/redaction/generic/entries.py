@@ -16,6 +16,10 @@
 - an authentication method's secret: an upper-case method name (`MD5`, `SHA`, `SHA-256`,
   `MSCHAPV2`, `GTC`, `PAP`, `CHAP`, `AES`, `DES`) after the user it belongs to, then a quoted
   value: hostapd's EAP user file, net-snmp's `createUser`.
+- a block's random values: a credential name alone on its line opens a block (a JSON object or
+  list, a YAML mapping or list below it: Solr's `"credentials": {"admin": "HASH SALT"}`, Hydra's
+  `secrets:` / `system:` / `- KEY`); its entries are named by users or systems, so a value is
+  taken only when it looks random (every space-separated part of it), whatever the kind.
 - a password in a scheme's encoding: `OBF:` (Jetty's obfuscation), `CRYPT:`, and `MD5:` with 32
   hex digits, as a user entry's value (`name:OBF:…`, `name: MD5:…,role`).
 
@@ -26,6 +30,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+
+import re2
 
 from worker.redaction.configs.names import spared
 from worker.redaction.generic.names import credential_name
@@ -116,3 +122,58 @@ def schemed_spans(line: str) -> Iterator[Span]:
     for m in _SCHEMED.finditer(line):
         group = next(i for i in (1, 2, 3) if m.group(i) is not None)
         yield "password_hash", m.start(group), m.end(group)
+
+
+# a credential name that opens a block: nothing after it on its line but `{`, `[` or nothing (YAML)
+BLOCK_KEY = re2.compile(
+    rb"(?im)^[ \t]*(?:- )?[\"']?[\w.-]*(?:secret|token|key|pass|pwd|cred|auth|pepper)[\w.-]*[\"']?[ \t]*[:=][ \t]*[{\[]?[ \t]*\r?$"
+)
+_BLOCK_KEY_LINE = re.compile(r"([ \t]*)(?:- )?[\"']?([\w.-]+)[\"']?[ \t]*[:=][ \t]*([{\[]?)[ \t]*\r?$")
+_ENTRY = re.compile(r"[ \t]*(?:-[ \t]+)?(?:[\"']?([\w.@-]+)[\"']?[ \t]*:[ \t]*)?([\"']?)([^\"'\n#]+?)\2[ \t]*,?[ \t]*\r?$")
+_BLOCK_LINES = 64
+
+
+def block_spans(text: str, starts: list[int]) -> Iterator[Span]:
+    """The random values of a block a credential name opens (`credentials: {` then `"admin": "…"`
+    on the lines below, `secrets:` then `system:` then `- …`): a block's entries have names of
+    their own (users, systems), so only a value that looks random is taken, whatever the kind."""
+    for at in starts:
+        line_end = text.find("\n", at)
+        head = _BLOCK_KEY_LINE.match(text, at, len(text) if line_end < 0 else line_end)
+        if head is None or _plural_name(head.group(2)) is None or line_end < 0:
+            continue
+        indent, bracket = len(head.group(1).expandtabs()), head.group(3)
+        yield from _block_values(text, line_end + 1, indent, bracket)
+
+
+def _random(part: str) -> bool:
+    return looks_random(part, min_len=16, min_bits=3.0) and not spared(part, "secret", False)
+
+
+def _plural_name(name: str) -> tuple[str, bool] | None:
+    return credential_name(name) or (credential_name(name[:-1]) if name[-1:] in "sS" else None)
+
+
+def _block_values(text: str, pos: int, indent: int, bracket: str) -> Iterator[Span]:
+    depth = 1 if bracket else 0
+    for _ in range(_BLOCK_LINES):
+        if pos >= len(text):
+            return
+        end = text.find("\n", pos)
+        end = len(text) if end < 0 else end
+        line = text[pos:end]
+        if line.strip():
+            if not bracket and len(line) - len(line.lstrip()) <= indent:
+                return  # YAML: the block ends where the indentation comes back
+            m = _ENTRY.fullmatch(line)
+            if m is not None and not (m.group(1) and _plural_name(m.group(1))):
+                value = m.group(3).strip()
+                parts = value.split()
+                if parts and all(_random(part) for part in parts):
+                        start = pos + m.start(3)
+                        yield "secret", start, start + len(m.group(3).rstrip())
+            if bracket:
+                depth += sum(line.count(c) for c in "[{") - sum(line.count(c) for c in "]}")
+                if depth <= 0:
+                    return
+        pos = end + 1
