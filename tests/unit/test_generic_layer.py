@@ -22,11 +22,31 @@ NO_FORMATS = Redactor(b"generic-key", Ruleset.without(frozenset({CONFIG_POSITION
 
 # (case, text, secret): the secret must be gone, and the rest of the text kept
 CAUGHT = [
-    ("dsn-arguments-perl", "@lookup_sql_dsn = ( [ 'DBI:Pg:database=amavis;host=db', 'amavis', 'Qu4rantine.Otter' ]);", "Qu4rantine.Otter"),
-    ("dsn-arguments-jdbc", 'DriverManager.getConnection("jdbc:mysql://db:3306/app", "app", "Sq1-Pw-2024");', "Sq1-Pw-2024"),
-    ("dsn-arguments-pdo", '$pdo = new PDO("mysql:host=localhost;dbname=test", "root", "Pd0-Secret!");', "Pd0-Secret!"),
-    ("base64-starting-with-slash", "set priv-pwd ENC /WekAHHK5g0OwakH/sim+mHYcCDXdO4+V0DgV9l4vb3e0zjnrbqlcU0ww0t7z", "/WekAHHK5g0OwakH/sim+mHYcCDXdO4+V0DgV9l4vb3e0zjnrbqlcU0ww0t7z"),
-    ("yaml-block", "secrets:\n  system:\n    - Hq4vN8zR2kT7mW1xYb6pLs3dF9cJ0gAe\n  cookie: []\n", "Hq4vN8zR2kT7mW1xYb6pLs3dF9cJ0gAe"),
+    (
+        "dsn-arguments-perl",
+        "@lookup_sql_dsn = ( [ 'DBI:Pg:database=amavis;host=db', 'amavis', 'Qu4rantine.Otter' ]);",
+        "Qu4rantine.Otter",
+    ),
+    (
+        "dsn-arguments-jdbc",
+        'DriverManager.getConnection("jdbc:mysql://db:3306/app", "app", "Sq1-Pw-2024");',
+        "Sq1-Pw-2024",
+    ),
+    (
+        "dsn-arguments-pdo",
+        '$pdo = new PDO("mysql:host=localhost;dbname=test", "root", "Pd0-Secret!");',
+        "Pd0-Secret!",
+    ),
+    (
+        "base64-starting-with-slash",
+        "set priv-pwd ENC /WekAHHK5g0OwakH/sim+mHYcCDXdO4+V0DgV9l4vb3e0zjnrbqlcU0ww0t7z",
+        "/WekAHHK5g0OwakH/sim+mHYcCDXdO4+V0DgV9l4vb3e0zjnrbqlcU0ww0t7z",
+    ),
+    (
+        "yaml-block",
+        "secrets:\n  system:\n    - Hq4vN8zR2kT7mW1xYb6pLs3dF9cJ0gAe\n  cookie: []\n",
+        "Hq4vN8zR2kT7mW1xYb6pLs3dF9cJ0gAe",
+    ),
     (
         "json-block",
         '"credentials": {\n  "admin": "GS91Rc5Sq6PEj0hi7MflNgOV+22iiSv+MmzJnFO2wuk= /2vZzjR4SGyG/fJBeHsG6lq1NdUXEa/L+K+26iG8W5I="\n}',

@@ -299,7 +299,9 @@ def spared(value: str, kind: str, strong: bool) -> bool:
     if " " in v and _PHRASE.search(v) is not None:
         return True
     path = _PATH.match(v) is not None and not (
-        _BASE64_BLOB.fullmatch(v) and ("+" in v or v.endswith("=")) and looks_random(v, min_len=20, min_bits=3.5)
+        _BASE64_BLOB.fullmatch(v)
+        and ("+" in v or v.endswith("="))
+        and looks_random(v, min_len=20, min_bits=3.5)
     )
     if _PUBLIC_VALUE.match(v) or path or RESOURCE_NAME.match(v) or _REGEX.search(v):
         return True

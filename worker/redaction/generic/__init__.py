@@ -37,9 +37,22 @@ import re2
 from worker.redaction.configs import Wider, config_spans
 from worker.redaction.configs.names import spared
 from worker.redaction.configs.oneliners import url_spans
-from worker.redaction.generic.commands import dsn_argument_spans, dsn_spans, tool_spans, user_password_spans, webhook_spans
+from worker.redaction.generic.commands import (
+    dsn_argument_spans,
+    dsn_spans,
+    tool_spans,
+    user_password_spans,
+    webhook_spans,
+)
 from worker.redaction.generic.directives import directive_spans, flag_spans, header_spans
-from worker.redaction.generic.entries import BLOCK_KEY, block_spans, collection_spans, method_spans, schemed_spans, user_entry_spans
+from worker.redaction.generic.entries import (
+    BLOCK_KEY,
+    block_spans,
+    collection_spans,
+    method_spans,
+    schemed_spans,
+    user_entry_spans,
+)
 from worker.redaction.generic.names import credential_name
 from worker.redaction.generic.tokens import decoded_userinfo, token_spans
 from worker.redaction.lines import decode, to_bytes

@@ -129,7 +129,9 @@ BLOCK_KEY = re2.compile(
     rb"(?im)^[ \t]*(?:- )?[\"']?[\w.-]*(?:secret|token|key|pass|pwd|cred|auth|pepper)[\w.-]*[\"']?[ \t]*[:=][ \t]*[{\[]?[ \t]*\r?$"
 )
 _BLOCK_KEY_LINE = re.compile(r"([ \t]*)(?:- )?[\"']?([\w.-]+)[\"']?[ \t]*[:=][ \t]*([{\[]?)[ \t]*\r?$")
-_ENTRY = re.compile(r"[ \t]*(?:-[ \t]+)?(?:[\"']?([\w.@-]+)[\"']?[ \t]*:[ \t]*)?([\"']?)([^\"'\n#]+?)\2[ \t]*,?[ \t]*\r?$")
+_ENTRY = re.compile(
+    r"[ \t]*(?:-[ \t]+)?(?:[\"']?([\w.@-]+)[\"']?[ \t]*:[ \t]*)?([\"']?)([^\"'\n#]+?)\2[ \t]*,?[ \t]*\r?$"
+)
 _BLOCK_LINES = 64
 
 
@@ -170,8 +172,8 @@ def _block_values(text: str, pos: int, indent: int, bracket: str) -> Iterator[Sp
                 value = m.group(3).strip()
                 parts = value.split()
                 if parts and all(_random(part) for part in parts):
-                        start = pos + m.start(3)
-                        yield "secret", start, start + len(m.group(3).rstrip())
+                    start = pos + m.start(3)
+                    yield "secret", start, start + len(m.group(3).rstrip())
             if bracket:
                 depth += sum(line.count(c) for c in "[{") - sum(line.count(c) for c in "]}")
                 if depth <= 0:
