@@ -72,7 +72,7 @@ class Wider:
     keyword: re2._Regexp
     kind_of: Callable[[str], tuple[str, bool] | None]
     line: Callable[[str, bool], Iterable[Span]]
-    whole: Callable[[bytes], list[Span]]
+    whole: Callable[[bytes, bool], list[Span]]  # the data, and whether a keyword marked a line
 
 
 def _keyword_line(text: str, whole: bool, formats: bool = True, wider: Wider | None = None) -> Iterable[Span]:
@@ -99,7 +99,7 @@ def config_spans(data: bytes, formats: bool = True, wider: Wider | None = None) 
         read = partial(_keyword_line, formats=formats, wider=wider)
         found += scan_windows(data, windows(data, hits), read)
     if wider is not None:
-        found += wider.whole(data)
+        found += wider.whole(data, bool(hits))
     if not formats:
         return disjoint(found)
     ones = [start for start, _ in match_spans(_ONE_LINE, data)] if b":" in data else []

@@ -156,10 +156,12 @@ def _typed_values(text: str) -> Iterable[Span]:
                 yield named[0], m.start(group), m.end(group)
 
 
-def _whole(data: bytes) -> list[Span]:
+def _whole(data: bytes, named: bool) -> list[Span]:
+    """What this layer reads across lines; `named`: a keyword marked a line of data (a block's
+    key is such a line)."""
     child = b"<Value>" in data or b"<value>" in data
     typed = any(t in data for t in _TYPE_KEYS) and any(v in data for v in _VALUE_KEYS)
-    blocks = [start for start, _ in match_spans(BLOCK_KEY, data)] if b"\n" in data else []
+    blocks = [start for start, _ in match_spans(BLOCK_KEY, data)] if named and b"\n" in data else []
     if not child and not typed and not blocks:
         return []
     text = decode(data)
