@@ -142,10 +142,27 @@ def _views(data: bytes) -> Iterator[_View]:
         (_JSON_ESCAPE, _json_unescaped, []),
     ):
         hits = [m.start() for m in escape.finditer(data) if not any(a <= m.start() < b for a, b in keep)]
-        for start, end, _whole in windows(data, hits):
+        # escapes everywhere (a JSONL file of escaped records): the whole text is one window
+        dense = len(hits) * _DENSE_BYTES >= len(data)
+        for start, end in [(0, len(data))] if dense and hits else _adjacent_joined(windows(data, hits)):
             view = _view(data, escape, unescape, keep, (start, end))
             if view is not None:
                 yield view
+
+
+_DENSE_BYTES = 512
+
+
+def _adjacent_joined(found: list[tuple[int, int, bool]]) -> list[tuple[int, int]]:
+    """Windows that follow one another (line after line of escapes: a JSONL file of escaped
+    records) as one: one decoded view, one scan."""
+    out: list[tuple[int, int]] = []
+    for start, end, _whole in found:
+        if out and start <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(end, out[-1][1]))
+        else:
+            out.append((start, end))
+    return out
 
 
 def _token(data: bytes, start: int, end: int, covered: list[Span]) -> tuple[int, int]:

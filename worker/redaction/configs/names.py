@@ -224,6 +224,7 @@ _ENUM = frozenset(
         "nil",
         "none",
         "undefined",
+        "unknown",
         "~",
         "required",
         "optional",
@@ -273,7 +274,8 @@ _PUBLIC_VALUE = re.compile(
 # regular expressions (resource names: shapes.RESOURCE_NAME)
 _REGEX = re.compile(r"\(\?[:=!<]|\[[^\]\s]*\w-\w[^\]\s]*\](?:[*+?]|\{\d)|\\[dwsSbB][*+?{]|\{\d+,\d*\}")
 _PATH = re.compile(r"^(?:/|~/|\./|\.\./|[A-Za-z]:\\|file:)")
-# base64 that happens to start with `/` (`/WekAHHK5g0OwakH/sim+mHYc…=`): a `+` or padding, no dot
+# base64 that happens to start with `/` (`/WekAHHK5g0OwakH/sim+mHYc…=`): 32 characters or more, a
+# `+` or padding, no dot, a slash in 8 characters at most (`/home/me/notepad++/build` is a path)
 _BASE64_BLOB = re.compile(r"/[A-Za-z0-9+/]{19,}={0,2}")
 
 
@@ -301,7 +303,8 @@ def spared(value: str, kind: str, strong: bool) -> bool:
     path = _PATH.match(v) is not None and not (
         _BASE64_BLOB.fullmatch(v)
         and ("+" in v or v.endswith("="))
-        and looks_random(v, min_len=20, min_bits=3.5)
+        and v.count("/") * 8 <= len(v)
+        and looks_random(v, min_len=32, min_bits=3.5)
     )
     if _PUBLIC_VALUE.match(v) or path or RESOURCE_NAME.match(v) or _REGEX.search(v):
         return True

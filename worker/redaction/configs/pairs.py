@@ -59,7 +59,8 @@ _COMPUTED = re.compile(
 # `parsed.password`, `settings.db.secret`: attributes of code, no digits
 _DOTTED = re.compile(r"^[A-Za-z_$][A-Za-z_$]*(?:\.[A-Za-z_$][A-Za-z_$]*)+$")
 _TYPE_NAME = re.compile(r"^[A-Z][a-z]+(?:[A-Z][a-z]*)+(?:\[[\w, ]*\])?(?:[ \t]*\|[ \t]*\w+)*$")
-_COMMENT = re.compile(r"[ \t]+(?:#|//|;(?=[ \t])).*$")
+# (each pattern starts a run of blanks where it starts and takes it whole: linear on long runs)
+_COMMENT = re.compile(r"(?<![ \t])[ \t]++(?:#|//|;(?=[ \t])).*$")
 _PROSE_END = re.compile(r"[.:?]$")
 
 
@@ -97,7 +98,7 @@ def _value_at(line: str, at: int, line_start: bool, sep: str) -> tuple[int, int,
     return (at, m.end(), False) if m is not None else None
 
 
-_NEXT_PAIR = re.compile(r"[ \t]+[A-Za-z_][\w.-]*=(?!=)")
+_NEXT_PAIR = re.compile(r"(?<![ \t])[ \t]++[A-Za-z_][\w.-]*+=(?!=)")
 _CONN_NEXT = re.compile(r";[ \t]*[A-Za-z][\w ]*=")
 
 
@@ -235,7 +236,8 @@ _PROSE_WORD = re.compile(
 )
 # `machine h login u password p` (netrc, one line) and fetchmail's `user 'u' … password 'p'`
 _NETRC = re.compile(
-    r"\b(?:login|user|username)[ \t]+([^\s=:]\S*).*?\b(?:password|passwd)[ \t]+(\"[^\"\n]*\"|'[^'\n]*'|[^\s=:]\S*)"
+    r"\b(?:login|user|username)[ \t]+(?!(?:" + _PROSE_WORD.pattern + r")[ \t])[^\s=:]\S*+"
+    r"[^\n]{0,200}?\b(?:password|passwd)[ \t]+(\"[^\"\n]*\"|'[^'\n]*'|[^\s=:]\S*)"
 )
 
 
@@ -257,11 +259,9 @@ def spaced_pairs(line: str) -> Iterator[Span]:
     if "passw" not in line:
         return  # _NETRC's `password` or `passwd`: a line without them needs no search
     for n in _NETRC.finditer(line):
-        if _PROSE_WORD.fullmatch(n.group(1)):
-            continue  # `username and password validation`: prose, no user named
-        value = n.group(2)
+        value = n.group(1)
         quoted = value[0] in "\"'"
         inner = value[1:-1] if quoted else value
         if not spared(inner, "password", True) and _PROSE_WORD.fullmatch(inner) is None:
-            start = n.start(2) + (1 if quoted else 0)
+            start = n.start(1) + (1 if quoted else 0)
             yield "password", start, start + len(inner)

@@ -47,6 +47,7 @@ from worker.redaction.generic.commands import (
 from worker.redaction.generic.directives import directive_spans, flag_spans, header_spans
 from worker.redaction.generic.entries import (
     BLOCK_KEY,
+    EAP_METHODS,
     block_spans,
     collection_spans,
     method_spans,
@@ -70,14 +71,16 @@ _KEYWORD = re2.compile(
     rb"[^\n]{0,120}-p|\bopenssl\b[^\n]{0,200}\s-k|\bsmbclient\b[^\n]{0,120}(?:-u|--user)|\bnet(?:\.exe)?\s+use\b|"
     rb"password-stdin|[\"'](?:dbi|jdbc|[a-z]+:(?:host|dbname|server|database)=)|"
     # entries.py: a method's quoted secret, a scheme's encoding, a user's `name:secret` entry
-    rb"(?-i:\b(?:MD5|SHA(?:-?\d{1,3})?|MSCHAPV2|MSCHAP|GTC|PAP|CHAP|AES\d{0,3}|DES)[ \t]+\")|(?-i:OBF:|CRYPT:|MD5:[0-9a-f])|"
-    rb"\b(?:users?|user_?name|login|account)\b[ \t]*[=:]?[ \t]*[\"']?[\w.@\\-]+:[^\s,\"';\\]"
+    rb"(?-i:\b(?:"
+    + b"|".join(m.encode() for m in EAP_METHODS)
+    + rb")[ \t]+\")|\bcreateUser\b|(?-i:OBF:|CRYPT:|MD5:[0-9a-f])|"
+    rb"\b(?:users?|user[_-]?name|login|account)\b[\"']?[ \t]*[=:]?[ \t]*[\"']?[\w.@\\-]+:[^\s,\"';\\]"
 )
 # a line that may hold a tool's password flag (commands.py `tool_spans`): substrings, the cheapest test
 _TOOL_WORDS = ("-p", "-P", "-w", "-a", "-k", "-U", "--user", "/user", "/USER", "/u:", "/U:", "password-stdin")
 # entries.py's readers: a user's entry, a method's secret (substrings, the cheapest test)
 _USER_WORDS = ("user", "User", "USER", "login", "Login", "LOGIN", "account", "Account", "ACCOUNT")
-_METHOD_WORDS = ("MD5", "SHA", "CHAP", "GTC", "PAP", "AES", "DES")
+_METHOD_WORDS = EAP_METHODS
 # an element whose value is in a child: `<Password>\n  <Value>x</Value>` (Windows answer files)
 _CHILD_VALUE = re.compile(
     r"<(?:[\w.-]+:)?([A-Za-z_][\w.-]*)(?:\s[^<>]*)?>\s*<(?:[\w.-]+:)?(?:Value|value)>([^<]*)</"
@@ -112,7 +115,7 @@ def _line(text: str, whole: bool) -> Iterable[Span]:
             yield from user_entry_spans(text)
         if "OBF:" in text or "CRYPT:" in text or "MD5:" in text:
             yield from schemed_spans(text)
-    if '"' in text and any(word in text for word in _METHOD_WORDS):
+    if "createUser" in text or ('"' in text and any(word in text for word in _METHOD_WORDS)):
         yield from method_spans(text)
 
 
@@ -168,9 +171,18 @@ def _whole(data: bytes, named: bool) -> list[Span]:
     spans = list(_child_values(text)) if child else []
     spans += list(_typed_values(text)) if typed else []
     if blocks:
-        starts = [len(decode(data[:at])) for at in blocks] if len(text) != len(data) else blocks
-        spans += list(block_spans(text, starts))
+        spans += list(block_spans(text, blocks if len(text) == len(data) else _char_offsets(data, blocks)))
     return to_bytes(text, data, 0, spans)
+
+
+def _char_offsets(data: bytes, starts: list[int]) -> list[int]:
+    """The str offsets of sorted byte offsets at line starts (one pass over the data)."""
+    out, chars, prev = [], 0, 0
+    for at in starts:
+        chars += len(decode(data[prev:at]))
+        out.append(chars)
+        prev = at
+    return out
 
 
 # the generic layer's reading of the lines config positions read (configs.config_spans)

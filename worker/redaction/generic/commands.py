@@ -161,13 +161,15 @@ def dsn_spans(line: str) -> Iterator[Span]:
 # `DBI->connect("dbi:Pg:…", "u", "pw")`, JDBC's `getConnection("jdbc:…", "u", "pw")`, PHP's
 # `new PDO("mysql:host=…;dbname=…", "u", "pw")`, a list of the three (amavis' `['DBI:Pg:…', 'u', 'pw']`)
 _DSN_ARGUMENTS = re.compile(
-    r"([\"'])(?i:dbi:|jdbc:|[a-z]+:(?:host|dbname|server|database)=)[^\"'\n]{1,256}\1\s*,\s*"
-    r"([\"'])[^\"'\n]{1,128}\2\s*,\s*([\"'])([^\"'\n]{1,256})\3"
+    r"(?i:connect\w*|getConnection|PDO|dsn\w*[ \t]*=[ \t]*\(?)[ \t]*[(\[][ \t]*"
+    r"([\"'])(?i:dbi:|jdbc:|[a-z]+:(?:host|dbname|server|database)=)[^\"'\n]{1,256}\1[ \t]*,[ \t]*"
+    r"([\"'])[^\"'\n]{1,128}\2[ \t]*,[ \t]*([\"'])([^\"'\s]{1,256})\3"
 )
 
 
 def dsn_argument_spans(line: str) -> Iterator[Span]:
-    """The password after a driver DSN and a user, three arguments in a row."""
+    """The password after a driver DSN and a user, three arguments in a row of a connect call (or
+    a DSN's list, amavis' `@lookup_sql_dsn = ( [ 'DBI:Pg:…', 'u', 'pw' ] )`)."""
     for m in _DSN_ARGUMENTS.finditer(line):
         if not _stands_in(m.group(4)):
             yield "password", m.start(4), m.end(4)

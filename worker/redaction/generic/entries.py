@@ -5,23 +5,28 @@
     "alice" MD5 "Winter2025!"                        createUser ops SHA "Noc-Readonly-Kestrel"
     ops:OBF:1fod1ino1ing1hva1tvf1z7e                 job-runner:MD5:b3be3aa83a7ead94c6f9fb7eeaf1244c,user
 
-- a collection's values: a credential name (or its plural: `API_KEYS`) given a literal list, dict
-  or tuple on its line; each
-  quoted value in it is a credential (a dict's keys, a string followed by `:`, are names). A
-  password's values are passwords whatever they look like; other kinds' must look random (a
-  token name's list, `tokens = ["a", "b"]`, is no secret).
+- a collection's values: a credential name (or its plural: `API_KEYS`) given a literal list, dict,
+  set or tuple on its line (`= [`, `: {`, `=> (`, `= set(`); each quoted value in it that looks
+  random is a credential (a password's: 8 or more characters, mixed, no space; other kinds': 16 or
+  more), a dict's keys (a string before `:` or `=>`) are names. Validation rules, deny lists and
+  token names (`["required", "min:12"]`, `{"123456", "qwerty"}`, `tokens = ["a"]`) are not random.
 - a user's entry: a word that says users follow (`user`, `users`, `login`, `account`), then
-  `name:SECRET` or `name:SCHEME:SECRET`. A number (`1000:1000`, a uid and a gid), the name again
-  (`app:app`) or a lower-case word (`nobody:nogroup`) after the colon is a group, no secret.
-- an authentication method's secret: an upper-case method name (`MD5`, `SHA`, `SHA-256`,
-  `MSCHAPV2`, `GTC`, `PAP`, `CHAP`, `AES`, `DES`) after the user it belongs to, then a quoted
-  value: hostapd's EAP user file, net-snmp's `createUser`.
+  `name:SECRET` or `name:SCHEME:SECRET`. No secret: a number or a version (`1000:1000`,
+  `python:3.11-slim`), the name again (`app:app`), a word (`nobody:nogroup`, `app:Staff`), a value
+  with another colon (`x:1000:1000:…`, `system:serviceaccount:ns:sa`), a resource name
+  (`arn:aws:iam::…`).
+- an authentication method's secret, in the two user files that name it: hostapd's EAP user file
+  (`"user" METHOD "password"`) and net-snmp's `createUser NAME SHA AUTHPASS [AES PRIVPASS]`.
 - a block's random values: a credential name alone on its line opens a block (a JSON object or
   list, a YAML mapping or list below it: Solr's `"credentials": {"admin": "HASH SALT"}`, Hydra's
   `secrets:` / `system:` / `- KEY`); its entries are named by users or systems, so a value is
-  taken only when it looks random (every space-separated part of it), whatever the kind.
-- a password in a scheme's encoding: `OBF:` (Jetty's obfuscation), `CRYPT:`, and `MD5:` with 32
-  hex digits, as a user entry's value (`name:OBF:…`, `name: MD5:…,role`).
+  taken only when it looks random (every space-separated part of it), whatever the kind, and not
+  under an entry that names an id, digest, version or address (`kid`, `n`, `integrity`, `sha`,
+  `url`, `client_id`), nor a digest, UUID or URL itself; a JSON block's nested objects are not
+  entered.
+- a password in a scheme's encoding: `OBF:` (Jetty's obfuscation: base-36 groups of four),
+  `CRYPT:` (a crypt hash), and `MD5:` with 32 hex digits as a user entry's value at the start of
+  a line (`name:OBF:…`, `name: MD5:…,role`).
 
 Values are judged as everywhere in this layer (configs/names.py `spared`).
 """
@@ -35,50 +40,82 @@ import re2
 
 from worker.redaction.configs.names import spared
 from worker.redaction.generic.names import credential_name
-from worker.redaction.shapes import looks_random
+from worker.redaction.shapes import RESOURCE_NAME, is_hex_digest, is_uuid, looks_random
 
 Span = tuple[str, int, int]
 
-# a name, then its operator, then a collection opening on the same line
-# (a name starts a word: the search does not retry inside one)
-_COLLECTION = re.compile(r"(?<![\w.-])([A-Za-z_][\w.-]{0,63})[\"']?\s*(?:=>|:=|=|:)\s*(?:[\w.]+\()?\s*[\[{(]")
-_QUOTED = re.compile(r"\"((?:[^\"\\\n]|\\.){1,256})\"|'((?:[^'\\\n]|\\.){1,256})'")
+# a name, then its operator, then a collection opening on the same line (a name starts a word: the
+# search does not retry inside one)
+_COLLECTION = re.compile(
+    r"(?<![\w.-])([A-Za-z_][\w.-]{0,63})[\"']?[ \t]*(?:=>|:=|=|:)[ \t]*"
+    r"(?:(?:set|frozenset|tuple|list|Set\.of|List\.of|Arrays\.asList)\()?[\[{(]"
+)
+_QUOTED = re.compile(r"\"((?:[^\"\\\n]|\\.){0,256})\"|'((?:[^'\\\n]|\\.){0,256})'")
+_DICT_KEY = re.compile(r"[ \t]*(?::|=>)")
 _USER_ENTRY = re.compile(
-    r"(?i:\b(?:users?|user_?name|login|account)\b)[ \t]*[=:]?[ \t]*[\"']?"
+    r"(?i:\b(?:users?|user[_-]?name|login|account)\b)[\"']?[ \t]*(?:[=:][ \t]*)?[\"']?"
     r"([\w.@\\-]{1,64}):(?:(CL|CR|NT|PLAIN|OBF|CRYPT|MD5):)?([^\s,\"';\\][^\s,\"';]{3,255})"
 )
-_GROUP = re.compile(r"[\d:]+|[a-z_][a-z0-9_-]*")
-_METHOD = re.compile(
-    r"\S[ \t]+(?:MD5|SHA(?:-?(?:1|224|256|384|512))?|MSCHAPV2|MSCHAP|GTC|PAP|CHAP|AES(?:128|192|256)?|DES)"
-    r"[ \t]+\"([^\"\n]{1,128})\""
+# what follows `name:` and is no secret: a number, a version, a word
+_GROUP = re.compile(
+    r"[\d.]+|[A-Za-z_][A-Za-z_-]*|[A-Za-z]*[-_]?\d+(?:\.\d+)+[\w.-]*|\d[\w.-]*|[A-Z][a-z]+(?:[A-Z][a-z]+)+\d*"
+)
+_HEX_KEY = re.compile(r"0x[0-9A-Fa-f]{16,}")
+_NOT_USERS = frozenset({"arn", "urn", "system", "mailto", "http", "https"})
+EAP_METHODS = (
+    "MD5",
+    "GTC",
+    "MSCHAPV2",
+    "TTLS",
+    "PEAP",
+    "TLS",
+    "PWD",
+    "PAX",
+    "PSK",
+    "SIM",
+    "AKA",
+    "FAST",
+    "LEAP",
+    "IKEV2",
+    "GPSK",
+    "EKE",
+)
+_EAP_METHOD = "|".join(EAP_METHODS)
+_EAP_USER = re.compile(
+    rf"^[ \t]*\"[^\"\n]*\"[ \t]+(?:[A-Z0-9-]+,)*(?:TTLS-)?(?:{_EAP_METHOD})[ \t]+\"([^\"\n]{{1,128}})\""
+)
+_SNMP_VALUE = r"(?:\"([^\"\n]{1,128})\"|([^\s\"]{1,128}))"
+_SNMP_USER = re.compile(
+    rf"\bcreateUser[ \t]+(?:-e[ \t]+\S+[ \t]+)?\S+[ \t]+(?:MD5|SHA[\w-]*)[ \t]+{_SNMP_VALUE}"
+    rf"(?:[ \t]+(?:DES|AES\w*)[ \t]+{_SNMP_VALUE})?"
 )
 _SCHEMED = re.compile(
-    r"(?:^|[\s:=,])(?:OBF:([0-9a-z]{8,256})|CRYPT:(\S{8,128})|MD5:([0-9a-f]{32}))(?=$|[\s,;\"'])"
+    r"(?:^|[\s:=,])(?:OBF:((?:[0-9a-z]{4}){2,64})|CRYPT:([./0-9A-Za-z]{13}|\$\w{1,8}\$[./0-9A-Za-z$]{8,120}))"
+    r"(?=$|[\s,;\"'])"
 )
+_USER_MD5 = re.compile(r"^[ \t]*([\w.@-]{1,64}):[ \t]*MD5:([0-9a-f]{32})(?=$|[\s,;])")
+_DIGEST_NAME = re.compile(r"(?i).*(?:sum|hash|digest|etag|md5|sha\d*|integrity|fingerprint)")
 
 
 def collection_spans(line: str) -> Iterator[Span]:
-    """The quoted values of a literal collection given to a credential name on this line."""
+    """The random quoted values of each literal collection given to a credential name on this line."""
     for m in _COLLECTION.finditer(line):
-        name = m.group(1)
-        # `API_KEYS`, `SECRET_TOKENS`: a collection's name is a plural
-        named = credential_name(name) or (credential_name(name[:-1]) if name[-1:] in "sS" else None)
-        if named is None:
-            continue
-        kind = named[0]
-        end = _closing(line, m.end() - 1)
-        if end is None or "\\" in line[m.end() : end]:
-            return  # unclosed on this line, or escaped (`[\"a\"]`): the decoded view reads it
+        named = _plural_name(m.group(1))
+        end = _closing(line, m.end() - 1) if named is not None else None
+        if named is None or end is None or "\\" in line[m.end() : end]:
+            continue  # no credential's, unclosed on this line, or escaped (`[\"a\"]`: the decoded view)
         for q in _QUOTED.finditer(line, m.end(), end):
             group = 1 if q.group(1) is not None else 2
             value = q.group(group)
-            if line[q.end() :].lstrip().startswith(":"):
-                continue  # a dict's key
-            password = kind == "password" and len(value) >= 4
-            if spared(value, kind, True) or not (password or looks_random(value, min_len=16, min_bits=3.0)):
+            if _DICT_KEY.match(line, q.end()) or not _random_value(value, named[0]):
                 continue
-            yield kind, q.start(group), q.end(group)
-        return
+            yield named[0], q.start(group), q.end(group)
+
+
+def _random_value(value: str, kind: str) -> bool:
+    if kind == "password":
+        return looks_random(value, min_len=8, min_bits=2.5) and not spared(value, kind, True)
+    return looks_random(value, min_len=16, min_bits=3.0) and not spared(value, kind, False)
 
 
 def _closing(line: str, at: int) -> int | None:
@@ -104,24 +141,45 @@ def user_entry_spans(line: str) -> Iterator[Span]:
     """`user=name:SECRET`, `users name:CL:SECRET`: the secret of a user's entry."""
     for m in _USER_ENTRY.finditer(line):
         name, scheme, secret = m.group(1), m.group(2), m.group(3)
-        if scheme is None and (secret == name or _GROUP.fullmatch(secret)):
-            continue  # `1000:1000`, `app:app`, `nobody:nogroup`: a group
+        if scheme is None and _no_secret(name, secret):
+            continue
         if not spared(secret, "password", True):
             yield "password", m.start(3), m.end(3)
 
 
+def _no_secret(name: str, secret: str) -> bool:
+    """`1000:1000`, `app:app`, `nobody:nogroup`, `python:3.11-slim`, `x:1000:1000:…`, `arn:aws:…`."""
+    if _HEX_KEY.fullmatch(secret):
+        return False  # coturn's `0x…` key
+    return (
+        secret == name
+        or ":" in secret
+        or name.lower() in _NOT_USERS
+        or _GROUP.fullmatch(secret) is not None
+        or RESOURCE_NAME.match(f"{name}:{secret}") is not None
+    )
+
+
 def method_spans(line: str) -> Iterator[Span]:
-    """`"alice" MD5 "pw"`, `createUser ops SHA "pw" AES`: the quoted secret after a method name."""
-    for m in _METHOD.finditer(line):
-        if not spared(m.group(1), "password", True):
-            yield "password", m.start(1), m.end(1)
+    """`"alice" MD5 "pw"` (hostapd), `createUser ops SHA "pw" AES "pw2"` (net-snmp): a user file's
+    secrets after the method that checks them."""
+    m = _EAP_USER.match(line)
+    if m is not None and not spared(m.group(1), "password", True):
+        yield "password", m.start(1), m.end(1)
+    for m in _SNMP_USER.finditer(line):
+        for group in (1, 2, 3, 4):
+            if m.group(group) is not None and not spared(m.group(group), "password", True):
+                yield "password", m.start(group), m.end(group)
 
 
 def schemed_spans(line: str) -> Iterator[Span]:
-    """`OBF:…`, `CRYPT:…`, `MD5:<32 hex>`: a password in its scheme's encoding."""
+    """`OBF:…`, `CRYPT:…`, a user's `MD5:<32 hex>`: a password in its scheme's encoding."""
     for m in _SCHEMED.finditer(line):
-        group = next(i for i in (1, 2, 3) if m.group(i) is not None)
+        group = 1 if m.group(1) is not None else 2
         yield "password_hash", m.start(group), m.end(group)
+    md5 = _USER_MD5.match(line)
+    if md5 is not None and not _DIGEST_NAME.fullmatch(md5.group(1)):
+        yield "password_hash", md5.start(2), md5.end(2)
 
 
 # a credential name that opens a block: nothing after it on its line but `{`, `[` or nothing (YAML)
@@ -129,10 +187,14 @@ BLOCK_KEY = re2.compile(
     rb"(?im)^[ \t]*(?:- )?[\"']?[\w.-]*(?:secret|token|key|pass|pwd|cred|auth|pepper)[\w.-]*[\"']?[ \t]*[:=][ \t]*[{\[]?[ \t]*\r?$"
 )
 _BLOCK_KEY_LINE = re.compile(r"([ \t]*)(?:- )?[\"']?([\w.-]+)[\"']?[ \t]*[:=][ \t]*([{\[]?)[ \t]*\r?$")
-_ENTRY = re.compile(
-    r"[ \t]*(?:-[ \t]+)?(?:[\"']?([\w.@-]+)[\"']?[ \t]*:[ \t]*)?([\"']?)([^\"'\n#]+?)\2[ \t]*,?[ \t]*\r?$"
-)
 _BLOCK_LINES = 64
+_ENTRY_KEY = re.compile(r"[\"']?([\w.@-]+)[\"']?[ \t]*:(?:[ \t]|$)")
+# an entry whose name says its value is an id, a digest, a version or an address
+_NAMES_NO_SECRET = re.compile(
+    r"(?i)(?:.*(?:id|url|uri|host|endpoint|issuer|path|file|name|type|version|region|tenant)|kid|x5t.*|x5c|n|e|x|y|"
+    r"crv|alg|kty|use|sha\d*|commit|ref|rev|revision|hash(?:es)?|digest|integrity|checksum|fingerprint|resolved)"
+)
+_DIGEST_VALUE = re.compile(r"(?i)(?:sha\d+|md5)[:-]|.*://")
 
 
 def block_spans(text: str, starts: list[int]) -> Iterator[Span]:
@@ -148,11 +210,8 @@ def block_spans(text: str, starts: list[int]) -> Iterator[Span]:
         yield from _block_values(text, line_end + 1, indent, bracket)
 
 
-def _random(part: str) -> bool:
-    return looks_random(part, min_len=16, min_bits=3.0) and not spared(part, "secret", False)
-
-
 def _plural_name(name: str) -> tuple[str, bool] | None:
+    """What a name names, or its singular (`API_KEYS`, `SECRET_TOKENS`: a collection's name)."""
     return credential_name(name) or (credential_name(name[:-1]) if name[-1:] in "sS" else None)
 
 
@@ -167,15 +226,61 @@ def _block_values(text: str, pos: int, indent: int, bracket: str) -> Iterator[Sp
         if line.strip():
             if not bracket and len(line) - len(line.lstrip()) <= indent:
                 return  # YAML: the block ends where the indentation comes back
-            m = _ENTRY.fullmatch(line)
-            if m is not None and not (m.group(1) and _plural_name(m.group(1))):
-                value = m.group(3).strip()
-                parts = value.split()
-                if parts and all(_random(part) for part in parts):
-                    start = pos + m.start(3)
-                    yield "secret", start, start + len(m.group(3).rstrip())
+            if depth <= 1:  # a JSON block's nested objects are not entered
+                entry = _entry(line)
+                if entry is not None:
+                    yield "secret", pos + entry[0], pos + entry[1]
             if bracket:
-                depth += sum(line.count(c) for c in "[{") - sum(line.count(c) for c in "]}")
+                depth += _depth_change(line)
                 if depth <= 0:
                     return
         pos = end + 1
+
+
+def _entry(line: str) -> tuple[int, int] | None:
+    """(start, end) in line of an entry's value that looks random: `- VALUE`, `NAME: VALUE`,
+    `"NAME": "VALUE",`, a trailing comment left out."""
+    start = len(line) - len(line.lstrip())
+    if line.startswith("- ", start):
+        start += 2
+    key = _ENTRY_KEY.match(line, start)
+    if key is not None:
+        if _plural_name(key.group(1)) or _NAMES_NO_SECRET.fullmatch(key.group(1)):
+            return None  # a credential's own name (its reader takes it), or an id, a digest, a url
+        start = key.end()
+    stop = line.find(" #", start)
+    stop = len(line) if stop < 0 else stop
+    while start < stop and line[start] in " \t":
+        start += 1
+    while stop > start and line[stop - 1] in " \t\r,":
+        stop -= 1
+    if stop - start >= 2 and line[start] in "\"'" and line[stop - 1] == line[start]:
+        start, stop = start + 1, stop - 1
+    value = line[start:stop]
+    parts = value.split()
+    if not parts or not value.isascii() or any(not _random_part(part) for part in parts):
+        return None
+    return start, stop
+
+
+def _random_part(part: str) -> bool:
+    return (
+        looks_random(part, min_len=16, min_bits=3.0)
+        and not (is_hex_digest(part) or is_uuid(part) or _DIGEST_VALUE.match(part))
+        and not spared(part, "secret", False)
+    )
+
+
+def _depth_change(line: str) -> int:
+    """Brackets opened minus closed on a line, outside quoted strings."""
+    change, quote = 0, ""
+    for c in line:
+        if quote:
+            quote = "" if c == quote else quote
+        elif c in "\"'":
+            quote = c
+        elif c in "[{(":
+            change += 1
+        elif c in ")]}":
+            change -= 1
+    return change

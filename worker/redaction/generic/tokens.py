@@ -231,10 +231,12 @@ USERINFO = re.compile(rb"[\w.@+-]{1,64}:[!-.0-9;-~][!-9;-~]{2,127}")
 USER_HASH = re2.compile(
     rb"(?m)^[ \t]*([A-Za-z_][\w.@-]{0,31}):((?:md5)?[0-9a-f]{32}|[0-9a-f]{40}|[0-9a-f]{64}|[0-9a-f]{128})[ \t\r]*$"
 )
+# (any part of the name: `git_commit`, `sha256sum`, `GIT_SHA`; a branch or remote; a file's name)
 _DIGEST_NAMES = re.compile(
-    rb"(?i)(?:sha\d*|md\d|blake\w*|xxh\w*|crc\w*|hash\w*|digest|checksum|sum|etag|oid|id|uuid|guid|"
-    rb"commit|tree|blob|object|ref|rev|revision|head|parent|tag|nonce|salt|trace\w*|span\w*|request\w*|"
-    rb"fingerprint|integrity|version|build|key_?id|kid)"
+    rb"(?i)(?:^|[_.-])(?:sha\d*\w*|md\d\w*|blake\w*|xxh\w*|crc\w*|hash\w*|digest|checksum|\w*sum|etag|oid|id|uuid|"
+    rb"guid|commit|tree|blob|object|ref|rev|revision|head|parent|tag|nonce|salt|trace\w*|span\w*|request\w*|"
+    rb"fingerprint|integrity|version|build|key_?id|kid|image|layer|tx|block|main|master|origin|upstream|remote|"
+    rb"branch|git|file)(?:$|[_.-])|\.\w{1,5}$"
 )
 
 
@@ -263,7 +265,7 @@ def token_spans(data: bytes) -> Iterator[Span]:
         for m in MYSQL_HASH.finditer(data):
             yield "password_hash", m.start(1), m.end(1)
         for m in USER_HASH.finditer(data):
-            if _DIGEST_NAMES.fullmatch(m.group(1)) is None:
+            if _DIGEST_NAMES.search(m.group(1)) is None:
                 yield "password_hash", m.start(2), m.end(2)
         for start, end in match_spans(JWT, data):
             yield "jwt", start, end
