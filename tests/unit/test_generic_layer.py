@@ -23,6 +23,25 @@ NO_FORMATS = Redactor(b"generic-key", Ruleset.without(frozenset({CONFIG_POSITION
 # (case, text, secret): the secret must be gone, and the rest of the text kept
 CAUGHT = [
     (
+        "snmp-both-secrets",
+        'createUser ops SHA "Noc-Readonly-Kestrel" AES "Priv-Kestrel-2025"',
+        "Priv-Kestrel-2025",
+    ),
+    (
+        "snmp-unquoted",
+        "createUser ops SHA Noc-Readonly-Kestrel AES Priv-Kestrel-2025",
+        "Noc-Readonly-Kestrel",
+    ),
+    ("eap-phase2", '"t" TTLS-MSCHAPV2 "Winter2025!" [2]', "Winter2025!"),
+    (
+        "second-collection",
+        'api_keys = (); SECRET_KEYS = ["Wn4Hs8Qk1Ld6Fz3Rp9Vt2M"]',
+        "Wn4Hs8Qk1Ld6Fz3Rp9Vt2M",
+    ),
+    ("perl-hash-values", 'my %passwords = ("alice" => "s3cretpw9", "bob" => "Hunter2x!")', "s3cretpw9"),
+    ("quoted-user-key", '{"user": "alice:P@ssw0rd!"}', "P@ssw0rd!"),
+    ("netrc-after-prose", "For login with user admin password Tr0ub4dor&3 works", "Tr0ub4dor&3"),
+    (
         "dsn-arguments-perl",
         "@lookup_sql_dsn = ( [ 'DBI:Pg:database=amavis;host=db', 'amavis', 'Qu4rantine.Otter' ]);",
         "Qu4rantine.Otter",
@@ -177,6 +196,35 @@ CAUGHT = [
 ]
 # (case, text): nothing is redacted
 SPARED = [
+    # an independent review's probes of the entries readers (ordinary text they first redacted)
+    (
+        "aws-user-arn",
+        "An error occurred (AccessDenied): User: arn:aws:iam::123456789012:user/alice is not authorized",
+    ),
+    ("k8s-service-account", 'pods is forbidden: User "system:serviceaccount:default:default" cannot list'),
+    ("user-version", "user: python:3.11-slim"),
+    ("user-camel-group", "account: storage:StorageAccount01"),
+    ("passwd-line", "user alice:x:1000:1000:Alice:/home/alice:/bin/bash"),
+    (
+        "lockfile-hashes",
+        '"tokenizers": {\n  "hashes": [\n    "sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"\n  ]\n}',
+    ),
+    (
+        "jwks-public-key",
+        '"keys": [\n  {\n    "kid": "8f3kd9slq03mdk38fjd83kdqZ1",\n    "n": "0vx7agoebGcQSuuPiLJXZptN9nndrQmbXEps2aiAFbWhM78"\n  }\n]',
+    ),
+    ("block-commit", "token:\n  commit: 4f0773b2c3a9e1d5f6a7b8c9d0e1f2a3b4c5d6e7"),
+    ("block-issuer", "auth:\n  oidc:\n    issuer: https://dev-123456.okta.com/oauth2/default"),
+    ("form-rules", 'password: [{ required: true, message: "Password is required", trigger: "blur" }]'),
+    ("laravel-rules", "'password' => ['nullable', 'string', 'min:12'],"),
+    ("deny-list", 'COMMON_PASSWORDS = {"123456","password","qwerty","abc123"}'),
+    ("digest-after-method", 'checksum MD5 "d41d8cd98f00b204e9800998ecf8427e"'),
+    ("quoted-identifiers", '"users" AS "u"'),
+    ("md5-checksum", "checksum: MD5:d41d8cd98f00b204e9800998ecf8427e"),
+    ("crypt-mode", "mode=CRYPT:des_ede3_cbc"),
+    ("jdbc-prefix-list", 'supported = ["jdbc:mysql", "jdbc:postgresql", "jdbc:oracle"]'),
+    ("branch-sha-line", "main:4f0773b2c3a9e1d5f6a7b8c9d0e1f2a3b4c5d6e7"),
+    ("plus-in-path", "secret_path: /home/me/projects/notepad++/build2024"),
     ("dsn-arguments-variables", "DBI->connect($dsn, $user, $pass)"),
     ("dsn-arguments-empty", 'DBI->connect("dbi:SQLite:dbname=x.db", "", "")'),
     ("path-after-name", "secret_file: /run/secrets/db_password"),
