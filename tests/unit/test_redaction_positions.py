@@ -197,6 +197,12 @@ POSITIVES = [
         ('user_analytics="', 'username="broker"'),
     ),
     (
+        "shiro-users-section",
+        "[main]\nauthc.loginUrl = /login.jsp\n[users]\nadmin = Shiro-Adm1n-Pw, admin\nops = Qx2!vR9m, ops, audit\n[roles]\n",
+        "Shiro-Adm1n-Pw",
+        ("[users]", ", admin", "[roles]"),
+    ),
+    (
         "secret-string-data-identifiers-kept",
         "kind: Secret\nstringData:\n  url: https://git.example/r\n  username: deploy\n"
         '  insecure: "true"\n  password: Gh-Repo-Pw-8812 # the token\n',
@@ -206,6 +212,7 @@ POSITIVES = [
 ]
 
 NEAR_MISSES = [
+    ("users-section-settings", "[users]\nallow_sign_up = false\nhidden_users = admin, other\ndefault_theme = dark\n"),
     ("user-option-without-login-module", 'user_id = "u-1234"  # a user option of some other config'),
     ("url-user-only", "git clone https://user@host.example/org/repo.git"),
     ("url-port", "curl http://host:8080/path"),

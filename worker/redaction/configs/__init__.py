@@ -60,6 +60,7 @@ _SECTIONS = (
     b"<apikeys>",
     b"stringData:",
     b"LoginModule",
+    b"[users]",
 )
 _MARKERS = re2.compile(b"|".join(re2.escape(m) for m in (*KEY_FILE_NAMES, *_SECTIONS)))
 

@@ -5,6 +5,7 @@
     Kubernetes Secret    stringData:  (its entries, any names)
     JAAS login module    …PlainLoginModule required username="admin" password="…" user_alice="…";
                          (Kafka's SASL/PLAIN and SCRAM users: every `user_NAME` option is NAME's password)
+    Shiro INI [users]    admin = <password>, admin        (a user, the password, then the user's roles)
 
 The entries' names are hosts or arbitrary; the section's name says what they hold.
 """
@@ -35,6 +36,12 @@ _YAML_ENTRY = re.compile(
 # Secrets: `url`, `username`, `insecure: "true"`); the standard profile keeps identifiers
 _NOT_SECRET_ENTRY = frozenset(["url", "username", "user", "name", "project", "type", "namespace"])
 _FLAG_VALUE = frozenset(["true", "false", "yes", "no", "on", "off"])
+# an INI `[users]` section (Apache Shiro, Zeppelin): `name = password, role[, role…]`; a key of
+# several snake_case words is a setting (Grafana's `[users]` has `hidden_users = a, b`), and an
+# entry without roles is no user's
+_USERS_SECTION = re.compile(r"(?m)^[ \t]*\[users\][ \t]*\r?$((?:\n(?![ \t]*\[)[^\n]*)*)")
+_USER_ROLES = re.compile(r"(?m)^[ \t]*([A-Za-z][\w.@-]*)[ \t]*=[ \t]*([^,\s][^,\n]*?)[ \t]*,[ \t]*[\w*:-]+")
+_SETTING = re.compile(r"[a-z]+(?:_[a-z]+)+")
 
 
 def section_spans(text: str) -> Iterator[Span]:
@@ -51,6 +58,11 @@ def section_spans(text: str) -> Iterator[Span]:
                     yield "api_key", m.start(2) + e.start(1), m.start(2) + e.end(1)
     if "stringData:" in text and _KIND_SECRET.search(text):
         yield from _string_data(text)
+    if "[users]" in text:
+        for m in _USERS_SECTION.finditer(text):
+            for e in _USER_ROLES.finditer(m.group(1)):
+                if not _SETTING.fullmatch(e.group(1)) and not spared(e.group(2), "password", True):
+                    yield "password", m.start(1) + e.start(2), m.start(1) + e.end(2)
     if "LoginModule" in text:
         for m in _JAAS_USER.finditer(text):
             if not spared(m.group(1), "password", True):
