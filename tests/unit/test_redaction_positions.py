@@ -212,7 +212,10 @@ POSITIVES = [
 ]
 
 NEAR_MISSES = [
-    ("users-section-settings", "[users]\nallow_sign_up = false\nhidden_users = admin, other\ndefault_theme = dark\n"),
+    (
+        "users-section-settings",
+        "[users]\nallow_sign_up = false\nhidden_users = admin, other\ndefault_theme = dark\n",
+    ),
     ("user-option-without-login-module", 'user_id = "u-1234"  # a user option of some other config'),
     ("url-user-only", "git clone https://user@host.example/org/repo.git"),
     ("url-port", "curl http://host:8080/path"),
