@@ -22,6 +22,8 @@ NO_FORMATS = Redactor(b"generic-key", Ruleset.without(frozenset({CONFIG_POSITION
 
 # (case, text, secret): the secret must be gone, and the rest of the text kept
 CAUGHT = [
+    ("snmp-trap-host", "snmp-server host 10.1.2.4 version 2c Tr4p-Sink!c2", "Tr4p-Sink!c2"),
+    ("snmp-trap-host-quoted", 'snmp host 192.168.0.1 enable version 2c "Rack19-mon1tor"', "Rack19-mon1tor"),
     (
         "snmp-both-secrets",
         'createUser ops SHA "Noc-Readonly-Kestrel" AES "Priv-Kestrel-2025"',
@@ -196,6 +198,8 @@ CAUGHT = [
 ]
 # (case, text): nothing is redacted
 SPARED = [
+    ("snmp-v3-host", "snmp-server host 10.1.2.4 version 3 priv v3user"),
+    ("export-mask", "hash-mgmt-user rocks password hash AAAAAAAAAABBBBBBBBBBCCCCCCCCCC usertype read-only"),
     # an independent review's probes of the entries readers (ordinary text they first redacted)
     (
         "aws-user-arn",

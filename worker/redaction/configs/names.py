@@ -257,6 +257,8 @@ _ENUM = frozenset(
 _WEAK = frozenset(["example", "sample", "dummy", "fake", "test", "secret", "password"])
 # a vendor token's shape filled with a mask (`npm_xxxxxxxxxxx`, `xoxb-000…-xxxxxxxx`): a placeholder
 _MASK = re.compile(r"[xX]{6,}|\*{4,}|#{4,}|\u2022{3,}")
+# runs of one character each, two or more (`AAAAAAAAAABBBBBBBBBBCCCCCCCCCC`, a device's export mask)
+_RUNS = re.compile(r"(?:(.)\1{3,}){2,}")
 # the quote closed a string and code follows (`"+new Buffer(x)`); letters saying they are made up
 _CONCAT = re.compile(r"^[+.]\s*(?:new\s+)?[A-Za-z_$][\w$.]*\s*\(")
 _MADE_UP = re.compile(r"^[A-Za-z_.-]*(?i:fake|dummy|placeholder)[A-Za-z_.-]*$")
@@ -293,7 +295,7 @@ def spared(value: str, kind: str, strong: bool) -> bool:
     if has_template(v):
         return True  # a template: `"#{visibility}_cursor"`, `"prefix-${ENV}"` (`m{{h}o)p${e]…` is none)
     weak = v.lower() in _WEAK  # `POSTGRES_PASSWORD: example` (the postgres image's docs): a working password
-    if not v or (is_reference(v) and not weak) or _COMMAND.match(v) or _MASK.search(v):
+    if not v or (is_reference(v) and not weak) or _COMMAND.match(v) or _MASK.search(v) or _RUNS.fullmatch(v):
         return True
     low = v.lower()
     if low in _ENUM or all(w in _ENUM for w in low.split()):

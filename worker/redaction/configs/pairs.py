@@ -234,6 +234,7 @@ _PROSE_WORD = re.compile(
     r"(?i:a|an|and|as|at|be|by|can|for|from|if|in|is|it|must|not|of|on|or|the|then|to|was|when|will"
     r"|with|required|reset|expired|changed|manager|field|protected|only|prompt|incorrect|invalid|set)"
 )
+_FORM_WORDS = frozenset(["hash", "encrypted", "plaintext", "cleartext", "plain"])
 # `machine h login u password p` (netrc, one line) and fetchmail's `user 'u' … password 'p'`
 _NETRC = re.compile(
     r"\b(?:login|user|username)[ \t]+(?!(?:" + _PROSE_WORD.pattern + r")[ \t])[^\s=:]\S*+"
@@ -262,6 +263,8 @@ def spaced_pairs(line: str) -> Iterator[Span]:
         value = n.group(1)
         quoted = value[0] in "\"'"
         inner = value[1:-1] if quoted else value
+        if inner.lower() in _FORM_WORDS:
+            continue  # `user rocks password hash AAAA…`: what form the value takes, then the value
         if not spared(inner, "password", True) and _PROSE_WORD.fullmatch(inner) is None:
             start = n.start(1) + (1 if quoted else 0)
             yield "password", start, start + len(inner)

@@ -160,7 +160,10 @@ _CREDENTIAL_WORDS = frozenset(
     ]
 )
 # tokens skipped before a directive's value: types and encodings of the value
-_TYPE_WORDS = frozenset(["password", "string", "plain", "plaintext", "cleartext", "text"])
+# words that say what form the value after them takes (`password hash X`, `key plaintext X`)
+_TYPE_WORDS = frozenset(
+    ["password", "string", "plain", "plaintext", "cleartext", "text", "hash", "encrypted"]
+)
 _MODE = frozenset(
     [
         "ro",

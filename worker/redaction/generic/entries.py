@@ -16,7 +16,8 @@
   with another colon (`x:1000:1000:…`, `system:serviceaccount:ns:sa`), a resource name
   (`arn:aws:iam::…`).
 - an authentication method's secret, in the two user files that name it: hostapd's EAP user file
-  (`"user" METHOD "password"`) and net-snmp's `createUser NAME SHA AUTHPASS [AES PRIVPASS]`.
+  (`"user" METHOD "password"`) and net-snmp's `createUser NAME SHA AUTHPASS [AES PRIVPASS]`; and
+  an SNMP trap host's community after its version (`snmp-server host H version 2c COMMUNITY`).
 - a block's random values: a credential name alone on its line opens a block (a JSON object or
   list, a YAML mapping or list below it: Solr's `"credentials": {"admin": "HASH SALT"}`, Hydra's
   `secrets:` / `system:` / `- KEY`); its entries are named by users or systems, so a value is
@@ -93,6 +94,11 @@ _SCHEMED = re.compile(
     r"(?:^|[\s:=,])(?:OBF:((?:[0-9a-z]{4}){2,64})|CRYPT:([./0-9A-Za-z]{13}|\$\w{1,8}\$[./0-9A-Za-z$]{8,120}))"
     r"(?=$|[\s,;\"'])"
 )
+# an SNMP trap host's community (`snmp-server host 10.1.2.3 version 2c COMMUNITY`, Cisco, Arista;
+# NETGEAR's `snmp host … version 2c "COMMUNITY"`)
+_SNMP_HOST = re.compile(
+    r"\bsnmp(?:-server)?[ \t]+host[ \t]+\S+(?:[ \t]+\S+){0,3}?[ \t]+version[ \t]+(?:1|2c)[ \t]+(?:\"([^\"\n]+)\"|([^\s\"]+))"
+)
 _USER_MD5 = re.compile(r"^[ \t]*([\w.@-]{1,64}):[ \t]*MD5:([0-9a-f]{32})(?=$|[\s,;])")
 _DIGEST_NAME = re.compile(r"(?i).*(?:sum|hash|digest|etag|md5|sha\d*|integrity|fingerprint)")
 
@@ -166,6 +172,10 @@ def method_spans(line: str) -> Iterator[Span]:
     m = _EAP_USER.match(line)
     if m is not None and not spared(m.group(1), "password", True):
         yield "password", m.start(1), m.end(1)
+    for m in _SNMP_HOST.finditer(line):
+        group = 1 if m.group(1) is not None else 2
+        if not spared(m.group(group), "secret", True):
+            yield "secret", m.start(group), m.end(group)
     for m in _SNMP_USER.finditer(line):
         for group in (1, 2, 3, 4):
             if m.group(group) is not None and not spared(m.group(group), "password", True):
