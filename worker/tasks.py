@@ -8,6 +8,9 @@ from typing import Any
 import structlog
 from celery import Task
 from celery.exceptions import SoftTimeLimitExceeded
+from celery.worker.request import Request
+from celery.worker.state import task_ready
+from kombu.exceptions import DecodeError
 from structlog.contextvars import bound_contextvars
 
 from worker.celery_app import app, resources
@@ -32,6 +35,21 @@ SLOW_APPEND_MAX_RETRIES = 3
 SOFT_LIMIT_CUTS = "compactd_soft_limit_cuts"  # a message header: the cuts so far, kept across retries
 
 log = structlog.get_logger("compactd.tasks")
+
+
+class AppendRequest(Request):  # type: ignore[misc]
+    """An append's message, requeued when the soft time limit cuts the pool process off while it
+    decodes the message, before the task runs (kombu's `DecodeError(SoftTimeLimitExceeded())`):
+    the task's own handler cannot see that cut, and Celery would ack the message and lose it."""
+
+    def on_failure(self, exc_info: Any, send_failed_event: bool = True, return_ok: bool = False) -> None:
+        exc = getattr(exc_info.exception, "exc", exc_info.exception)  # ExceptionWithTraceback
+        if isinstance(exc, DecodeError) and any(isinstance(a, SoftTimeLimitExceeded) for a in exc.args):
+            task_ready(self)
+            log.warning("append.cut_while_decoding", task_id=self.id)
+            self.reject(requeue=True)
+            return
+        super().on_failure(exc_info, send_failed_event=send_failed_event, return_ok=return_ok)
 
 
 @app.task(
@@ -86,13 +104,20 @@ def expire(self: Task) -> int:
         return expire_sessions(resources())
 
 
-@app.task(name="compactd.append", bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=None)
+@app.task(
+    name="compactd.append",
+    bind=True,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    max_retries=None,
+    Request=AppendRequest,
+)
 def append(self: Task, *args: Any, **message: Any) -> dict[str, Any]:
     """Append turns sent by another service (kwargs: api_key, session_id, body, idempotency_key?,
     activity?), with the HTTP append's validation, redaction and idempotency (worker/flows/append.py).
 
-    Acked only when done, and requeued if its worker dies: a message is stored once or recorded
-    as rejected. A database outage and a cut by the soft time limit are retried, each kind with
+    Acked only when done, and requeued if its worker dies or the soft time limit cuts it off while
+    its message is decoded (AppendRequest): a message is stored once or recorded as rejected. A database outage and a cut by the soft time limit are retried, each kind with
     its own budget (Celery's default of 3 retries is off: max_retries=None); the task id is the
     idempotency key, so a retry of an append that was stored is a replay.
     """

@@ -311,7 +311,9 @@ def test_an_append_cut_off_by_the_soft_time_limit_is_retried_and_stored_once(
 ) -> None:
     """The pool process is frozen (SIGSTOP) past the soft time limit while it runs an append: the
     append rolls back and is tried again, so every message is stored once (a clean-clone CI run
-    lost one: a cold process's first ~4 MB append outran a 1 s soft limit and was dropped)."""
+    lost one: a cold process's first ~4 MB append outran a 1 s soft limit and was dropped). A
+    freeze that lands while the pool process still decodes the message requeues it (another
+    clean-clone run lost one that way: Celery acked the `DecodeError(SoftTimeLimitExceeded())`)."""
     with short_limit_service(tmp_path, redis_url) as (settings, http):
         key = settings.default_api_key or ""
         worker = Worker(settings, "worker", "--concurrency=1", log=tmp_path / "worker.log")
@@ -406,3 +408,52 @@ def test_the_apis_enqueue_is_one_claim_and_one_message(tmp_path: Path) -> None:
         client.close()
         res.close()
         server.kill()
+
+
+def test_an_append_cut_off_while_its_message_is_decoded_is_requeued_not_lost(redis_url: str) -> None:
+    """The soft time limit can cut the pool process off while it still decodes an append's message
+    (kombu raises `DecodeError(SoftTimeLimitExceeded())`, before the task's own handler runs):
+    AppendRequest puts the message back on the real Redis queue, where Celery would ack and drop
+    it; any other failure keeps Celery's handling (a decode error of its own is acked)."""
+    from billiard.einfo import ExceptionInfo
+    from celery.exceptions import SoftTimeLimitExceeded
+    from kombu import Connection
+    from kombu.exceptions import DecodeError
+
+    from worker.celery_app import app
+    from worker.tasks import AppendRequest, append
+
+    queue = f"t-cut-{uuid.uuid4().hex[:8]}"
+    url = redis_url.rsplit("/", 1)[0] + "/13"
+    with Connection(url) as conn:
+        box = conn.SimpleQueue(queue)
+        try:
+            for cause, requeued in ((SoftTimeLimitExceeded(), True), (ValueError("bad json"), False)):
+                task_id = str(uuid.uuid4())
+                headers, properties, body, _ = app.amqp.as_task_v2(
+                    task_id, append.name, kwargs={"session_id": "s"}
+                )
+                box.put(body, headers=headers, serializer="json", **properties)
+                message = box.get(timeout=5)
+                # as the worker builds it (celery/worker/strategy.py): ack and reject are the message's
+                request = AppendRequest(
+                    message,
+                    app=app,
+                    task=append,
+                    on_ack=message.ack_log_error,
+                    on_reject=message.reject_log_error,
+                )
+                try:
+                    raise DecodeError(cause)
+                except DecodeError:
+                    request.on_failure(ExceptionInfo(), send_failed_event=False, return_ok=True)
+                if requeued:
+                    again = box.get(timeout=5)
+                    assert again.headers["id"] == task_id  # the same message, back on the queue
+                    again.ack()
+                else:
+                    with pytest.raises(box.Empty):  # Celery's own handling: acked, not back
+                        box.get(timeout=1)
+        finally:
+            box.clear()
+            box.close()
