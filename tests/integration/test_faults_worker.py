@@ -293,10 +293,7 @@ def _crash_run(
             done_at_kill = compacted(res.engine)
             assert done_at_kill < high + n // 10, "the kill came too late to land mid-run"
             if kill == "children":
-                children = pool_children(worker)
-                assert children
-                for pid in children:
-                    os.kill(pid, signal.SIGKILL)
+                _kill_children_until_a_job_is_lost(worker, tmp_path / "worker-0.log", mid_run)
             else:
                 kill_whole(worker)
                 worker = Worker(
@@ -320,6 +317,22 @@ def _crash_run(
             p.stop()
         client.close()
     return res, recovery
+
+
+def _kill_children_until_a_job_is_lost(worker: Worker, log: Path, mid_run: Any, attempts: int = 5) -> None:
+    """SIGKILL the pool children while a job runs, again if the job ended just before the kill (a
+    loaded machine: no `WorkerLostError` follows, and a kill between two jobs tests nothing)."""
+    for _ in range(attempts):
+        children = pool_children(worker)
+        assert children
+        for pid in children:
+            os.kill(pid, signal.SIGKILL)
+        try:
+            wait_for(lambda: "WorkerLostError" in log.read_text(errors="replace"), 5.0, 0.05)
+            return
+        except AssertionError:
+            wait_for(mid_run, TIMEOUT, 0.01)  # the next job under way: kill again
+    raise AssertionError(f"no kill of {attempts} landed while a job ran")
 
 
 def _assert_equals_crash_free(res: Resources, expected: dict[str, Published], n: int) -> None:
