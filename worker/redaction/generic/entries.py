@@ -104,10 +104,14 @@ _DIGEST_NAME = re.compile(r"(?i).*(?:sum|hash|digest|etag|md5|sha\d*|integrity|f
 
 
 def collection_spans(line: str) -> Iterator[Span]:
-    """The random quoted values of each literal collection given to a credential name on this line."""
+    """The random quoted values of each literal collection given to a credential name on this line
+    (a collection opened inside one already read is not read again: `secrets=(` ten thousand times
+    over costs one scan, not ten thousand)."""
+    read_to = 0
     for m in _COLLECTION.finditer(line):
-        named = _plural_name(m.group(1))
+        named = _plural_name(m.group(1)) if m.start() >= read_to else None
         end = _closing(line, m.end() - 1) if named is not None else None
+        read_to = max(read_to, end if end is not None else min(len(line), m.end() + _COLLECTION_CHARS))
         if named is None or end is None or "\\" in line[m.end() : end]:
             continue  # no credential's, unclosed on this line, or escaped (`[\"a\"]`: the decoded view)
         for q in _QUOTED.finditer(line, m.end(), end):
@@ -124,11 +128,14 @@ def _random_value(value: str, kind: str) -> bool:
     return looks_random(value, min_len=16, min_bits=3.0) and not spared(value, kind, False)
 
 
+_COLLECTION_CHARS = 2_048
+
+
 def _closing(line: str, at: int) -> int | None:
     """Where the collection opened at `at` closes (brackets outside quoted strings counted), within
     2,048 characters; None when it does not."""
     depth, quote = 0, ""
-    for i in range(at, min(len(line), at + 2_048)):
+    for i in range(at, min(len(line), at + _COLLECTION_CHARS)):
         c = line[i]
         if quote:
             quote = "" if c == quote else quote
