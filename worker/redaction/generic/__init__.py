@@ -78,9 +78,8 @@ _KEYWORD = re2.compile(
 )
 # a line that may hold a tool's password flag (commands.py `tool_spans`): substrings, the cheapest test
 _TOOL_WORDS = ("-p", "-P", "-w", "-a", "-k", "-U", "--user", "/user", "/USER", "/u:", "/U:", "password-stdin")
-# entries.py's readers: a user's entry, a method's secret (substrings, the cheapest test)
+# entries.py's user entries (substrings, the cheapest test; its method secrets by EAP_METHODS)
 _USER_WORDS = ("user", "User", "USER", "login", "Login", "LOGIN", "account", "Account", "ACCOUNT")
-_METHOD_WORDS = EAP_METHODS
 # an element whose value is in a child: `<Password>\n  <Value>x</Value>` (Windows answer files)
 _CHILD_VALUE = re.compile(
     r"<(?:[\w.-]+:)?([A-Za-z_][\w.-]*)(?:\s[^<>]*)?>\s*<(?:[\w.-]+:)?(?:Value|value)>([^<]*)</"
@@ -115,11 +114,7 @@ def _line(text: str, whole: bool) -> Iterable[Span]:
             yield from user_entry_spans(text)
         if "OBF:" in text or "CRYPT:" in text or "MD5:" in text:
             yield from schemed_spans(text)
-    if (
-        "createUser" in text
-        or "snmp" in text
-        or ('"' in text and any(word in text for word in _METHOD_WORDS))
-    ):
+    if "createUser" in text or "snmp" in text or ('"' in text and any(word in text for word in EAP_METHODS)):
         yield from method_spans(text)
 
 

@@ -132,10 +132,16 @@ _COLLECTION_CHARS = 2_048
 
 
 def _closing(line: str, at: int) -> int | None:
-    """Where the collection opened at `at` closes (brackets outside quoted strings counted), within
-    2,048 characters; None when it does not."""
+    """Where the collection opened at `at` closes, within 2,048 characters; None when it does not."""
+    stop = min(len(line), at + _COLLECTION_CHARS)
+    return next((i for i, depth in _brackets(line, at, stop) if depth == 0), None)
+
+
+def _brackets(line: str, start: int, stop: int) -> Iterator[tuple[int, int]]:
+    """(index, depth after it) of each bracket of line[start:stop] outside quoted strings, the
+    depth counted from start."""
     depth, quote = 0, ""
-    for i in range(at, min(len(line), at + _COLLECTION_CHARS)):
+    for i in range(start, stop):
         c = line[i]
         if quote:
             quote = "" if c == quote else quote
@@ -143,11 +149,10 @@ def _closing(line: str, at: int) -> int | None:
             quote = c
         elif c in "[{(":
             depth += 1
+            yield i, depth
         elif c in ")]}":
             depth -= 1
-            if depth == 0:
-                return i
-    return None
+            yield i, depth
 
 
 def user_entry_spans(line: str) -> Iterator[Span]:
@@ -290,14 +295,4 @@ def _random_part(part: str) -> bool:
 
 def _depth_change(line: str) -> int:
     """Brackets opened minus closed on a line, outside quoted strings."""
-    change, quote = 0, ""
-    for c in line:
-        if quote:
-            quote = "" if c == quote else quote
-        elif c in "\"'":
-            quote = c
-        elif c in "[{(":
-            change += 1
-        elif c in ")]}":
-            change -= 1
-    return change
+    return sum(1 if line[i] in "[{(" else -1 for i, _ in _brackets(line, 0, len(line)))
