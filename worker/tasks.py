@@ -117,9 +117,10 @@ def append(self: Task, *args: Any, **message: Any) -> dict[str, Any]:
     activity?), with the HTTP append's validation, redaction and idempotency (worker/flows/append.py).
 
     Acked only when done, and requeued if its worker dies or the soft time limit cuts it off while
-    its message is decoded (AppendRequest): a message is stored once or recorded as rejected. A database outage and a cut by the soft time limit are retried, each kind with
-    its own budget (Celery's default of 3 retries is off: max_retries=None); the task id is the
-    idempotency key, so a retry of an append that was stored is a replay.
+    its message is decoded (AppendRequest): a message is stored once or recorded as rejected. A
+    database outage and a cut by the soft time limit are retried, each kind with its own budget
+    (Celery's default of 3 retries is off: max_retries=None); the task id is the idempotency key,
+    so a retry of an append that was stored is a replay.
     """
     task_id = str(self.request.id)
     session_id = str(message.get("session_id", ""))[:200]

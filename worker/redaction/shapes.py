@@ -193,15 +193,18 @@ def has_template(value: str) -> bool:
     """Whether value holds a template expression (`${ENV}`, `#{visibility}_cursor`, `{{ x }}`) and
     every one it opens is well formed: its brackets balance up to the closing brace. A stray
     `${` or `{{` in a password (`m{{h}o)p${e]nob(ody…`) is no template: structure, not looks."""
-    found = False
-    at = min((i for i in (value.find(o) for o in _TEMPLATE_OPENERS) if i >= 0), default=-1)
+    found, at = False, _next_opener(value, 0)
     while at >= 0:
         end = _template_end(value, at)
         if end is None:
             return False
-        found = True
-        at = min((i for i in (value.find(o, end) for o in _TEMPLATE_OPENERS) if i >= 0), default=-1)
+        found, at = True, _next_opener(value, end)
     return found
+
+
+def _next_opener(value: str, start: int) -> int:
+    """Where the next `${`, `#{` or `{{` at or after start is; -1 when there is none."""
+    return min((i for i in (value.find(o, start) for o in _TEMPLATE_OPENERS) if i >= 0), default=-1)
 
 
 def _template_end(value: str, at: int) -> int | None:

@@ -87,7 +87,8 @@ def _commands(line: str) -> Iterator[tuple[int, str]]:
     yield pos, line[pos:]
 
 
-def _unquoted(line: str, start: int, end: int) -> tuple[int, int]:
+def unquoted(line: str, start: int, end: int) -> tuple[int, int]:
+    """line[start:end] without the quotes around it, when the same quote opens and closes it."""
     if end - start >= 2 and line[start] in "\"'" and line[end - 1] == line[start]:
         return start + 1, end - 1
     return start, end
@@ -99,7 +100,7 @@ def user_password_spans(line: str) -> Iterator[Span]:
         if _USER.search(command) is None or _NOT_USER.search(command) is not None:
             continue
         for m in _PASSWORD.finditer(command):
-            start, end = _unquoted(command, *(m.span(1) if m.group(1) is not None else m.span(2)))
+            start, end = unquoted(command, *(m.span(1) if m.group(1) is not None else m.span(2)))
             value = command[start:end]
             if value and not value.startswith("-") and not PORT.fullmatch(value) and not _stands_in(value):
                 yield "password", at + start, at + end
@@ -119,7 +120,7 @@ def tool_spans(line: str) -> Iterator[Span]:
         if _NET_USE.search(command) is not None:
             yield from _net_use(command, at)
     for m in _STDIN.finditer(line):
-        start, end = _unquoted(line, *m.span(1))
+        start, end = unquoted(line, *m.span(1))
         if not _stands_in(line[start:end]):
             yield "password", start, end
 
@@ -128,7 +129,7 @@ def _value_at(command: str, at: int, start: int) -> Iterator[Span]:
     m = _VALUE_RE.match(command, start)
     if m is None:
         return
-    a, b = _unquoted(command, *m.span())
+    a, b = unquoted(command, *m.span())
     if command[b - 1 : b] in "\"'" and command[a - 1 : a] not in "\"'":
         b -= 1  # `"-pMyS3cret"`: the quote closes the flag and its value
     value = command[a:b]
@@ -144,7 +145,7 @@ def _net_use(command: str, at: int) -> Iterator[Span]:
         return
     for m in _VALUE_RE.finditer(command, share.end()):
         if not m.group().startswith("/"):
-            start, end = _unquoted(command, *m.span())
+            start, end = unquoted(command, *m.span())
             if command[start:end] != "*" and not _stands_in(command[start:end]):
                 yield "password", at + start, at + end
             return

@@ -40,6 +40,7 @@ from collections.abc import Iterator
 import re2
 
 from worker.redaction.configs.names import spared
+from worker.redaction.generic.commands import unquoted
 from worker.redaction.generic.names import credential_name
 from worker.redaction.shapes import RESOURCE_NAME, is_hex_digest, is_uuid, looks_random
 
@@ -276,8 +277,7 @@ def _entry(line: str) -> tuple[int, int] | None:
         start += 1
     while stop > start and line[stop - 1] in " \t\r,":
         stop -= 1
-    if stop - start >= 2 and line[start] in "\"'" and line[stop - 1] == line[start]:
-        start, stop = start + 1, stop - 1
+    start, stop = unquoted(line, start, stop)
     value = line[start:stop]
     parts = value.split()
     if not parts or not value.isascii() or any(not _random_part(part) for part in parts):
