@@ -1,6 +1,6 @@
 """`make bench`: every benchmark in turn, figures printed (copy them into BENCHMARKS.md).
 
-Run one part with: python -m ops.bench [engine|fidelity|replay|paced|memory|secrets|configs|generic|service|load|proxy|startup]
+Run one part with: python -m ops.bench [engine|fidelity|replay|paced|memory|secrets|configs|generic|service|load|proxy|startup|worst]
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ PARTS = (
     "load",
     "proxy",
     "startup",
+    "worst",
 )
 
 

@@ -57,7 +57,7 @@ def _parted(lane: _Lane, data: bytes) -> list[Candidate]:
     starts: list[int | None] = [-1] * len(lane.parts)
     pos = 0
     while (start := _next_start(lane, data, pos, starts)) is not None:
-        detector, groups = _detector_at(lane, data, start, starts)
+        detector, _, groups = _detector_at(lane, data, start, starts, None)  # no reach: matches whole
         spans = tuple(groups[k] for k in range(re2.compile(detector.pattern).groups + 1))
         out.append((start, f"{id(detector)}", spans))
         pos = start + 1

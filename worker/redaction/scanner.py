@@ -198,28 +198,67 @@ def _next_start(lane: _Lane, data: bytes, pos: int, starts: list[int | None]) ->
     for i, part in enumerate(lane.parts):
         at = starts[i]
         if at is not None and at < pos:
-            at = starts[i] = leftmost(part.regex, data, pos)
+            at = starts[i] = _leftmost_near(part.regex, data, pos)
         if at is not None and (best is None or at < best):
             best = at
     return best
 
 
+def _leftmost_near(regex: re2._Regexp, data: bytes, pos: int) -> int | None:
+    """leftmost(regex, data, pos), read first to _NEAR bytes past pos: RE2 finds a match's start by
+    running to its end, and a value runs to the next blank, so in one long blank-free run of keys
+    every search would read the rest of the run. A start found in the first _NEAR - _LONGEST bytes
+    is the leftmost for every match up to _LONGEST bytes long; otherwise the whole rest is read."""
+    end = pos + _NEAR
+    if end < len(data):
+        at: int = regex._regexp.Match(_UNANCHORED, data, pos, end)[0][0]
+        if 0 <= at < end - _LONGEST:
+            return at
+    return leftmost(regex, data, pos)
+
+
+_NEAR, _LONGEST = 32_768, 16_384  # _LONGEST: an RSA-16384 key block is 12.6 KB
+_UNANCHORED = re2._Anchor.UNANCHORED
+
+
 def _detector_at(
-    lane: _Lane, data: bytes, start: int, starts: list[int | None]
-) -> tuple[Detector, list[tuple[int, int]]]:
+    lane: _Lane, data: bytes, start: int, starts: list[int | None], reach: int | None
+) -> tuple[Detector, re2._Regexp, list[tuple[int, int]]]:
     """The first detector in table order that matches at start (the leftmost start of the lane's
-    parts), and the spans of its own match's groups there."""
+    parts) within reach (None: anywhere), its own regex and the spans of its match's groups there."""
     view = memoryview(data)
     for at, part in zip(starts, lane.parts, strict=True):
         if at != start:
             continue
-        named = part.starts.Match(view[start - 1 :]) if start else part.starts_at_0.Match(view)
+        # the Set reads to the reach too: it names every detector whose match ends by then (and may
+        # name one whose `$` or `\b` holds only at the cut: its own match then finds none)
+        named = part.starts.Match(view[start - 1 : reach]) if start else part.starts_at_0.Match(view[:reach])
         # none named: the Set ran out of memory (it says so no other way): every detector is asked
         for i in sorted(named) if named else range(len(part.detectors)):
-            spans = match_at(part.own[i], data, start)
+            spans = match_at(part.own[i], data, start, reach)
             if spans is not None:
-                return part.detectors[i], spans
+                return part.detectors[i], part.own[i], spans
+    if reach is not None:
+        return _detector_at(lane, data, start, starts, None)  # only a match longer than the reach
     raise AssertionError(f"no detector of the lane matches at {start}")
+
+
+def _reach(start: int, size: int) -> int | None:
+    """Where a match starting at start is read to at first (None: the end). A value runs to the
+    next blank, so in one long blank-free run every `key=` would read, and judge, the rest of the
+    run again (`a.key=b` * 11,111: 260 s). A match the reach cuts is read whole while the text's
+    budget (its size and _WHOLE_BUDGET) lasts, so an ordinary text is read as with no reach; past
+    the budget it is judged by its head and, if a secret, redacted to the end of its whole match."""
+    return start + _MATCH_REACH if start + _MATCH_REACH < size else None
+
+
+_MATCH_REACH = 256
+_WHOLE_BUDGET = 65_536
+# a secret that ends this close to the reach may run on past it: a pattern may end a match a few
+# characters before the cut (`\r\n` escapes in a key block), the judges trim no more than a few
+# closing characters (quotes, `,;)`, backslashes), which is what the longer match is trimmed of
+_CUT_SLACK = 8
+_VALUE_TRAIL = "\\\"'`,;)"
 
 
 def _outside_placeholders(data: bytes, found: list[Span]) -> list[Span]:
@@ -251,12 +290,20 @@ def _scan_lane(lane: _Lane, data: bytes) -> list[Span]:
     if lane.needs is not None and leftmost(lane.needs, data) is None:
         return out  # no string a detector of the lane needs: none matches
     pos, size = 0, len(data)
+    budget = size + _WHOLE_BUDGET  # bytes of matches cut by the reach that are still read whole
     starts: list[int | None] = [-1] * len(lane.parts)
     while pos < size:
         start = _next_start(lane, data, pos, starts)
         if start is None:
             break
-        detector, spans = _detector_at(lane, data, start, starts)
+        reach = _reach(start, size)
+        detector, regex, spans = _detector_at(lane, data, start, starts, reach)
+        cut = reach is not None and spans[0][1] >= reach - _CUT_SLACK
+        if cut and budget > 0:
+            # the match may run on past the reach: read it whole, as if there were none
+            detector, regex, spans = _detector_at(lane, data, start, starts, None)
+            budget -= spans[0][1] - start
+            cut = False
         s_start, s_end = spans[detector.secret_group]
         key = None if detector.key_group is None else _decode(group(data, spans[detector.key_group]))  # type: ignore[arg-type]
         raw = data[s_start:s_end]
@@ -267,6 +314,13 @@ def _scan_lane(lane: _Lane, data: bytes) -> list[Span]:
             pos = s_start if detector.key_group is not None and s_start > start else start + 1
             continue
         kind, lo, hi = judged
+        if cut and s_end >= reach - _CUT_SLACK and hi >= len(region) - _CUT_SLACK:  # type: ignore[operator]
+            # the budget is spent: judged by its head, the secret runs on to the end of its match
+            whole_end = match_at(regex, data, start)[detector.secret_group][1]  # type: ignore[index]
+            if whole_end > s_end:
+                raw = data[s_start:whole_end]
+                region = _decode(raw)
+                hi = len(region.rstrip(_VALUE_TRAIL))
         first = start
         start, end = s_start + _byte_offset(region, raw, lo), s_start + _byte_offset(region, raw, hi)
         out.append((kind, start, end))

@@ -37,10 +37,11 @@ def match_spans(regex: re2._Regexp, data: bytes) -> list[tuple[int, int]]:
     return out
 
 
-def match_at(regex: re2._Regexp, data: bytes, pos: int) -> list[Span] | None:
+def match_at(regex: re2._Regexp, data: bytes, pos: int, end: int | None = None) -> list[Span] | None:
     """The span of every group (group 0 first; (-1, -1) where a group took no part) of a match
-    that starts at pos, as `regex.match(data, pos)`'s `span(i)`; None where none starts there."""
-    spans: list[Span] = regex._regexp.Match(_ANCHOR_START, data, pos, len(data))
+    that starts at pos, as `regex.match(data, pos)`'s `span(i)`; None where none starts there.
+    With end, the match ends there at the latest (`\\b` and `$` still see the bytes after it)."""
+    spans: list[Span] = regex._regexp.Match(_ANCHOR_START, data, pos, len(data) if end is None else end)
     return None if spans[0][0] < 0 else spans
 
 

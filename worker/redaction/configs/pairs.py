@@ -64,6 +64,9 @@ _COMMENT = re.compile(r"(?<![ \t])[ \t]++(?:#|//|;(?=[ \t])).*$")
 _PROSE_END = re.compile(r"[.:?]$")
 
 
+_JUDGED_HEAD = _CODE_READ = 1_024
+
+
 def _is_code_line(head: str, key: str, rest: str, sep: str) -> bool:
     """Whether a line reads as code (where a bare identifier is a variable)."""
     return (
@@ -166,6 +169,10 @@ def line_pairs(
             continue
         start, end, quoted = found
         value = line[start:end]
+        if not quoted and len(value) > _JUDGED_HEAD and " " not in value:
+            # a long blank-free value is judged by its head: in a run of pairs (`a.key=b` * 11,111)
+            # every value runs on to the end of the part, and judging each whole is quadratic
+            value = value[:_JUDGED_HEAD]
         if not quoted and not _unquoted_literal(line, head, m, value, kind_of):
             continue
         if sep == "," and _call_arguments(line, m.start(), end):
@@ -199,10 +206,12 @@ def _unquoted_literal(
     if " " in value and all(w.isalpha() for w in value.split()) and named and named[0] != "password":
         return False  # `api_token: alpha beta gamma`: words, not a token (a passphrase is a password)
     key, sep = m.group("key"), m.group("sep")
-    prefix = line[: m.start()]
-    if _is_code_line(prefix, key, line[m.end() :], sep) and (
-        is_code(value.rstrip(",;)")) or value.endswith(",")
-    ):
+    # what is read before the key and at the end of the line: a bounded part of a long line
+    prefix, tail = (
+        line[max(0, m.start() - _CODE_READ) : m.start()],
+        line[max(m.end(), len(line) - _CODE_READ) :],
+    )
+    if _is_code_line(prefix, key, tail, sep) and (is_code(value.rstrip(",;)")) or value.endswith(",")):
         return False
     words = value.split()
     if len(words) >= 3 and (_PROSE_END.search(value) or (sep == ":" and key[:1].isupper())):
