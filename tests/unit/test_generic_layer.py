@@ -195,6 +195,14 @@ CAUGHT = [
         "BOT=8123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw",
         "AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw",
     ),
+    # round 6 of the public-config corpus, dev half (Leiningen, Bugzilla, OpenTelemetry)
+    ("edn-keyword", '{:username "milgrim" :passphrase "Archiva-Pelican-71"}', "Archiva-Pelican-71"),
+    ("perl-hash-subscript", "$answer{'ADMIN_PASSWORD'} = 'Bugzilla-Tundra-2209';", "Bugzilla-Tundra-2209"),
+    ("perl-bare-subscript", "$conf{db_pass} = 'Bugzilla-Tundra-2209';", "Bugzilla-Tundra-2209"),
+    ("htpasswd-block-scalar", "htpasswd: |\n  ingest-eu:Birch-Lantern-08\n", "Birch-Lantern-08"),
+    ("htpasswd-inline", "  htpasswd:\n    inline: |\n      ingest-eu:Birch-Lantern-08\n", "Birch-Lantern-08"),
+    ("password-ending-in-a-bracket", "imaps://me:Pa55w]@host", "Pa55w]"),
+    ("my-and-more", "password: my-dog-rex-7", "my-dog-rex-7"),
 ]
 # (case, text): nothing is redacted
 SPARED = [
@@ -317,6 +325,14 @@ SPARED = [
     ("percent-escapes", "caf%C3%A9%C3%A9t%C3%A9"),
     ("traceparent", '@valid_traceparent "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"'),
     ("clock-time", "12:34:56 started worker_process_manager_supervisor"),
+    ("edn-reference", '{:api-key "${API_KEY}" :username "ops" :url "https://repo.clojars.org"}'),
+    ("perl-subscript-not-a-credential", "$answer{'password_complexity'} = 'bmo';"),
+    ("password-block-numbers", "passwords:\n  - 8080:80\n  rotated: 12:30\n  file: /etc/pw\n"),
+    ("password-block-reference", "htpasswd: |\n  ops:${OPS_PASSWORD}\n"),
+    # the public-config corpus's dev near misses: a usage line's optional part, "my" and the name
+    ("usage-optional-password", "# source=imaps://username[:password]@hostname[:port]"),
+    ("usage-nested-optional", "#   postgres://[pqgotest[:password]]@localhost[/dbname]?sslmode=disable"),
+    ("my-token", "  bearerToken: my-token"),
 ]
 
 

@@ -23,6 +23,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from worker.redaction.positions import OPTIONAL_PART
+
 __all__ = ["DEFAULT_CACHE_DIR", "kind_of", "prewarm", "spans", "warm"]
 
 # the service's own directory: inside its environment, beside the installed code
@@ -72,9 +74,11 @@ def warm() -> None:
 
 
 def _is_reference(value: str) -> bool:
-    """`${TOKEN}`, `<password>`, `xxxx`, or `user:{password}`: a value that only names a secret."""
+    """`${TOKEN}`, `<password>`, `xxxx`, `user:{password}` or a usage line's `[:password]]`: a
+    value that only names a secret."""
     value = value.strip("\"'")
-    return any(_REFERENCE.match(v) for v in (value, value.split(":", 1)[-1]))
+    tail = value.split(":", 1)[-1]
+    return any(_REFERENCE.match(v) for v in (value, tail)) or OPTIONAL_PART.fullmatch(tail) is not None
 
 
 @cache

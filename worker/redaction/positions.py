@@ -103,9 +103,13 @@ _FLAG_PASSWORD = auth_value("basic_auth", 4)
 
 def url_password(secret: str, key: str | None) -> Judged:
     """Judge for `scheme://user:password@host`: only the password, whatever it looks like."""
-    if len(secret) > 200:
+    if len(secret) > 200 or OPTIONAL_PART.fullmatch(secret):
         return None
     return credential("url_password")(secret, key)
+
+
+# the end of a usage line's optional part: `username[:password]@host`, `[user[:password]]@host`
+OPTIONAL_PART = re.compile(r"(?i:password|passwd|pass|pwd|secret|token)\]+")
 
 
 _SCHEMES = frozenset(["basic", "bearer", "token", "ssws", "apikey", "api-key", "sso-key", "otoken", "key"])

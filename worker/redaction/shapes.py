@@ -85,6 +85,8 @@ _SEQUENTIAL = ("abcdefghijk", "ABCDEFGHIJK", "qwertyuiop")
 _MADE_UP = re.compile(
     r"^(?=[A-Za-z_.-]*$)(?:.*(?i:fake|dummy|sample|example|placeholder|changeme)|(?i:your|enter|insert)[_.-])"
 )
+# `my-token`, `my_password`: "my" and the credential's own name (configs/names.py `spared` too)
+MINE = re.compile(r"(?i:my)[_.-](?i:token|password|passwd|pass|secret|key|api[_.-]?key|access[_.-]?token)")
 
 
 def entropy_bits(value: str) -> float:
@@ -113,7 +115,7 @@ def is_placeholder(value: str, runs: bool = True) -> bool:
     v = value.strip()
     if not v or PLACEHOLDER_MARK in v:
         return True
-    if v.lower().strip("_-'\"") in _FILLER or _TEMPLATE.match(v) or _MADE_UP.match(v):
+    if v.lower().strip("_-'\"") in _FILLER or _TEMPLATE.match(v) or _MADE_UP.match(v) or MINE.fullmatch(v):
         return True
     return len(set(v)) <= 2 or (runs and any(s in v for s in _SEQUENTIAL)) or not any(c.isalnum() for c in v)
 

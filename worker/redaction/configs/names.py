@@ -20,7 +20,7 @@ from functools import lru_cache
 from worker.redaction.keywords import _NOT_CREDENTIAL_KEY as NOT_CREDENTIAL_KEY
 from worker.redaction.keywords import key_words
 from worker.redaction.positions import is_reference
-from worker.redaction.shapes import NEXT_KEY, RESOURCE_NAME, has_template, is_yaml_tag, looks_random
+from worker.redaction.shapes import MINE, NEXT_KEY, RESOURCE_NAME, has_template, is_yaml_tag, looks_random
 
 _PASSWORD = frozenset(["password", "passwd", "pass", "pwd", "passphrase", "passw", "pw", "pword"])
 _SECRET = frozenset(["secret", "salt", "secretkey", "clientsecret", "masterkey"])
@@ -288,7 +288,7 @@ def spared(value: str, kind: str, strong: bool) -> bool:
     v = value.strip().strip("'\"")  # `"'$PRECOMPILE_PASSWORD'"`: quotes inside quotes
     if v and not any(c.isalnum() for c in v):
         return True  # punctuation only (`,.:-@*?!`): a mask or a test of the parser, no password
-    if _CONCAT.match(v) or _MADE_UP.match(v) or any(run in v for run in _SEQUENTIAL):
+    if _CONCAT.match(v) or _MADE_UP.match(v) or MINE.fullmatch(v) or any(run in v for run in _SEQUENTIAL):
         return True
     if NEXT_KEY.fullmatch(value.strip()) or is_yaml_tag(v):
         return True  # `password= auth_user=`: empty, then the next key; `!vault |`: the value follows

@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable, Iterator
 
 from worker.redaction.configs.names import spared
+from worker.redaction.positions import OPTIONAL_PART
 
 Span = tuple[str, int, int]
 
@@ -67,8 +68,8 @@ def url_spans(text: str) -> Iterator[Span]:
     """The password of every `scheme://user:password@host` in text (it may hold `#`, `@`, `!`)."""
     for m in _URL.finditer(text):
         password = m.group(2)
-        if re.match(r"\d+(?:[/?#]|$)", password):
-            continue  # `host:8080/path@…`: a port and a path, no password
+        if re.match(r"\d+(?:[/?#]|$)", password) or OPTIONAL_PART.fullmatch(password):
+            continue  # `host:8080/path@…`: a port and a path; `user[:password]@host`: a usage line
         if not spared(password, "password", True) and len(password) <= 200:
             yield "url_password", m.start(2), m.end(2)
 

@@ -44,7 +44,7 @@ from worker.redaction.generic.commands import (
     user_password_spans,
     webhook_spans,
 )
-from worker.redaction.generic.directives import directive_spans, flag_spans, header_spans
+from worker.redaction.generic.directives import directive_spans, flag_spans, header_spans, keyword_spans
 from worker.redaction.generic.entries import (
     BLOCK_KEY,
     EAP_METHODS,
@@ -97,6 +97,8 @@ def _line(text: str, whole: bool) -> Iterable[Span]:
         yield from flag_spans(text)
     if ": " in text or ":\t" in text:
         yield from header_spans(text)
+    if ' "' in text and ":" in text:
+        yield from keyword_spans(text)
     if "-p" in text or "-P" in text:
         yield from user_password_spans(text)
     if "hook" in text or "Hook" in text:

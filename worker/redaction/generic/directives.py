@@ -401,6 +401,19 @@ def flag_spans(line: str) -> Iterator[Span]:
         yield from _judged(line, named, start, start + len(value))
 
 
+def keyword_spans(line: str) -> Iterator[Span]:
+    """A keyword and a quoted string in a map: EDN and Clojure `{:username "u" :passphrase "…"}`,
+    wherever in the line (`:password` alone is read by the bare-password rule too)."""
+    for m in _KEYWORD_PAIR.finditer(line):
+        named = credential_name(m.group(1))
+        if named is not None:
+            yield from _judged(line, named, m.start(2), m.end(2))
+
+
+# `:name "value"`: a keyword starts the line or follows a blank or an opening bracket or comma
+_KEYWORD_PAIR = re.compile(r"(?:^|(?<=[\s{(\[,])):([A-Za-z][\w.*+!?/-]*)[ \t]+\"((?:[^\"\\\n]|\\.)+)\"")
+
+
 def header_spans(line: str) -> Iterator[Span]:
     """The value of a header whose name names a credential (`-H "X-Upstream-Token: v"`)."""
     for m in _HEADER.finditer(line):

@@ -205,11 +205,14 @@ def schemed_spans(line: str) -> Iterator[Span]:
         yield "password_hash", md5.start(2), md5.end(2)
 
 
-# a credential name that opens a block: nothing after it on its line but `{`, `[` or nothing (YAML)
+# a credential name that opens a block: nothing after it on its line but `{`, `[`, nothing or a
+# YAML block scalar's `|` or `>` (`htpasswd: |`)
 BLOCK_KEY = re2.compile(
-    rb"(?im)^[ \t]*(?:- )?[\"']?[\w.-]*(?:secret|token|key|pass|pwd|cred|auth|pepper)[\w.-]*[\"']?[ \t]*[:=][ \t]*[{\[]?[ \t]*\r?$"
+    rb"(?im)^[ \t]*(?:- )?[\"']?[\w.-]*(?:secret|token|key|pass|pwd|cred|auth|pepper)[\w.-]*[\"']?[ \t]*[:=][ \t]*(?:[{\[]|[|>][-+]?)?[ \t]*\r?$"
 )
-_BLOCK_KEY_LINE = re.compile(r"([ \t]*)(?:- )?[\"']?([\w.-]+)[\"']?[ \t]*[:=][ \t]*([{\[]?)[ \t]*\r?$")
+_BLOCK_KEY_LINE = re.compile(
+    r"([ \t]*)(?:- )?[\"']?([\w.-]+)[\"']?[ \t]*[:=][ \t]*([{\[]?)(?:[|>][-+]?)?[ \t]*\r?$"
+)
 _BLOCK_LINES = 64
 _ENTRY_KEY = re.compile(r"[\"']?([\w.@-]+)[\"']?[ \t]*:(?:[ \t]|$)")
 # an entry whose name says its value is an id, a digest, a version or an address
@@ -227,10 +230,11 @@ def block_spans(text: str, starts: list[int]) -> Iterator[Span]:
     for at in starts:
         line_end = text.find("\n", at)
         head = _BLOCK_KEY_LINE.match(text, at, len(text) if line_end < 0 else line_end)
-        if head is None or _plural_name(head.group(2)) is None or line_end < 0:
+        named = None if head is None else _plural_name(head.group(2))
+        if head is None or named is None or line_end < 0:
             continue
         indent, bracket = len(head.group(1).expandtabs()), head.group(3)
-        yield from _block_values(text, line_end + 1, indent, bracket)
+        yield from _block_values(text, line_end + 1, indent, bracket, named[0] == "password")
 
 
 def _plural_name(name: str) -> tuple[str, bool] | None:
@@ -238,7 +242,9 @@ def _plural_name(name: str) -> tuple[str, bool] | None:
     return credential_name(name) or (credential_name(name[:-1]) if name[-1:] in "sS" else None)
 
 
-def _block_values(text: str, pos: int, indent: int, bracket: str) -> Iterator[Span]:
+def _block_values(text: str, pos: int, indent: int, bracket: str, passwords: bool) -> Iterator[Span]:
+    """passwords: a password's name opened the block (`htpasswd:`), whose `name:secret` lines are
+    users' passwords whatever they look like."""
     depth = 1 if bracket else 0
     for _ in range(_BLOCK_LINES):
         if pos >= len(text):
@@ -249,7 +255,10 @@ def _block_values(text: str, pos: int, indent: int, bracket: str) -> Iterator[Sp
         if line.strip():
             if not bracket and len(line) - len(line.lstrip()) <= indent:
                 return  # YAML: the block ends where the indentation comes back
-            if depth <= 1:  # a JSON block's nested objects are not entered
+            user = _USER_SECRET.fullmatch(line) if passwords else None
+            if user is not None and _user_secret(user.group(2)):
+                yield "password", pos + user.start(2), pos + user.end(2)
+            elif depth <= 1:  # a JSON block's nested objects are not entered
                 entry = _entry(line)
                 if entry is not None:
                     yield "secret", pos + entry[0], pos + entry[1]
@@ -258,6 +267,16 @@ def _block_values(text: str, pos: int, indent: int, bracket: str) -> Iterator[Sp
                 if depth <= 0:
                     return
         pos = end + 1
+
+
+# an htpasswd-style line: a user, a colon and the secret, no blank
+_USER_SECRET = re.compile(r"[ \t]*(?:- )?([\w.@-]+):([^\s:/\"'{\[]\S*)[ \t\r]*")
+
+
+def _user_secret(value: str) -> bool:
+    """The secret of a `name:secret` line in a password block: not a number (`12:30`), a mode word
+    or a reference (`${PW}`)."""
+    return not value.isdigit() and not spared(value, "password", True)
 
 
 def _entry(line: str) -> tuple[int, int] | None:
