@@ -133,3 +133,35 @@ def test_an_encoded_secret_is_found_wherever_it_lies_in_a_long_text(
 
     assert SECRET not in redacted and PLACEHOLDER.search(redacted)
     assert redacted.startswith(plain) and redacted.endswith("\nthe end")
+
+
+# a config file as a JSON document holds it (`kubectl get configmap -o json`): its first line starts
+# inside a string, its last ends before the string's closing quote
+IN_JSON_STRINGS = [
+    ("directive", '{"redis.conf": "port 6379\\nrequirepass\\tHunt3r-22x"}, {"next": 1}', "Hunt3r-22x"),
+    (
+        "block-first-line",
+        '{"out": "secrets:\\n  - Wn4Hs8Qk1Ld6Fz3Rp9Vt2M\\n"}, {"next": 1}',
+        "Wn4Hs8Qk1Ld6Fz3Rp9Vt2M",
+    ),
+    (
+        "no-escape-in-the-token",
+        '{"out": "htpasswd: |\\n  ops:Birch-Lantern-08"}, {"next": 1}',
+        "Birch-Lantern-08",
+    ),
+    ("pretty-printed", '  "my.cnf": "[client]\\nuser=app\\npassword=Hunt3r-22x\\n",', "Hunt3r-22x"),
+]
+
+
+@pytest.mark.parametrize(("case", "text", "secret"), IN_JSON_STRINGS, ids=[c[0] for c in IN_JSON_STRINGS])
+def test_a_file_in_a_json_string_is_read_line_by_line_and_the_json_kept(
+    case: str, text: str, secret: str
+) -> None:
+    """The decoded view reads each JSON string's text as lines of its own, and the placeholder stops
+    at the string's closing quote: the secret is gone and what is around it still parses."""
+    redacted = R.redact_text(text)
+    assert secret not in redacted and PLACEHOLDER.search(redacted)
+    if text.startswith("{"):
+        json.loads("[" + redacted + "]")
+    else:
+        json.loads("{" + redacted.rstrip(",") + "}")

@@ -104,9 +104,11 @@ def _view(
     unescape: Callable[[bytes], bytes],
     keep: list[tuple[int, int]],
     window: tuple[int, int],
+    quotes_break: bool = False,
 ) -> _View | None:
     """data[start:end] of the window with every match of `escape` outside the `keep` ranges
-    decoded (offsets in data), or None when there is none."""
+    decoded (offsets in data), or None when there is none. quotes_break: an unescaped `"` reads as
+    a line break (JSON: each string's text starts and ends a line, as the file it holds did)."""
     out: list[bytes] = []
     pieces: list[tuple[int, int, int, bool]] = []
     dec = 0
@@ -116,7 +118,7 @@ def _view(
             continue
         if m.start() > pos:
             pieces.append((dec, pos, m.start() - pos, False))
-            out.append(data[pos : m.start()])
+            out.append(_plain(data[pos : m.start()], quotes_break))
             dec += m.start() - pos
         plain = unescape(m.group(0))
         pieces.append((dec, m.start(), m.end() - m.start(), True))
@@ -127,8 +129,12 @@ def _view(
         return None
     if pos < stop:
         pieces.append((dec, pos, stop - pos, False))
-        out.append(data[pos:stop])
+        out.append(_plain(data[pos:stop], quotes_break))
     return _View(b"".join(out), pieces, escape)
+
+
+def _plain(chunk: bytes, quotes_break: bool) -> bytes:
+    return chunk.replace(b'"', b"\n") if quotes_break else chunk
 
 
 def _views(data: bytes) -> Iterator[_View]:
@@ -141,13 +147,24 @@ def _views(data: bytes) -> Iterator[_View]:
         (_PERCENT, _percent_unescaped, userinfo + variables),
         (_JSON_ESCAPE, _json_unescaped, []),
     ):
+        json = escape is _JSON_ESCAPE
         hits = [m.start() for m in escape.finditer(data) if not any(a <= m.start() < b for a, b in keep)]
         # escapes everywhere (a JSONL file of escaped records): the whole text is one window
         dense = len(hits) * _DENSE_BYTES >= len(data)
         for start, end in [(0, len(data))] if dense and hits else _adjacent_joined(windows(data, hits)):
-            view = _view(data, escape, unescape, keep, (start, end))
+            view = _view(data, escape, unescape, keep, (start, end), json and _reads_as_json(data, start))
             if view is not None:
                 yield view
+
+
+def _reads_as_json(data: bytes, start: int) -> bool:
+    """Whether a window starts as JSON does (`{`, `[` or a `"key"`): then its strings' quotes are
+    line breaks in the view (`{"cfg": "port 1\\nrequirepass …"}`: the directive starts a line)."""
+    first = _FIRST_BYTE.search(data, start)
+    return first is not None and first.group(0) in (b"{", b"[", b'"')
+
+
+_FIRST_BYTE = re.compile(rb"[^ \t\r\n]")
 
 
 _DENSE_BYTES = 512
@@ -166,14 +183,19 @@ def _adjacent_joined(found: list[tuple[int, int, bool]]) -> list[tuple[int, int]
 
 
 def _token(data: bytes, start: int, end: int, covered: list[Span]) -> tuple[int, int]:
-    """The non-space run around data[start:end], stopped short of any span already covered."""
+    """The non-space run around data[start:end], stopped short of any span already covered and
+    of an unescaped quote (the JSON string the escapes are in ends there: `…\\n"}` keeps `"}`)."""
     lo = max([e for _, _, e in covered if e <= start], default=0)
     hi = min([s for _, s, _ in covered if s >= end], default=len(data))
-    while start > lo and data[start - 1] not in _SPACE:
+    while start > lo and data[start - 1] not in _SPACE and not _unescaped_quote(data, start - 1):
         start -= 1
-    while end < hi and data[end] not in _SPACE:
+    while end < hi and data[end] not in _SPACE and not _unescaped_quote(data, end):
         end += 1
     return start, end
+
+
+def _unescaped_quote(data: bytes, at: int) -> bool:
+    return data[at] == 0x22 and (at == 0 or data[at - 1] != 0x5C)
 
 
 def encoded_secrets(
@@ -187,10 +209,13 @@ def encoded_secrets(
             # a span already covering part of it (a JWT's payload, found from its own `eyJ`) leaves
             # the rest exposed: each uncovered piece with key material in it goes too
             for start, end in _uncovered(view.encoded_start(a), view.encoded_end(b), data, covered, found):
-                start, end = _token(data, start, end, covered + [(f.kind, f.start, f.end) for f in found])
-                # a secret whose token holds no escape was there to see undecoded: not this pass's
-                if view.escape.search(data, start, end) is not None:
-                    found.append(EncodedSecret(kind, start, end, view.decoded[a:b]))
+                token = _token(data, start, end, covered + [(f.kind, f.start, f.end) for f in found])
+                # a token with escapes goes whole (a cut between escapes is guesswork); one without
+                # maps byte for byte: only the secret (what decoding gave was its context: a line
+                # that starts inside a JSON string, `{"out": "htpasswd: |\\n  ops:PASSWORD"}`)
+                if view.escape.search(data, *token) is not None:
+                    start, end = token
+                found.append(EncodedSecret(kind, start, end, view.decoded[a:b]))
     return sorted(found, key=lambda f: f.start)
 
 
