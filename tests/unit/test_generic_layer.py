@@ -203,6 +203,14 @@ CAUGHT = [
     ("htpasswd-inline", "  htpasswd:\n    inline: |\n      ingest-eu:Birch-Lantern-08\n", "Birch-Lantern-08"),
     ("password-ending-in-a-bracket", "imaps://me:Pa55w]@host", "Pa55w]"),
     ("my-and-more", "password: my-dog-rex-7", "my-dog-rex-7"),
+    # round 7 of the public-config corpus, dev half (Tarantool, Overseerr)
+    (
+        "schemeless-userinfo",
+        "replication = {'replicator:Vole-Cistern-5290@127.0.0.1:3301'}",
+        "Vole-Cistern-5290",
+    ),
+    ("curl-proxy", "curl -x ops:Pr0xy-Pass@proxy.corp:3128 https://example.test", "Pr0xy-Pass"),
+    ("private-half", '"vapidPrivate": "6IB4Vsh4ggVb2ZRNe--KeOCokyIVDcqHEic7Ao1fHes"', "6IB4Vsh4ggVb2ZRNe"),
 ]
 # (case, text): nothing is redacted
 SPARED = [
@@ -333,6 +341,10 @@ SPARED = [
     ("usage-optional-password", "# source=imaps://username[:password]@hostname[:port]"),
     ("usage-nested-optional", "#   postgres://[pqgotest[:password]]@localhost[/dbname]?sslmode=disable"),
     ("my-token", "  bearerToken: my-token"),
+    ("public-half", '"vapidPublic": "BK_EpP8NDm9waor2zn6_S28o3ZYv4kCkJOfYpO3pt3W6jnPmxrgTLANUBNbbyaNatPnSQ"'),
+    ("private-flag", '{"is_private": true, "visibility_private": "internal"}'),
+    ("git-remote", "git@github.com:org/repo.git and img:1.0@sha256:1234abcd"),
+    ("userinfo-reference", "replication = {'replicator:${REPL_PASSWORD}@db:3301'}"),
 ]
 
 

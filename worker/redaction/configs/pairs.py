@@ -123,7 +123,7 @@ def _bare(key: str) -> str:
 
 
 # the words a credential's key holds (keywords of the scanner's prefilter), in lower case
-_KEYWORD = re.compile(r"pass|pwd|pw\b|secret|token|key|salt|cred|auth|psk|community")
+_KEYWORD = re.compile(r"pass|pwd|pw\b|secret|token|key|salt|cred|auth|psk|community|private\b|_priv\b")
 _KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-$@>")
 
 

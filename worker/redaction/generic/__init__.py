@@ -40,6 +40,7 @@ from worker.redaction.configs.oneliners import url_spans
 from worker.redaction.generic.commands import (
     dsn_argument_spans,
     dsn_spans,
+    host_userinfo_spans,
     tool_spans,
     user_password_spans,
     webhook_spans,
@@ -66,6 +67,10 @@ Span = tuple[str, int, int]
 # a line worth reading names a credential somewhere (one RE2 pass; the rest is not looked at)
 _KEYWORD = re2.compile(
     rb"(?i)pass|pwd|pw\b|secret|token|key|salt|pepper|cred|auth|psk|community|://[^\s:/@]*:[^\s@]+@|"
+    # names.py: a key pair's private half named by a last word (`vapidPrivate`, `ed25519_priv`)
+    rb"(?-i:[a-z0-9](?:Private|_private|_priv|-private)\b)|"
+    # commands.py: `user:password@host:port` with no scheme
+    rb"[\w.-]:[^\s@\"'/:]{1,128}@[\w.\[\]-]+:[0-9]|"
     rb"://[^\s\"'<>]{0,256}hook|@(?:tcp|udp|unix)\(|\s(?:-u|--user)[^\n]{0,80}\s-p|\s-p[^\n]{0,80}\s-u|"
     rb"\bredis-cli\b[^\n]{0,120}\s-a|\bldap[a-z]+\b[^\n]{0,120}\s-w|\b(?:zip|unzip|zipcloak|7z[ar]?|rar|unrar)\b"
     rb"[^\n]{0,120}-p|\bopenssl\b[^\n]{0,200}\s-k|\bsmbclient\b[^\n]{0,120}(?:-u|--user)|\bnet(?:\.exe)?\s+use\b|"
@@ -105,6 +110,8 @@ def _line(text: str, whole: bool) -> Iterable[Span]:
         yield from webhook_spans(text)
     if "@tcp(" in text or "@unix(" in text or "@udp(" in text:
         yield from dsn_spans(text)
+    if "@" in text and ":" in text:
+        yield from host_userinfo_spans(text)
     if "," in text and ":" in text:
         yield from dsn_argument_spans(text)
     if any(word in text for word in _TOOL_WORDS):

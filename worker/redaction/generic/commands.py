@@ -158,6 +158,21 @@ def dsn_spans(line: str) -> Iterator[Span]:
             yield "password", m.start(1), m.end(1)
 
 
+def host_userinfo_spans(line: str) -> Iterator[Span]:
+    """The password of a `user:password@host:port` with no scheme (Tarantool's replication URIs,
+    curl's `-x user:pw@proxy:3128`, a schemeless `http_proxy`): a port after the host says so."""
+    for m in _HOST_USERINFO.finditer(line):
+        if not _stands_in(m.group(1)):
+            yield "password", m.start(1), m.end(1)
+
+
+# a user, a password (no `@`, `/`, `:` or blank), a host name or bracketed address, a port
+_HOST_USERINFO = re.compile(
+    r"(?:^|(?<=[\s\"'=,(\[{]))[A-Za-z_][\w.-]{0,63}:([^\s@\"'/:]{1,128})"
+    r"@(?:[A-Za-z0-9][\w-]*(?:\.[\w-]+)*|\[[0-9A-Fa-f:.]+\]):\d{1,5}(?![\w.])"
+)
+
+
 # a driver's DSN, then the user and the password as the next two arguments: Perl's
 # `DBI->connect("dbi:Pg:…", "u", "pw")`, JDBC's `getConnection("jdbc:…", "u", "pw")`, PHP's
 # `new PDO("mysql:host=…;dbname=…", "u", "pw")`, a list of the three (amavis' `['DBI:Pg:…', 'u', 'pw']`)

@@ -138,6 +138,10 @@ _AUTH_COMPOUNDS = frozenset(["auth", "authkey", "authpass", "authpw", "authtoken
 _KEY_COMPOUNDS = frozenset(["apikey", "authkey", "secretkey", "privatekey", "presharedkey", "psk"])
 
 
+# words that say a name's value is a place, not the thing (`url_private`: a private file's URL)
+_WHERE = frozenset(["url", "uri", "path", "file", "link", "dir", "host", "endpoint", "bucket", "repo"])
+
+
 @lru_cache(maxsize=8192)
 def credential_name(name: str) -> tuple[str, bool] | None:
     """(kind, strong) when a name names a credential, else None. strong: any value but a visible
@@ -159,6 +163,8 @@ def credential_name(name: str) -> tuple[str, bool] | None:
         return ("key", True)
     if last.startswith("auth"):
         return None  # `authentication`, `authority`, `author`: what is checked, not the credential
+    if last in ("private", "priv") and len(words) >= 2 and not _WHERE.intersection(words):
+        return ("private_key", False)  # `vapidPrivate`, `ed25519_priv`: a key pair's private half
     for stem, kind in _STEMS:
         if stem in last:
             return kind, True
