@@ -88,7 +88,9 @@ SINCE_LOG: dict[str, frozenset[str]] = {
     # knowing detect-secrets' test value `m{{h}o)p${e]nob(ody[finds>-_$#thisone}}` (that family's)
     # slack (a held family): one gitleaks positive read in Session 17, whose URL `url_private` the
     # private-half name first took (generic/names.py `_WHERE`); its figure no longer counts the layer
-    GENERIC_POSITIONS: frozenset({"huggingface", "generic", "aws", "openai", "keyword", "slack", *LOOKED_AT_42}),
+    GENERIC_POSITIONS: frozenset(
+        {"huggingface", "generic", "aws", "openai", "keyword", "slack", *LOOKED_AT_42}
+    ),
     # telegram and truenas: the numbered-key shape was written after their held-out miss counts
     # (no text read), so their figures do not count it (TUNING.md, 2026-12-07)
     GENERIC_TOKENS: frozenset(
