@@ -211,6 +211,11 @@ CAUGHT = [
     ),
     ("curl-proxy", "curl -x ops:Pr0xy-Pass@proxy.corp:3128 https://example.test", "Pr0xy-Pass"),
     ("private-half", '"vapidPrivate": "6IB4Vsh4ggVb2ZRNe--KeOCokyIVDcqHEic7Ao1fHes"', "6IB4Vsh4ggVb2ZRNe"),
+    # an independent review's close variants: a block scalar is the value itself
+    ("password-block-scalar", "password: |\n  Birch-Lantern-08\n", "Birch-Lantern-08"),
+    ("password-folded-scalar", "bind_password: >-\n    Birch-Lantern-08\n", "Birch-Lantern-08"),
+    ("indentation-indicator", "htpasswd: |2\n  ingest-eu:Birch-Lantern-08\n", "Birch-Lantern-08"),
+    ("my-password-is-one", "password: my-password", "my-password"),
 ]
 # (case, text): nothing is redacted
 SPARED = [
@@ -345,6 +350,12 @@ SPARED = [
     ("private-flag", '{"is_private": true, "visibility_private": "internal"}'),
     ("git-remote", "git@github.com:org/repo.git and img:1.0@sha256:1234abcd"),
     ("userinfo-reference", "replication = {'replicator:${REPL_PASSWORD}@db:3301'}"),
+    # an independent review's probes of the new readers (ordinary text they first redacted)
+    ("clojure-prose", '(println :password "is required") (str :token " expired")'),
+    ("clojure-word", '(throw (ex-info "bad" {:password "missing"})) (assoc req :token "Bearer")'),
+    ("passwd-records", "passwd: |\n  nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"),
+    ("port-and-step", "passwords:\n  - 127.0.0.1:6379/0\npass:\n  - ci:lint\n  rotated: 02:30:00\n"),
+    ("prose-scalar", "token: >\n  This is the token used for the deploy job\n"),
 ]
 
 

@@ -63,6 +63,8 @@ PIECES = st.one_of(
             "password: ",
             "--api-token=",
             '"secret":"',
+            "encryption_key:\n",
+            "\n  ",
             " ",
             "\n",
             ",",
@@ -72,6 +74,7 @@ PIECES = st.one_of(
             "(",
         ]
     ),
+    st.builds(lambda seed: random.Random(seed).randbytes(32).hex(), st.integers(0, 10**6)),
     st.builds(_token, st.integers(0, 10**6), st.integers(1, 3_000)),
     st.builds(_pem, st.integers(0, 10**6), st.sampled_from([600, 1_200, 2_400])),
 )
@@ -114,3 +117,18 @@ def test_a_key_block_escaped_onto_one_line_is_one_secret() -> None:
     data = ('{"key": "' + key + '"}').encode()
     begin, end = data.index(b"-----BEGIN"), data.index(b'"}')
     assert [(s, e) for _, s, e in scan_bytes(data)] == [(begin, end)]
+
+
+ROWS = [random.Random(n).randbytes(32).hex() for n in range(5)]  # hex: no other reader takes a row
+
+
+def test_a_block_value_past_the_reach_is_read_whole() -> None:
+    """An indented value of several lines (YAML, an INI continuation) whose lines pass the reach:
+    its match ends at a line break before the cut, and is read on all the same (an independent
+    review found the last rows left)."""
+    for head in ("encryption_key:\n", "[crypto]\nmaster_key =\n"):
+        data = (head + "".join(f"  {row}\n" for row in ROWS)).encode()
+        out = data
+        for _, s, e in reversed(find_spans(data)):
+            out = out[:s] + b"X" + out[e:]
+        assert not any(row.encode() in out for row in ROWS), out

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import bisect
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -265,8 +266,14 @@ def _outside_placeholders(data: bytes, found: list[Span]) -> list[Span]:
     """found without spans inside a placeholder, which reads like `kind:hex`, an assignment."""
     if not found or b"[REDACTED:" not in data:
         return found
-    marks = [m.span() for m in _PLACEHOLDER.finditer(data)]
-    return [f for f in found if not any(s < f[2] and f[1] < e for s, e in marks)]
+    marks = [m.span() for m in _PLACEHOLDER.finditer(data)]  # disjoint, in order
+    ends = [e for _, e in marks]
+    out = []
+    for f in found:
+        i = bisect.bisect_right(ends, f[1])  # the first placeholder ending after the span starts
+        if i == len(marks) or marks[i][0] >= f[2]:
+            out.append(f)
+    return out
 
 
 def scan_bytes(data: bytes, rules: Ruleset = ALL) -> list[Span]:
@@ -298,7 +305,9 @@ def _scan_lane(lane: _Lane, data: bytes) -> list[Span]:
             break
         reach = _reach(start, size)
         detector, regex, spans = _detector_at(lane, data, start, starts, reach)
-        cut = reach is not None and spans[0][1] >= reach - _CUT_SLACK
+        # cut: the match ran to the reach, or it spans lines (a block value, a key block: its
+        # next line may not have fitted) and so may run on
+        cut = reach is not None and (spans[0][1] >= reach - _CUT_SLACK or b"\n" in data[start : spans[0][1]])
         if cut and budget > 0:
             # the match may run on past the reach: read it whole, as if there were none
             detector, regex, spans = _detector_at(lane, data, start, starts, None)
@@ -314,7 +323,7 @@ def _scan_lane(lane: _Lane, data: bytes) -> list[Span]:
             pos = s_start if detector.key_group is not None and s_start > start else start + 1
             continue
         kind, lo, hi = judged
-        if cut and s_end >= reach - _CUT_SLACK and hi >= len(region) - _CUT_SLACK:  # type: ignore[operator]
+        if cut and hi >= len(region) - _CUT_SLACK:
             # the budget is spent: judged by its head, the secret runs on to the end of its match
             whole_end = match_at(regex, data, start)[detector.secret_group][1]  # type: ignore[index]
             if whole_end > s_end:

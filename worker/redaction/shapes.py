@@ -85,8 +85,9 @@ _SEQUENTIAL = ("abcdefghijk", "ABCDEFGHIJK", "qwertyuiop")
 _MADE_UP = re.compile(
     r"^(?=[A-Za-z_.-]*$)(?:.*(?i:fake|dummy|sample|example|placeholder|changeme)|(?i:your|enter|insert)[_.-])"
 )
-# `my-token`, `my_password`: "my" and the credential's own name (configs/names.py `spared` too)
-MINE = re.compile(r"(?i:my)[_.-](?i:token|password|passwd|pass|secret|key|api[_.-]?key|access[_.-]?token)")
+# `my-token`, `my_api_key`: "my" and a token's or a key's name (configs/names.py `spared` too);
+# not a password's or a secret's: `my-password` may be one (as `changeme`, `password` are kept)
+MINE = re.compile(r"(?i:my)[_.-](?i:token|key|api[_.-]?key|access[_.-]?token)")
 
 
 def entropy_bits(value: str) -> float:

@@ -406,7 +406,9 @@ def keyword_spans(line: str) -> Iterator[Span]:
     wherever in the line (`:password` alone is read by the bare-password rule too)."""
     for m in _KEYWORD_PAIR.finditer(line):
         named = credential_name(m.group(1))
-        if named is not None:
+        # a string with a blank or without a digit or symbol is code's text (`(str :token " expired")`,
+        # `{:password "missing"}`), not a value
+        if named is not None and _could_be_secret(m.group(2)) and not any(c.isspace() for c in m.group(2)):
             yield from _judged(line, named, m.start(2), m.end(2))
 
 

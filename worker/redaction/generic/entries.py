@@ -208,10 +208,10 @@ def schemed_spans(line: str) -> Iterator[Span]:
 # a credential name that opens a block: nothing after it on its line but `{`, `[`, nothing or a
 # YAML block scalar's `|` or `>` (`htpasswd: |`)
 BLOCK_KEY = re2.compile(
-    rb"(?im)^[ \t]*(?:- )?[\"']?[\w.-]*(?:secret|token|key|pass|pwd|cred|auth|pepper)[\w.-]*[\"']?[ \t]*[:=][ \t]*(?:[{\[]|[|>][-+]?)?[ \t]*\r?$"
+    rb"(?im)^[ \t]*(?:- )?[\"']?[\w.-]*(?:secret|token|key|pass|pwd|cred|auth|pepper)[\w.-]*[\"']?[ \t]*[:=][ \t]*(?:[{\[]|[|>][-+]?[1-9]?[-+]?)?[ \t]*\r?$"
 )
 _BLOCK_KEY_LINE = re.compile(
-    r"([ \t]*)(?:- )?[\"']?([\w.-]+)[\"']?[ \t]*[:=][ \t]*([{\[]?)(?:[|>][-+]?)?[ \t]*\r?$"
+    r"([ \t]*)(?:- )?[\"']?([\w.-]+)[\"']?[ \t]*[:=][ \t]*([{\[]?)([|>][-+]?[1-9]?[-+]?)?[ \t]*\r?$"
 )
 _BLOCK_LINES = 64
 _ENTRY_KEY = re.compile(r"[\"']?([\w.@-]+)[\"']?[ \t]*:(?:[ \t]|$)")
@@ -234,7 +234,37 @@ def block_spans(text: str, starts: list[int]) -> Iterator[Span]:
         if head is None or named is None or line_end < 0:
             continue
         indent, bracket = len(head.group(1).expandtabs()), head.group(3)
-        yield from _block_values(text, line_end + 1, indent, bracket, named[0] == "password")
+        passwords = named[0] == "password"
+        if head.group(4) and named[1]:
+            # `password: |`: a block scalar, whose text is the value itself
+            yield from _scalar_lines(text, line_end + 1, indent, named[0], passwords)
+        else:
+            yield from _block_values(text, line_end + 1, indent, bracket, passwords)
+
+
+def _scalar_lines(text: str, pos: int, indent: int, kind: str, passwords: bool) -> Iterator[Span]:
+    """Each line of a YAML block scalar a credential name opens: the secret (a user's, on a
+    `name:secret` line), unless it is a reference, prose or a record of fields."""
+    for _ in range(_BLOCK_LINES):
+        end = text.find("\n", pos)
+        end = len(text) if end < 0 else end
+        line = text[pos:end].rstrip("\r")
+        if line.strip():
+            if len(line) - len(line.lstrip()) <= indent:
+                return
+            user = _USER_SECRET.fullmatch(line) if passwords else None
+            if user is not None:
+                if _user_secret(user.group(2)):
+                    yield "password", pos + user.start(2), pos + user.end(2)
+            else:
+                value = line.strip()
+                start = pos + line.index(value)
+                # prose (three words or more), a record of fields (`/etc/passwd`'s `nobody:x:65534:…`)
+                if len(value.split()) < 3 and value.count(":") < 4 and not spared(value, kind, True):
+                    yield kind, start, start + len(value)
+        if end >= len(text):
+            return
+        pos = end + 1
 
 
 def _plural_name(name: str) -> tuple[str, bool] | None:
@@ -255,13 +285,12 @@ def _block_values(text: str, pos: int, indent: int, bracket: str, passwords: boo
         if line.strip():
             if not bracket and len(line) - len(line.lstrip()) <= indent:
                 return  # YAML: the block ends where the indentation comes back
-            user = _USER_SECRET.fullmatch(line) if passwords else None
-            if user is not None and _user_secret(user.group(2)):
+            entry = _entry(line) if depth <= 1 else None  # a JSON block's nested objects are not entered
+            user = _USER_SECRET.fullmatch(line) if passwords and entry is None else None
+            if entry is not None:
+                yield "secret", pos + entry[0], pos + entry[1]
+            elif user is not None and _user_secret(user.group(2)):
                 yield "password", pos + user.start(2), pos + user.end(2)
-            elif depth <= 1:  # a JSON block's nested objects are not entered
-                entry = _entry(line)
-                if entry is not None:
-                    yield "secret", pos + entry[0], pos + entry[1]
             if bracket:
                 depth += _depth_change(line)
                 if depth <= 0:
@@ -270,13 +299,18 @@ def _block_values(text: str, pos: int, indent: int, bracket: str, passwords: boo
 
 
 # an htpasswd-style line: a user, a colon and the secret, no blank
-_USER_SECRET = re.compile(r"[ \t]*(?:- )?([\w.@-]+):([^\s:/\"'{\[]\S*)[ \t\r]*")
+_USER_SECRET = re.compile(r"[ \t]*(?:- )?([\w.@-]+):([^\s:/\"'{\[][^\s:]*)[ \t\r]*")
 
 
 def _user_secret(value: str) -> bool:
-    """The secret of a `name:secret` line in a password block: not a number (`12:30`), a mode word
-    or a reference (`${PW}`)."""
-    return not value.isdigit() and not spared(value, "password", True)
+    """The secret of a `name:secret` line in a password block: not a number (`12:30`), a port, a
+    short word, a mode word or a reference (`${PW}`)."""
+    if _PORT_PATH.match(value) or (value.isalpha() and len(value) < 8):
+        return False  # `host:6379/0`, `ci:lint`: a port and a path, a step's name
+    return not spared(value, "password", True)
+
+
+_PORT_PATH = re.compile(r"\d+(?:/|$)")
 
 
 def _entry(line: str) -> tuple[int, int] | None:
