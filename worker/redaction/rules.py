@@ -29,6 +29,10 @@ class Detector:
     lane: int = 0
 
 
+# what a value's end is trimmed of: closing quotes, backslashes, `,`, `;`, `)`
+VALUE_TRAIL = "\\\"'`,;)"
+
+
 def strip_quotes(region: str) -> tuple[int, int, bool]:
     """The span of a value inside `\\"value`, `'value`, `` `value `` or `value` and whether quoted."""
     lo = 0
@@ -38,6 +42,6 @@ def strip_quotes(region: str) -> tuple[int, int, bool]:
     while lo < len(region) and region[lo] in "\\\"'`":
         lo += 1
     hi = len(region)
-    while hi > lo and region[hi - 1] in "\\\"'`,;)":
+    while hi > lo and region[hi - 1] in VALUE_TRAIL:
         hi -= 1
     return lo, hi, quoted

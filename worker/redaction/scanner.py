@@ -30,7 +30,7 @@ from worker.redaction.detectors import DETECTORS
 from worker.redaction.generic import WIDER, decoded_userinfo, token_spans
 from worker.redaction.manifests import kubernetes_secret_spans
 from worker.redaction.needs import prefilter
-from worker.redaction.rules import Detector
+from worker.redaction.rules import VALUE_TRAIL, Detector
 from worker.redaction.search import group, leftmost, match_at, match_spans
 from worker.redaction.strict import STRICT_DETECTORS
 
@@ -212,14 +212,13 @@ def _leftmost_near(regex: re2._Regexp, data: bytes, pos: int) -> int | None:
     is the leftmost for every match up to _LONGEST bytes long; otherwise the whole rest is read."""
     end = pos + _NEAR
     if end < len(data):
-        at: int = regex._regexp.Match(_UNANCHORED, data, pos, end)[0][0]
-        if 0 <= at < end - _LONGEST:
+        at = leftmost(regex, data, pos, end)
+        if at is not None and at < end - _LONGEST:
             return at
     return leftmost(regex, data, pos)
 
 
 _NEAR, _LONGEST = 32_768, 16_384  # _LONGEST: an RSA-16384 key block is 12.6 KB
-_UNANCHORED = re2._Anchor.UNANCHORED
 
 
 def _detector_at(
@@ -259,7 +258,6 @@ _WHOLE_BUDGET = 65_536
 # characters before the cut (`\r\n` escapes in a key block), the judges trim no more than a few
 # closing characters (quotes, `,;)`, backslashes), which is what the longer match is trimmed of
 _CUT_SLACK = 8
-_VALUE_TRAIL = "\\\"'`,;)"
 
 
 def _outside_placeholders(data: bytes, found: list[Span]) -> list[Span]:
@@ -329,7 +327,7 @@ def _scan_lane(lane: _Lane, data: bytes) -> list[Span]:
             if whole_end > s_end:
                 raw = data[s_start:whole_end]
                 region = _decode(raw)
-                hi = len(region.rstrip(_VALUE_TRAIL))
+                hi = len(region.rstrip(VALUE_TRAIL))
         first = start
         start, end = s_start + _byte_offset(region, raw, lo), s_start + _byte_offset(region, raw, hi)
         out.append((kind, start, end))

@@ -15,10 +15,10 @@ _ANCHOR_START = re2._Anchor.ANCHOR_START
 Span = tuple[int, int]
 
 
-def leftmost(regex: re2._Regexp, data: bytes, pos: int = 0) -> int | None:
+def leftmost(regex: re2._Regexp, data: bytes, pos: int = 0, end: int | None = None) -> int | None:
     """Where regex first matches in data at or after pos (None: nowhere), as `regex.search(data,
-    pos).start()`."""
-    start: int = regex._regexp.Match(_UNANCHORED, data, pos, len(data))[0][0]
+    pos).start()`; with end, among the matches that end there at the latest."""
+    start: int = regex._regexp.Match(_UNANCHORED, data, pos, len(data) if end is None else end)[0][0]
     return None if start < 0 else start
 
 

@@ -100,7 +100,12 @@ def entropy_bits(value: str) -> float:
 
 def char_classes(value: str) -> int:
     """How many of lower, upper, digit, other appear in value."""
-    chars = set(value)  # each distinct character once: linear in C, not four Python passes
+    return _classes(set(value))
+
+
+def _classes(chars: set[str]) -> int:
+    """char_classes of a value's distinct characters (each once: a set is built in C, not four
+    Python passes over the value)."""
     return (
         any(c.islower() for c in chars)
         + any(c.isupper() for c in chars)
@@ -144,7 +149,8 @@ def looks_random(value: str, min_len: int = 16, min_bits: float = 3.2) -> bool:
     v = value.strip()
     if len(v) < min_len or " " in v or is_placeholder(v):
         return False
-    if not any(c.isdigit() for c in set(v)) or char_classes(v) < 2:
+    chars = set(v)
+    if not any(c.isdigit() for c in chars) or _classes(chars) < 2:
         return False
     return entropy_bits(v) >= min_bits and not is_wordy(v)
 

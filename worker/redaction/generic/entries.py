@@ -245,26 +245,17 @@ def block_spans(text: str, starts: list[int]) -> Iterator[Span]:
 def _scalar_lines(text: str, pos: int, indent: int, kind: str, passwords: bool) -> Iterator[Span]:
     """Each line of a YAML block scalar a credential name opens: the secret (a user's, on a
     `name:secret` line), unless it is a reference, prose or a record of fields."""
-    for _ in range(_BLOCK_LINES):
-        end = text.find("\n", pos)
-        end = len(text) if end < 0 else end
-        line = text[pos:end].rstrip("\r")
-        if line.strip():
-            if len(line) - len(line.lstrip()) <= indent:
-                return
-            user = _USER_SECRET.fullmatch(line) if passwords else None
-            if user is not None:
-                if _user_secret(user.group(2)):
-                    yield "password", pos + user.start(2), pos + user.end(2)
-            else:
-                value = line.strip()
-                start = pos + line.index(value)
-                # prose (three words or more), a record of fields (`/etc/passwd`'s `nobody:x:65534:…`)
-                if len(value.split()) < 3 and value.count(":") < 4 and not spared(value, kind, True):
-                    yield kind, start, start + len(value)
-        if end >= len(text):
-            return
-        pos = end + 1
+    for at, line, _depth in _block_lines(text, pos, indent, ""):
+        user = _USER_SECRET.fullmatch(line) if passwords else None
+        if user is not None:
+            if _user_secret(user.group(2)):
+                yield "password", at + user.start(2), at + user.end(2)
+            continue
+        value = line.strip()
+        start = at + line.index(value)
+        # prose (three words or more), a record of fields (`/etc/passwd`'s `nobody:x:65534:…`)
+        if len(value.split()) < 3 and value.count(":") < 4 and not spared(value, kind, True):
+            yield kind, start, start + len(value)
 
 
 def _plural_name(name: str) -> tuple[str, bool] | None:
@@ -275,6 +266,19 @@ def _plural_name(name: str) -> tuple[str, bool] | None:
 def _block_values(text: str, pos: int, indent: int, bracket: str, passwords: bool) -> Iterator[Span]:
     """passwords: a password's name opened the block (`htpasswd:`), whose `name:secret` lines are
     users' passwords whatever they look like."""
+    for at, line, depth in _block_lines(text, pos, indent, bracket):
+        entry = _entry(line) if depth <= 1 else None  # a JSON block's nested objects are not entered
+        user = _USER_SECRET.fullmatch(line) if passwords and entry is None else None
+        if entry is not None:
+            yield "secret", at + entry[0], at + entry[1]
+        elif user is not None and _user_secret(user.group(2)):
+            yield "password", at + user.start(2), at + user.end(2)
+
+
+def _block_lines(text: str, pos: int, indent: int, bracket: str) -> Iterator[tuple[int, str, int]]:
+    """(start, line, bracket depth before it) of each non-blank line of the block that starts at
+    pos, up to _BLOCK_LINES lines: a YAML block ends where the indentation comes back to `indent`,
+    a bracketed one (`{`, `[`) where its brackets close."""
     depth = 1 if bracket else 0
     for _ in range(_BLOCK_LINES):
         if pos >= len(text):
@@ -284,13 +288,8 @@ def _block_values(text: str, pos: int, indent: int, bracket: str, passwords: boo
         line = text[pos:end]
         if line.strip():
             if not bracket and len(line) - len(line.lstrip()) <= indent:
-                return  # YAML: the block ends where the indentation comes back
-            entry = _entry(line) if depth <= 1 else None  # a JSON block's nested objects are not entered
-            user = _USER_SECRET.fullmatch(line) if passwords and entry is None else None
-            if entry is not None:
-                yield "secret", pos + entry[0], pos + entry[1]
-            elif user is not None and _user_secret(user.group(2)):
-                yield "password", pos + user.start(2), pos + user.end(2)
+                return
+            yield pos, line, depth
             if bracket:
                 depth += _depth_change(line)
                 if depth <= 0:

@@ -94,13 +94,14 @@ _MINTED = frozenset(
         b"ws_",
     ]
 )
-# a key or word right before the token that names an id (`"id": "`, `tool_use_id=`, `call_id `)
-_ID_BEFORE = re.compile(rb"(?:(?:\b|_)(?i:ids?)|[a-z]I[Dd]s?)[\"'\[\]\s:=,]{0,8}$")
+# a key or word right before the token that names an id (`"id": "`, `tool_use_id=`, `call_id `) or
+# a public value (`"vapidPublic": "`, `public_key = `)
+_NAMED_BEFORE = re.compile(
+    rb"(?:(?:\b|_)(?i:ids?)|[a-z]I[Dd]s?)[\"'\[\]\s:=,]{0,8}$|(?i:public|publishable|pubkey)[\w.-]{0,12}[\"'\s:=,]{1,8}$"
+)
 # words joined in camel case (`SomeLongIdentifierName12`): a name, however long
 # a prefix that says the key is public (`pk_live_…`, `pub-…`): published by design
 _PUBLIC = re.compile(rb"^(?:pk|pub|public|publishable)[_-]")
-# a key right before the token that names a public value (`"vapidPublic": "`, `public_key = `)
-_PUBLIC_BEFORE = re.compile(rb"(?i:public|publishable|pubkey)[\w.-]{0,12}[\"'\s:=,]{1,8}$")
 _CAMEL_WORD = re.compile(r"[A-Z]?[a-z]{3,}")
 _TITLE_WORD = re.compile(r"[A-Z][a-z]{3,}")
 _MIN_BITS = 3.6
@@ -295,7 +296,6 @@ def token_spans(data: bytes) -> Iterator[Span]:
                 continue
         elif not (_runs_read_as_token(raw) and random_body(body)):
             continue
-        before = max(0, m.start(1) - 24)
-        if _ID_BEFORE.search(data, before, m.start(1)) or _PUBLIC_BEFORE.search(data, before, m.start(1)):
+        if _NAMED_BEFORE.search(data, max(0, m.start(1) - 24), m.start(1)):
             continue  # `"id": "…"`, `tool_use_id=…`, `"vapidPublic": "…"`: an id, a public key
         yield "token", m.start(1), m.end(2)
