@@ -216,6 +216,45 @@ CAUGHT = [
     ("password-folded-scalar", "bind_password: >-\n    Birch-Lantern-08\n", "Birch-Lantern-08"),
     ("indentation-indicator", "htpasswd: |2\n  ingest-eu:Birch-Lantern-08\n", "Birch-Lantern-08"),
     ("my-password-is-one", "password: my-password", "my-password"),
+    # session 18, from the public-config corpus's dev half: where the text says where the credential is
+    (
+        "header-column",
+        '# client\tserver\tsecret\t\tIP addresses\nbranch-gw\tpppoe-gw\t"Wicker7-Sable-Lane"\t10.44.0.18\n',
+        "Wicker7-Sable-Lane",
+    ),
+    (
+        "upper-case-header",
+        "TOKEN                     TTL   EXPIRES                USAGES\n"
+        "abcdef.0123456789abcdef   23h   2024-05-02T10:00:00Z   authentication,signing\n",
+        "0123456789abcdef",
+    ),
+    (
+        "template-realm",
+        "#  <username>: <password>[,<rolename> ...]\n#\nadmin:Rund3ck-Ops-Harbor,user,admin\n",
+        "Rund3ck-Ops-Harbor",
+    ),
+    (
+        "template-literal",
+        "#   user_<account>_<user> = <key> [group] [group]\nuser_test_tester3 = Maple_Drift_406\n",
+        "Maple_Drift_406",
+    ),
+    # a compound name deep in a long line; an algorithm's name before a value; an `auth` compound
+    (
+        "deep-compound",
+        "onu 1 pri wifi_ssid 1 name Klienti-5G hide disable auth_mode wpa2psk encrypt_type aes shared_key Pelican-Dune-2230 rekey",
+        "Pelican-Dune-2230",
+    ),
+    (
+        "after-algorithm",
+        'snmp user "admin" auth md5 encrypted 6GLCtahFwSkZ7bN21cMORw6yy',
+        "6GLCtahFwSkZ7bN21cMORw6yy",
+    ),
+    ("auth-sha", "snmp-server user bob grp v3 auth sha Auth-Pw-1234 priv aes 128 x", "Auth-Pw-1234"),
+    (
+        "rpcauth",
+        "rpcauth=electrs:1eda8c727b79b567$1728ef48c96aebd8161d050fe21",
+        "1728ef48c96aebd8161d050fe21",
+    ),
 ]
 # (case, text): nothing is redacted
 SPARED = [
@@ -356,6 +395,18 @@ SPARED = [
     ("passwd-records", "passwd: |\n  nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"),
     ("port-and-step", "passwords:\n  - 127.0.0.1:6379/0\npass:\n  - ci:lint\n  rotated: 02:30:00\n"),
     ("prose-scalar", "token: >\n  This is the token used for the deploy job\n"),
+    # session 18's readers: a sentence is no header, a pair's layout no template, a file no value
+    ("header-prose", "# Secrets for authentication using CHAP\nbranch-gw pppoe-gw Wicker7-Sable-Lane\n"),
+    (
+        "header-file-reference",
+        "# client server secret IP\n* vpn-gw @/etc/ppp/secrets/units.key 10.0.0.0/24\n",
+    ),
+    ("header-placeholders", "# client server secret IP\n* * * *\n"),
+    ("template-pair-layout", "# <key> = <value>\nserver = db-7.internal\nport = 5432\n"),
+    ("template-one-placeholder", "# password: <password>\nmode: strict-2\n"),
+    ("deep-prose", "we rotated the shared_key Pelican-Dune-2230 on all of the access points"),
+    ("algorithm-word", "auth md5 file"),
+    ("noauth", "noauth = Xq9mm2kLr7"),
 ]
 
 
@@ -403,6 +454,8 @@ def test_encoded_directives_are_redacted(encode: object) -> None:
         ("passwd/user-password", "password"),
         ("turn_external_secret", "secret"),
         ("creds", "credential"),
+        ("rpcauth", "credential"),
+        ("oauth", None),
         ("passwd/user-fullname", None),
         ("authentication", None),
         ("password-encryption", None),

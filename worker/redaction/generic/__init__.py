@@ -12,6 +12,9 @@ knows no format and no vendor:
     commands.py    `-u USER -p PASS` and tools' own password flags (`redis-cli -a PASS`) on a
                    command line, a Go DSN's `user:PASS@tcp(…)`, a webhook URL's random path (no
                    credential word near any of them)
+    tables.py      a table's rows under a header that names a credential column (`# client
+                   server secret IP addresses`, `TOKEN TTL EXPIRES …`); the lines below a
+                   comment that spells out their format (`#  <username>: <password>[,<role> ...]`)
     entries.py     a credential name's literal collection (`API_KEYS = {"a": "…"}`), a user's
                    `name:SECRET` entry, a method's secret (`"alice" MD5 "pw"`), `OBF:…`
 
@@ -56,6 +59,7 @@ from worker.redaction.generic.entries import (
     user_entry_spans,
 )
 from worker.redaction.generic.names import credential_name
+from worker.redaction.generic.tables import HEAD, TEMPLATE, table_spans, template_spans
 from worker.redaction.generic.tokens import decoded_userinfo, token_spans
 from worker.redaction.lines import decode, to_bytes
 from worker.redaction.search import match_spans
@@ -172,14 +176,21 @@ def _whole(data: bytes, named: bool) -> list[Span]:
     key is such a line)."""
     child = b"<Value>" in data or b"<value>" in data
     typed = any(t in data for t in _TYPE_KEYS) and any(v in data for v in _VALUE_KEYS)
-    blocks = [start for start, _ in match_spans(BLOCK_KEY, data)] if named and b"\n" in data else []
-    if not child and not typed and not blocks:
+    lines = named and b"\n" in data
+    blocks = [start for start, _ in match_spans(BLOCK_KEY, data)] if lines else []
+    heads = [start for start, _ in match_spans(HEAD, data)] if lines else []
+    forms = [start for start, _ in match_spans(TEMPLATE, data)] if lines and b"<" in data else []
+    if not child and not typed and not blocks and not heads and not forms:
         return []
     text = decode(data)
     spans = list(_child_values(text)) if child else []
     spans += list(_typed_values(text)) if typed else []
     if blocks:
         spans += list(block_spans(text, blocks if len(text) == len(data) else _char_offsets(data, blocks)))
+    if heads:
+        spans += list(table_spans(text, heads if len(text) == len(data) else _char_offsets(data, heads)))
+    if forms:
+        spans += list(template_spans(text, forms if len(text) == len(data) else _char_offsets(data, forms)))
     return to_bytes(text, data, 0, spans)
 
 

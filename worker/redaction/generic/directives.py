@@ -164,6 +164,24 @@ _CREDENTIAL_WORDS = frozenset(
 _TYPE_WORDS = frozenset(
     ["password", "string", "plain", "plaintext", "cleartext", "text", "hash", "encrypted"]
 )
+# algorithms named before a value (`auth md5 encrypted X`, `priv aes 128 X`): what it is, not it
+_ALGORITHMS = frozenset(
+    [
+        "md5",
+        "sha",
+        "sha1",
+        "sha224",
+        "sha256",
+        "sha384",
+        "sha512",
+        "des",
+        "3des",
+        "aes",
+        "aes128",
+        "aes192",
+        "aes256",
+    ]
+)
 _MODE = frozenset(
     [
         "ro",
@@ -228,12 +246,19 @@ def _quoted_at(line: str, start: int) -> tuple[int, int] | None:
     return (start + 1, end) if end > start + 1 else None
 
 
+def _after_algorithm(tokens: list[re.Match[str]]) -> bool:
+    """Whether the words after a name say which algorithm its value is for (`auth sha X`): then
+    the value is a secret whatever it looks like."""
+    return len(tokens) > 1 and tokens[0].group().lower() in _ALGORITHMS
+
+
 def _value(line: str, tokens: list[re.Match[str]]) -> tuple[int, int] | None:
     """(start, end) in line of a directive's value among the tokens after its name."""
     while tokens and (
         tokens[0].group().startswith("-")
         or (len(tokens[0].group()) == 1 and tokens[0].group().isdigit())
         or (tokens[0].group().lower() in _TYPE_WORDS and len(tokens) > 1)
+        or (tokens[0].group().lower() in _ALGORITHMS and len(tokens) > 1)
     ):
         tokens = tokens[1:]
     cut = next((j for j, t in enumerate(tokens) if t.group().startswith("(")), len(tokens))
@@ -263,14 +288,40 @@ def _reads_as_prose(words: list[str]) -> bool:
 
 
 def directive_spans(line: str) -> Iterator[Span]:
-    """The credential of a line that is a directive: a credential name, then its value."""
+    """The credential of a line that is a directive: a credential name, then its value; else a
+    compound name's value deeper in a long line of names and values."""
     if len(line) > _MAX_LINE_CHARS:
         return
     tokens = list(_TOKEN.finditer(line))
-    if not tokens or len(tokens) > _MAX_WORDS:
-        return
-    if _COMMENT.match(tokens[0].group()):
+    if tokens and _COMMENT.match(tokens[0].group()):
         tokens = tokens[1:]
+    found = list(_directive(line, tokens)) if len(tokens) <= _MAX_WORDS else []
+    yield from found or _inline(line, tokens)
+
+
+def _inline(line: str, tokens: list[re.Match[str]]) -> Iterator[Span]:
+    """A compound credential name anywhere in a line of names and values, and the token right after
+    it when that could be a secret (a router's `… encrypt_type aes shared_key Pelican-Dune-2230
+    rekey_int 0`): a name of several words joined by `_`, `-` or `.`, never a plain word."""
+    words = [t.group() for t in tokens]
+    if len(words) < 2 or _reads_as_prose(words) or any(w in _CODE for w in words[:2]):
+        return
+    for i, name in enumerate(words[:-1]):
+        if not _COMPOUND.fullmatch(name) or (i and words[i - 1].startswith("-")):
+            continue
+        named = credential_name(name)
+        if named is None or not named[1]:
+            continue
+        value = words[i + 1].rstrip(";,")
+        if _could_be_secret(value) and _BARE_VALUE.fullmatch(value):
+            start = tokens[i + 1].start()
+            yield from _judged(line, named, start, start + len(value))
+
+
+_COMPOUND = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:[_.-][A-Za-z0-9]+)+")
+
+
+def _directive(line: str, tokens: list[re.Match[str]]) -> Iterator[Span]:
     found = _named(tokens)
     if found is None or len(tokens) < 2:
         return
@@ -295,6 +346,8 @@ def directive_spans(line: str) -> Iterator[Span]:
     value = _value(line, rest)
     if value is None or (_is_word(name) and not _stands_alone(line, tokens, i, value)):
         return
+    if _after_algorithm(rest) and _could_be_secret(line[value[0] : value[1]]):
+        named = (named[0], True)  # `auth sha Auth-Pw-1234`: a bare `auth` named by its algorithm
     yield from _judged(line, named, *value)
 
 

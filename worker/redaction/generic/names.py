@@ -135,6 +135,8 @@ _ABOUT = frozenset(
 )
 _PUBLIC = frozenset(["public", "publishable", "pub", "pubkey", "known"])
 _AUTH_COMPOUNDS = frozenset(["auth", "authkey", "authpass", "authpw", "authtoken", "authsecret"])
+# `auth` compounds that say how or whether one authenticates, not with what
+_NOT_AUTH = frozenset(["oauth", "noauth", "preauth", "reauth", "unauth", "nauth", "mauth"])
 _KEY_COMPOUNDS = frozenset(["apikey", "authkey", "secretkey", "privatekey", "presharedkey", "psk"])
 
 
@@ -159,6 +161,8 @@ def credential_name(name: str) -> tuple[str, bool] | None:
         return ("credential", True)
     if last in _AUTH_COMPOUNDS:
         return ("credential", last != "auth")
+    if last.endswith("auth") and len(last) > 4 and last not in _NOT_AUTH:
+        return ("credential", False)  # `rpcauth`, `proxyauth`, `basicauth`: its value must look random
     if last in _KEY_COMPOUNDS:
         return ("key", True)
     if last.startswith("auth"):
