@@ -57,7 +57,7 @@ def _run(*cmd: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 def _netns_usable() -> tuple[bool, str]:
     if os.geteuid() != 0:
         return False, "network namespaces need root"
-    for tool in ("ip", "unshare", "redis-server", "redis-cli", "runuser"):
+    for tool in ("ip", "unshare", "redis-server", "redis-cli"):
         if shutil.which(tool) is None:
             return False, f"{tool} not installed"
     if _postgres_bin() is None:
@@ -183,10 +183,8 @@ def private_postgres(net: Net) -> Iterator[str]:
     assert bindir is not None
     data = Path(tempfile.mkdtemp(prefix="compactd-pg-"))
     shutil.chown(data, "postgres", "postgres")
-    as_pg = ["runuser", "-u", "postgres", "--"]
     subprocess.run(
         [
-            *as_pg,
             str(bindir / "initdb"),
             "-D",
             str(data / "db"),
@@ -198,18 +196,20 @@ def private_postgres(net: Net) -> Iterator[str]:
         ],
         check=True,
         capture_output=True,
+        user="postgres",
     )
     with (data / "db" / "pg_hba.conf").open("a") as hba:
         hba.write(f"host all all {net.subnet}.0/24 trust\n")
     port = _free_port(net.gateway)
     proc = subprocess.Popen(
         [
-            *(*as_pg, str(bindir / "postgres"), "-D", str(data / "db"), "-p", str(port)),
+            *(str(bindir / "postgres"), "-D", str(data / "db"), "-p", str(port)),
             *("-c", f"listen_addresses={net.gateway}", "-c", f"unix_socket_directories={data}"),
             *("-c", "fsync=off", "-c", "max_connections=200"),
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        user="postgres",  # the server itself, so SIGINT reaches it (runuser held it for 20 s)
     )
     try:
         _wait_port(net.gateway, port, proc, "postgres")
