@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine, text
 
 from api.http.app import create_app
+from api.http.deps import KEY_CACHE_SECONDS
 from tests.conftest import REPO
 from tests.integration.conftest import (
     Worker,
@@ -142,18 +143,22 @@ def test_a_revoked_key_is_refused_at_once_by_every_api_process(two_apis: tuple[S
 
 
 def test_rotation_overlap_ends_on_running_api_processes(two_apis: tuple[Settings, list[str]]) -> None:
-    """After a rotation with a 3 s overlap both keys work on both processes, then the old one is refused (401) and the new one is not."""
+    """After `compactd tenant rotate --overlap 3s` both keys work on both processes, then the old
+    one is refused (401) once the overlap ends, well before a cached grant would expire
+    (KEY_CACHE_SECONDS), and the new one is not."""
     settings, bases = two_apis
     name = f"t-{uuid.uuid4().hex[:8]}"
     engine = make_engine(settings.database_url)
     _, old = create_tenant(engine, name)
     for base in bases:
-        assert status(base, old) == 200
-    new = rotate_key(engine, name, timedelta(seconds=3))
+        assert status(base, old) == 200  # cached by both processes
+    rotated = run_cli(settings, "tenant", "rotate", name, "--overlap", "3s")
+    assert rotated.returncode == 0, rotated.stderr
+    new = rotated.stdout.strip()
     for base in bases:
         assert status(base, new) == 200 and status(base, old) == 200
     for base in bases:
-        wait_for(lambda b=base: status(b, old) == 401, 30)  # type: ignore[misc]
+        wait_for(lambda b=base: status(b, old) == 401, KEY_CACHE_SECONDS / 2)  # type: ignore[misc]
         assert status(base, new) == 200
     engine.dispose()
 
