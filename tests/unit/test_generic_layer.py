@@ -219,13 +219,15 @@ CAUGHT = [
     # session 18, from the public-config corpus's dev half: where the text says where the credential is
     (
         "header-column",
-        '# client\tserver\tsecret\t\tIP addresses\nbranch-gw\tpppoe-gw\t"Wicker7-Sable-Lane"\t10.44.0.18\n',
+        '# client\tserver\tsecret\t\tIP addresses\nbranch-gw\tpppoe-gw\t"Wicker7-Sable-Lane"\t10.44.0.18\n'
+        '"laptop"\t*\tq3Vx8TmL2pRz\t*\n',
         "Wicker7-Sable-Lane",
     ),
     (
         "upper-case-header",
         "TOKEN                     TTL   EXPIRES                USAGES\n"
-        "abcdef.0123456789abcdef   23h   2024-05-02T10:00:00Z   authentication,signing\n",
+        "abcdef.0123456789abcdef   23h   2024-05-02T10:00:00Z   authentication,signing\n"
+        "x7k2qp.4f9c2a7d81e0b3c5   12h   2024-05-02T00:00:00Z   signing\n",
         "0123456789abcdef",
     ),
     (
@@ -235,8 +237,8 @@ CAUGHT = [
     ),
     (
         "template-literal",
-        "#   user_<account>_<user> = <key> [group] [group]\nuser_test_tester3 = Maple_Drift_406\n",
-        "Maple_Drift_406",
+        "#   user_<account>_<user> = <key> [group] [group]\nuser_test_tester2 = t2-Hq7VwN3xRb0s .admin\n",
+        "t2-Hq7VwN3xRb0s",
     ),
     # a compound name deep in a long line; an algorithm's name before a value; an `auth` compound
     (
@@ -254,6 +256,13 @@ CAUGHT = [
         "rpcauth",
         "rpcauth=electrs:1eda8c727b79b567$1728ef48c96aebd8161d050fe21",
         "1728ef48c96aebd8161d050fe21",
+    ),
+    ("dots-in-a-password", "password: Xq8vR2pQ7zLmW4...", "Xq8vR2pQ7zLmW4"),
+    (
+        "templates-together",
+        "#   user_<account>_<user> = <key> [group]\n#   user64_<account_b64>_<user_b64> = <key> [group]\n"
+        "user_test_tester2 = t2-Hq7VwN3xRb0s .admin\n",
+        "t2-Hq7VwN3xRb0s",
     ),
 ]
 # (case, text): nothing is redacted
@@ -406,6 +415,31 @@ SPARED = [
     ("template-one-placeholder", "# password: <password>\nmode: strict-2\n"),
     ("deep-prose", "we rotated the shared_key Pelican-Dune-2230 on all of the access points"),
     ("algorithm-word", "auth md5 file"),
+    ("key-checksum", "key sha1 da39a3ee5e6b4b0d3255bfef95601890afd80709"),
+    # cut short for show, an interpolated path (round 8's dev half; a Phoenix transcript's `...`)
+    ("elided-key", '\t-- openai_api_key: "sk-...",'),
+    ("elided-base", "secret_key_base: ..."),
+    ("elided-middle", "token: ghp_…WXYZ"),
+    ("interpolated-path", '    private_key => "/etc/rex/aws/keys/$ec2_key.pem",'),
+    # an independent review's probes: code, prose and pairs after a comment that looks like a header
+    ("header-code", "# token counting helpers\ndef count_tokens(text):\n    return len(text.split())\n"),
+    ("header-exec", '# pass through remaining args\nexec myprog "$@"\nexec other "$@"\n'),
+    ("header-pairs", '# Secret Manager settings\nproject = "acme-prod-42"\nregion = "eu-west-1"\n'),
+    ("header-requirements", "# password hashing libs\nbcrypt==4.1.2\nargon2-cffi==23.1.0\n"),
+    ("header-yaml", "# Secret env vars\n- name: X\n  value: db.internal\n"),
+    ("header-markdown", "# Token Bucket Algorithm\nEach bucket holds N tokens and refills\n"),
+    (
+        "header-names",
+        "NAME       READY   SECRET                AGE\napi-prod   True    api-prod-tls-x7k2q    12d\n"
+        "web        True    web-tls-certificate   3d\n",
+    ),
+    ("template-code", "#   <username> <password>\ndef load(path):\n    with open(path) as f:\n"),
+    ("template-imports", "# <user> <token>\n\n\nimport os\nfrom sys import argv\n"),
+    ("template-sql", "-- <name> <token>\nSELECT id, name FROM users;\n"),
+    (
+        "template-known-hosts",
+        "# <hostname> <keytype> <key>\nexample.com ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl\n",
+    ),
     ("noauth", "noauth = Xq9mm2kLr7"),
 ]
 

@@ -11,7 +11,7 @@ from worker.redaction.scanner import ALL, CONFIG_POSITIONS, Ruleset
 WITHOUT_FORMATS = Ruleset.without(frozenset({CONFIG_POSITIONS}))
 # half: (credential lines caught at least, near-miss lines changed at most): today's figures
 # (BENCHMARKS.md, Sessions 15 and 16); `held` was never read
-PUBLIC = {"dev": (368, 14), "held": (232, 24)}
+PUBLIC = {"dev": (366, 14), "held": (232, 24)}
 
 
 def _totals(rows: list[dict]) -> tuple[int, int, int]:

@@ -19,7 +19,7 @@ import re
 
 from worker.redaction.keywords import key_words
 from worker.redaction.rules import Detector, Judge, Judged, strip_quotes
-from worker.redaction.shapes import PLACEHOLDER_MARK, is_code, is_placeholder, looks_random
+from worker.redaction.shapes import PLACEHOLDER_MARK, is_code, is_elided, is_placeholder, looks_random
 
 # Visible references and placeholders: `${VAR}`, `$VAR`, `$lowerVar`, `$(cmd)`, `%s`, `%(name)s`, `%VAR%`,
 # `$1`, `{{ x }}`, `{name}`, `{0}`, `<password>`, `[PASSWORD]`, masks (`****`, `xxxxxxxx`) and metavars.
@@ -46,7 +46,7 @@ def is_reference(value: str) -> bool:
     Structure before looks: anything else there is a credential, `hunter2` and `password` too.
     """
     v = value.strip()
-    if not v or PLACEHOLDER_MARK in v or _REFERENCE.fullmatch(v) is not None or is_joined(v):
+    if not v or PLACEHOLDER_MARK in v or _REFERENCE.fullmatch(v) is not None or is_joined(v) or is_elided(v):
         return True
     if len(v) >= 3 and len(set(v)) == 1:
         # one character repeated (`yyy`, `0000`, `----`): a mask, like `****`

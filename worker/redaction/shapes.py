@@ -123,7 +123,18 @@ def is_placeholder(value: str, runs: bool = True) -> bool:
         return True
     if v.lower().strip("_-'\"") in _FILLER or _TEMPLATE.match(v) or _MADE_UP.match(v) or MINE.fullmatch(v):
         return True
+    if is_elided(v):
+        return True
     return len(set(v)) <= 2 or (runs and any(s in v for s in _SEQUENTIAL)) or not any(c.isalnum() for c in v)
+
+
+def is_elided(value: str) -> bool:
+    """A value cut short for show, an ellipsis for its rest: `sk-...`, `ghp_…`, `AKIA...WXYZ` (no more
+    than 12 characters shown, what a docs page or a key list prints)."""
+    v = value.strip()
+    if "..." not in v and "\u2026" not in v:
+        return False
+    return len(v.replace("...", "").replace("\u2026", "").rstrip(".")) <= 12
 
 
 def is_code(value: str) -> bool:
@@ -160,7 +171,8 @@ def is_file_path(value: str) -> bool:
     return bool(_FILE_PATH.match(value))
 
 
-_FILE_PATH = re.compile(r"^(?:\.{0,2}/)?(?:[\w@.-]+/)+[\w@.-]*\.[A-Za-z][A-Za-z0-9]{0,4}$")
+# (a segment may interpolate a variable: `/etc/keys/$name.pem`, `/keys/${env}/id.key`)
+_FILE_PATH = re.compile(r"^(?:\.{0,2}/)?(?:[\w@.${}-]+/)+[\w@.${}-]*\.[A-Za-z][A-Za-z0-9]{0,4}$")
 
 
 def is_hex_digest(value: str) -> bool:

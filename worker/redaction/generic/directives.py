@@ -247,18 +247,19 @@ def _quoted_at(line: str, start: int) -> tuple[int, int] | None:
 
 
 def _after_algorithm(tokens: list[re.Match[str]]) -> bool:
-    """Whether the words after a name say which algorithm its value is for (`auth sha X`): then
-    the value is a secret whatever it looks like."""
+    """Whether the words after a name say which algorithm its value is for (`auth sha X`): then an
+    `auth`'s value is a secret whatever it looks like (a `key sha1 …`'s is a checksum)."""
     return len(tokens) > 1 and tokens[0].group().lower() in _ALGORITHMS
 
 
-def _value(line: str, tokens: list[re.Match[str]]) -> tuple[int, int] | None:
-    """(start, end) in line of a directive's value among the tokens after its name."""
+def _value(line: str, tokens: list[re.Match[str]], algorithms: bool = False) -> tuple[int, int] | None:
+    """(start, end) in line of a directive's value among the tokens after its name; algorithms: an
+    algorithm's name before it is skipped too (`auth sha X`; `key sha1 HEX` is a checksum)."""
     while tokens and (
         tokens[0].group().startswith("-")
         or (len(tokens[0].group()) == 1 and tokens[0].group().isdigit())
         or (tokens[0].group().lower() in _TYPE_WORDS and len(tokens) > 1)
-        or (tokens[0].group().lower() in _ALGORITHMS and len(tokens) > 1)
+        or (algorithms and tokens[0].group().lower() in _ALGORITHMS and len(tokens) > 1)
     ):
         tokens = tokens[1:]
     cut = next((j for j, t in enumerate(tokens) if t.group().startswith("(")), len(tokens))
@@ -293,9 +294,10 @@ def directive_spans(line: str) -> Iterator[Span]:
     if len(line) > _MAX_LINE_CHARS:
         return
     tokens = list(_TOKEN.finditer(line))
+    short = len(tokens) <= _MAX_WORDS
     if tokens and _COMMENT.match(tokens[0].group()):
         tokens = tokens[1:]
-    found = list(_directive(line, tokens)) if len(tokens) <= _MAX_WORDS else []
+    found = list(_directive(line, tokens)) if short else []
     yield from found or _inline(line, tokens)
 
 
@@ -343,10 +345,10 @@ def _directive(line: str, tokens: list[re.Match[str]]) -> Iterator[Span]:
     rest = rest[: next((j for j, t in enumerate(rest) if _TRAILING_COMMENT.match(t.group())), len(rest))]
     if rest and rest[0].group() in ("=", ":", "=>", ":="):
         return  # a key/value pair: pairs.py reads those
-    value = _value(line, rest)
+    value = _value(line, rest, algorithms=named[0] == "credential")
     if value is None or (_is_word(name) and not _stands_alone(line, tokens, i, value)):
         return
-    if _after_algorithm(rest) and _could_be_secret(line[value[0] : value[1]]):
+    if named[0] == "credential" and _after_algorithm(rest) and _could_be_secret(line[value[0] : value[1]]):
         named = (named[0], True)  # `auth sha Auth-Pw-1234`: a bare `auth` named by its algorithm
     yield from _judged(line, named, *value)
 
