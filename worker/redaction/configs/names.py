@@ -313,5 +313,19 @@ def spared(value: str, kind: str, strong: bool) -> bool:
     if v.isdigit() and (len(v) < 4 or (kind != "password" and len(v) < 8)):
         return True  # a count, a port, a bcrypt cost
     if not strong:
-        return " " in v or not looks_random(v, min_len=8, min_bits=2.5)
+        return " " in v or not (looks_random(v, min_len=8, min_bits=2.5) or _made_by_hand(v))
     return False
+
+
+def _made_by_hand(value: str) -> bool:
+    """A password a person made: 10 characters or more, upper and lower case, a digit and a symbol,
+    and a digit inside a word (`tac1-Sh4red-Birch`, `W1nter-Sun!`): what names and versions
+    (`Build-2024-Release`, `api-v2-Gateway`) have not."""
+    if len(value) < 10 or not any(c.isupper() for c in value) or not any(c.islower() for c in value):
+        return False
+    if all(c.isalnum() for c in value):
+        return False
+    return _DIGIT_IN_WORD.search(value) is not None
+
+
+_DIGIT_IN_WORD = re.compile(r"[A-Za-z][0-9]+[A-Za-z]")
