@@ -82,7 +82,7 @@ _KEYWORD = re2.compile(
     # entries.py: a method's quoted secret, a scheme's encoding, a user's `name:secret` entry
     rb"(?-i:\b(?:"
     + b"|".join(m.encode() for m in EAP_METHODS)
-    + rb")[ \t]+\")|\bcreateUser\b|\bsnmp(?:-server)?[ \t]+host\b|(?-i:OBF:|CRYPT:|MD5:[0-9a-f])|"
+    + rb")[ \t]+\")|\bcreateUser\b|\bsnmp(?:-server)?[ \t]+host\b|\b(?:trap2?|inform)sink\b|(?-i:OBF:|CRYPT:|MD5:[0-9a-f])|"
     rb"\b(?:users?|user[_-]?name|login|account)\b[\"']?[ \t]*[=:]?[ \t]*[\"']?[\w.@\\-]+:[^\s,\"';\\]"
 )
 # a line that may hold a tool's password flag (commands.py `tool_spans`): substrings, the cheapest test
@@ -127,7 +127,7 @@ def _line(text: str, whole: bool) -> Iterable[Span]:
             yield from user_entry_spans(text)
         if "OBF:" in text or "CRYPT:" in text or "MD5:" in text:
             yield from schemed_spans(text)
-    if "createUser" in text or "snmp" in text or ('"' in text and any(word in text for word in EAP_METHODS)):
+    if "createUser" in text or "snmp" in text or "sink" in text or ('"' in text and any(word in text for word in EAP_METHODS)):
         yield from method_spans(text)
 
 

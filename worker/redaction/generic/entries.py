@@ -17,7 +17,8 @@
   (`arn:aws:iam::…`).
 - an authentication method's secret, in the two user files that name it: hostapd's EAP user file
   (`"user" METHOD "password"`) and net-snmp's `createUser NAME SHA AUTHPASS [AES PRIVPASS]`; and
-  an SNMP trap host's community after its version (`snmp-server host H version 2c COMMUNITY`).
+  an SNMP trap host's community after its version (`snmp-server host H version 2c COMMUNITY`,
+  net-snmp's `trapsink H COMMUNITY`).
 - a block's random values: a credential name alone on its line opens a block (a JSON object or
   list, a YAML mapping or list below it: Solr's `"credentials": {"admin": "HASH SALT"}`, Hydra's
   `secrets:` / `system:` / `- KEY`); its entries are named by users or systems, so a value is
@@ -100,6 +101,9 @@ _SCHEMED = re.compile(
 _SNMP_HOST = re.compile(
     r"\bsnmp(?:-server)?[ \t]+host[ \t]+\S+(?:[ \t]+\S+){0,3}?[ \t]+version[ \t]+(?:1|2c)[ \t]+(?:\"([^\"\n]+)\"|([^\s\"]+))"
 )
+# net-snmp's trap sinks: `trapsink HOST [COMMUNITY [PORT]]` (and trap2sink, informsink)
+_SNMP_SINK = re.compile(r"^[ \t]*(?:trapsink|trap2sink|informsink)[ \t]+\S+[ \t]+([^\s#\"']+)")
+_DEFAULT_COMMUNITIES = frozenset(["public", "private"])
 _USER_MD5 = re.compile(r"^[ \t]*([\w.@-]{1,64}):[ \t]*MD5:([0-9a-f]{32})(?=$|[\s,;])")
 _DIGEST_NAME = re.compile(r"(?i).*(?:sum|hash|digest|etag|md5|sha\d*|integrity|fingerprint)")
 
@@ -189,6 +193,14 @@ def method_spans(line: str) -> Iterator[Span]:
         group = 1 if m.group(1) is not None else 2
         if not spared(m.group(group), "secret", True):
             yield "secret", m.start(group), m.end(group)
+    sink = _SNMP_SINK.match(line)
+    # (`public`, `private`: the defaults every example shows, spared as after `rocommunity`)
+    if (
+        sink is not None
+        and sink.group(1) not in _DEFAULT_COMMUNITIES
+        and not spared(sink.group(1), "secret", True)
+    ):
+        yield "secret", sink.start(1), sink.end(1)
     for m in _SNMP_USER.finditer(line):
         for group in (1, 2, 3, 4):
             if m.group(group) is not None and not spared(m.group(group), "password", True):
