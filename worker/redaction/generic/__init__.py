@@ -127,7 +127,12 @@ def _line(text: str, whole: bool) -> Iterable[Span]:
             yield from user_entry_spans(text)
         if "OBF:" in text or "CRYPT:" in text or "MD5:" in text:
             yield from schemed_spans(text)
-    if "createUser" in text or "snmp" in text or "sink" in text or ('"' in text and any(word in text for word in EAP_METHODS)):
+    if (
+        "createUser" in text
+        or "snmp" in text
+        or "sink" in text
+        or ('"' in text and any(word in text for word in EAP_METHODS))
+    ):
         yield from method_spans(text)
 
 
