@@ -30,6 +30,11 @@ UNITS = {
     "query string": "access_token=Zq8xW3vN7pL2aB&",
     "blanks then key": " " * 60 + "password",
     "password: (blank)": "password: ",
+    # the readers of what a text says about itself (generic/tables.py): a header or a template on
+    # every other line, each followed by a row of its form
+    "header, row": "# client server secret IP addresses\nalice * Tr0ub4dor9X *\n",
+    "template, row": "# <username>: <password>\nalice: Tr0ub4dor9X\n",
+    "upper-case headers": "TOKEN TTL EXPIRES USAGES\n",
 }
 
 
