@@ -258,6 +258,11 @@ CAUGHT = [
         "1728ef48c96aebd8161d050fe21",
     ),
     ("dots-in-a-password", "password: Xq8vR2pQ7zLmW4...", "Xq8vR2pQ7zLmW4"),
+    (
+        "quoted-after-a-name",
+        "poll mail.example.com protocol imap user 'me' there with password 'f3tch-pw' is 'me' here",
+        "f3tch-pw",
+    ),
     ("trap-sink", "  trapsink     localhost tr4pSink-Ops-71", "tr4pSink-Ops-71"),
     ("hand-made-key", "tacacs-server 10.0.0.5\n  key tac1-Sh4red-Birch\n", "tac1-Sh4red-Birch"),
     (
@@ -420,6 +425,8 @@ SPARED = [
     ("key-checksum", "key sha1 da39a3ee5e6b4b0d3255bfef95601890afd80709"),
     # cut short for show, an interpolated path (round 8's dev half; a Phoenix transcript's `...`)
     ("key-release-name", "key Build-2024-Release"),
+    ("stated-word", "# adding password realm where secret is password 'quickstartUser' converted to base64"),
+    ("quoted-prose", """print("the password 'is' for the user")"""),
     ("trap-sink-default", "trap2sink 10.0.0.1 public 162\ntrapsink 10.0.0.2 162"),
     ("key-version-name", "auth = api-v2-Gateway"),
     ("elided-key", '\t-- openai_api_key: "sk-...",'),

@@ -304,9 +304,19 @@ def directive_spans(line: str) -> Iterator[Span]:
 def _inline(line: str, tokens: list[re.Match[str]]) -> Iterator[Span]:
     """A compound credential name anywhere in a line of names and values, and the token right after
     it when that could be a secret (a router's `… encrypt_type aes shared_key Pelican-Dune-2230
-    rekey_int 0`): a name of several words joined by `_`, `-` or `.`, never a plain word."""
+    rekey_int 0`): a name of several words joined by `_`, `-` or `.`; a plain word (`password`)
+    only with a quoted value right after it, in any line (fetchmail's `poll h user 'me' there with
+    password 'fetch-pw' is 'me' here`)."""
     words = [t.group() for t in tokens]
-    if len(words) < 2 or _reads_as_prose(words) or any(w in _CODE for w in words[:2]):
+    if len(words) < 2:
+        return
+    for i, name in enumerate(words[:-1]):
+        if _NAME.fullmatch(name) and words[i + 1][:1] in "\"'":
+            named = credential_name(name)
+            if named is not None:
+                yield from _quoted_after(line, tokens, i, named)
+                continue
+    if _reads_as_prose(words) or any(w in _CODE for w in words[:2]):
         return
     for i, name in enumerate(words[:-1]):
         if not _COMPOUND.fullmatch(name) or (i and words[i - 1].startswith("-")):
@@ -333,6 +343,7 @@ def _directive(line: str, tokens: list[re.Match[str]]) -> Iterator[Span]:
         yield from _stated(line, named, tokens[i + 2])
         return
     if _reads_as_prose(words) or any(w in _CODE for w in words[:2]):
+        yield from _quoted_after(line, tokens, i, named)
         return
     name = words[i]
     if named is _HEADER_NAME:
@@ -351,6 +362,18 @@ def _directive(line: str, tokens: list[re.Match[str]]) -> Iterator[Span]:
     if named[0] == "credential" and _after_algorithm(rest) and _could_be_secret(line[value[0] : value[1]]):
         named = (named[0], True)  # `auth sha Auth-Pw-1234`: a bare `auth` named by its algorithm
     yield from _judged(line, named, *value)
+
+
+def _quoted_after(line: str, tokens: list[re.Match[str]], i: int, named: tuple[str, bool]) -> Iterator[Span]:
+    """In a line of many words, a strong name's quoted value right after it: fetchmail's `poll h
+    user 'me' there with password 'fetch-pw' is 'me' here` reads like prose, and is none."""
+    if not named[1] or named is _HEADER_NAME or i + 1 >= len(tokens):
+        return
+    quoted = _quoted_at(line, tokens[i + 1].start()) if tokens[i + 1].group()[0] in "\"'" else None
+    value = line[quoted[0] : quoted[1]] if quoted is not None else ""
+    # a word alone is prose's (`secret is password 'quickstartUser'`): a digit or symbol, no blank
+    if quoted is not None and _could_be_secret(value) and not any(c.isspace() for c in value):
+        yield from _judged(line, named, *quoted)
 
 
 def _stated(line: str, named: tuple[str, bool], token: re.Match[str]) -> Iterator[Span]:
