@@ -425,6 +425,7 @@ SPARED = [
     ("key-checksum", "key sha1 da39a3ee5e6b4b0d3255bfef95601890afd80709"),
     # cut short for show, an interpolated path (round 8's dev half; a Phoenix transcript's `...`)
     ("key-release-name", "key Build-2024-Release"),
+    ("double-percent-token", "            'pass' => '%%PHINX_DBPASS%%',"),
     ("stated-word", "# adding password realm where secret is password 'quickstartUser' converted to base64"),
     ("quoted-prose", """print("the password 'is' for the user")"""),
     ("trap-sink-default", "trap2sink 10.0.0.1 public 162\ntrapsink 10.0.0.2 162"),

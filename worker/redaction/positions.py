@@ -21,10 +21,10 @@ from worker.redaction.keywords import key_words
 from worker.redaction.rules import Detector, Judge, Judged, strip_quotes
 from worker.redaction.shapes import PLACEHOLDER_MARK, is_code, is_elided, is_placeholder, looks_random
 
-# Visible references and placeholders: `${VAR}`, `$VAR`, `$lowerVar`, `$(cmd)`, `%s`, `%(name)s`, `%VAR%`,
+# Visible references and placeholders: `${VAR}`, `$VAR`, `$lowerVar`, `$(cmd)`, `%s`, `%(name)s`, `%VAR%`, `%%VAR%%`,
 # `$1`, `{{ x }}`, `{name}`, `{0}`, `<password>`, `[PASSWORD]`, masks (`****`, `xxxxxxxx`) and metavars.
 _REFERENCE = re.compile(
-    r"\$\{[^}]*\}?|\$\(.*\)?|\$(?:[A-Z_][A-Z0-9_]*|[a-z_][A-Za-z_.]*)|\$[\d@*#]|%\(?\w*\)?[sd]|%[A-Za-z_]\w*%|\{\{.*\}\}|\{%.*%\}"
+    r"\$\{[^}]*\}?|\$\(.*\)?|\$(?:[A-Z_][A-Z0-9_]*|[a-z_][A-Za-z_.]*)|\$[\d@*#]|%\(?\w*\)?[sd]|%%?[A-Za-z_]\w*%%?|\{\{.*\}\}|\{%.*%\}"
     r"|\{\s*[A-Za-z_][\w.]*\s*\}|\{\d*\}|<[^<>]*>|\[[A-Z _-]+\]|[*xX\u2022]+|[A-Z][A-Z_]*[A-Z]",
     re.DOTALL,
 )

@@ -60,7 +60,7 @@ _TEMPLATE = re.compile(
       | <[^<>]*>                # <your token>
       | \[[A-Z _-]+\]           # [PASSWORD]
       | %\(?\w*\)?s             # %s, %(name)s
-      | %[A-Za-z_]+%            # %VAR%
+      | %%?[A-Za-z_]\w*%%?      # %VAR%, %%VAR%% (a build's token to replace, Phinx's)
       | [*xX.#?_-]+             # ****, xxxx, ....
       | [xX]{4,}.*|.*(?:[xX]{6,}|\#{4,}|\*{4,}).*   # runs of x, #, *: masks
       | (?i:process\.env|os\.environ|env|getenv|secrets)\b.*
