@@ -258,11 +258,18 @@ CAUGHT = [
         "1728ef48c96aebd8161d050fe21",
     ),
     ("dots-in-a-password", "password: Xq8vR2pQ7zLmW4...", "Xq8vR2pQ7zLmW4"),
+    ("password-cut-short", "Logging in as admin with password=Hunter2024...", "Hunter2024"),
+    ("token-cut-short", "export GITHUB_TOKEN=ghp_Ab12Cd34…", "Ab12Cd34"),
+    ("percent-wrapped", "password=%Pa55word%\nsecret: %%Winter2024%%", "Winter2024"),
     (
         "quoted-after-a-name",
         "poll mail.example.com protocol imap user 'me' there with password 'f3tch-pw' is 'me' here",
         "f3tch-pw",
     ),
+    ("snmp-tool-community", "snmpwalk -v2c -c S3cr3tC0mm 10.0.0.1", "S3cr3tC0mm"),
+    ("snmp-tool-v3", "trapsess -v 3 -u ops -a SHA -A authPass99 -x AES -X privPass99 10.0.0.5", "privPass99"),
+    ("com2sec", "com2sec -Cn ctx rw 10.0.0.0/8 Wr1te-Comm", "Wr1te-Comm"),
+    ("mode-list-then-community", "authCommunity log,execute,net Tr4pC0mm", "Tr4pC0mm"),
     ("trap-sink", "  trapsink     localhost tr4pSink-Ops-71", "tr4pSink-Ops-71"),
     ("hand-made-key", "tacacs-server 10.0.0.5\n  key tac1-Sh4red-Birch\n", "tac1-Sh4red-Birch"),
     (
@@ -425,6 +432,14 @@ SPARED = [
     ("key-checksum", "key sha1 da39a3ee5e6b4b0d3255bfef95601890afd80709"),
     # cut short for show, an interpolated path (round 8's dev half; a Phoenix transcript's `...`)
     ("key-release-name", "key Build-2024-Release"),
+    # a second review's probes: names and keys with a digit in a word, resources in errors,
+    # passwords cut short, passwords in percent signs
+    ("i18n-key", '{"key": "homePage.step2Title", "default": "Next"}'),
+    ("bucket-key", "key: S3BucketName-prod\nkey: IPv6Address-Primary\nCache miss for key User-Profile2x-v3"),
+    ("resource-not-found", 'Error from server (NotFound): secrets "db-creds-2" not found'),
+    ("token-will-expire", "Warning: the token 'ci-runner-7' will expire in 3 days"),
+    ("snmp-default", "snmpget -v2c -c public host sysUpTime.0"),
+    ("count-flag", "grep -c foo file.txt && wc -c file.txt"),
     ("double-percent-token", "            'pass' => '%%PHINX_DBPASS%%',"),
     ("stated-word", "# adding password realm where secret is password 'quickstartUser' converted to base64"),
     ("quoted-prose", """print("the password 'is' for the user")"""),

@@ -24,7 +24,7 @@ from worker.redaction.shapes import PLACEHOLDER_MARK, is_code, is_elided, is_pla
 # Visible references and placeholders: `${VAR}`, `$VAR`, `$lowerVar`, `$(cmd)`, `%s`, `%(name)s`, `%VAR%`, `%%VAR%%`,
 # `$1`, `{{ x }}`, `{name}`, `{0}`, `<password>`, `[PASSWORD]`, masks (`****`, `xxxxxxxx`) and metavars.
 _REFERENCE = re.compile(
-    r"\$\{[^}]*\}?|\$\(.*\)?|\$(?:[A-Z_][A-Z0-9_]*|[a-z_][A-Za-z_.]*)|\$[\d@*#]|%\(?\w*\)?[sd]|%%?[A-Za-z_]\w*%%?|\{\{.*\}\}|\{%.*%\}"
+    r"\$\{[^}]*\}?|\$\(.*\)?|\$(?:[A-Z_][A-Z0-9_]*|[a-z_][A-Za-z_.]*)|\$[\d@*#]|%\(?\w*\)?[sd]|%[A-Za-z_]\w*%|%%[A-Z_][A-Z0-9_]*%%|\{\{.*\}\}|\{%.*%\}"
     r"|\{\s*[A-Za-z_][\w.]*\s*\}|\{\d*\}|<[^<>]*>|\[[A-Z _-]+\]|[*xX\u2022]+|[A-Z][A-Z_]*[A-Z]",
     re.DOTALL,
 )

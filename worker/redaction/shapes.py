@@ -60,7 +60,8 @@ _TEMPLATE = re.compile(
       | <[^<>]*>                # <your token>
       | \[[A-Z _-]+\]           # [PASSWORD]
       | %\(?\w*\)?s             # %s, %(name)s
-      | %%?[A-Za-z_]\w*%%?      # %VAR%, %%VAR%% (a build's token to replace, Phinx's)
+      | %[A-Za-z_]+%            # %VAR%
+      | %%[A-Z_][A-Z0-9_]*%%    # %%VAR%% (a build's token to replace, Phinx's)
       | [*xX.#?_-]+             # ****, xxxx, ....
       | [xX]{4,}.*|.*(?:[xX]{6,}|\#{4,}|\*{4,}).*   # runs of x, #, *: masks
       | (?i:process\.env|os\.environ|env|getenv|secrets)\b.*
@@ -129,12 +130,23 @@ def is_placeholder(value: str, runs: bool = True) -> bool:
 
 
 def is_elided(value: str) -> bool:
-    """A value cut short for show, an ellipsis for its rest: `sk-...`, `ghp_…`, `AKIA...WXYZ` (no more
-    than 12 characters shown, what a docs page or a key list prints)."""
+    """A value cut short for show, an ellipsis for its rest, where what shows is no secret: a
+    token's prefix and four characters at most on each side (`sk-...`, `ghp_…WXYZ`,
+    `AKIA...WXYZ`, `...`). A password cut after its tenth character (`Hunter2024...`) is none."""
     v = value.strip()
-    if "..." not in v and "\u2026" not in v:
+    dots = _ELLIPSIS.search(v)
+    if dots is None:
         return False
-    return len(v.replace("...", "").replace("\u2026", "").rstrip(".")) <= 12
+    head, tail = v[: dots.start()], _ESCAPES.sub("", v[dots.end() :])
+    head = _SHOWN_PREFIX.sub("", head, count=1)
+    return len(head) <= 4 and len(tail) <= 4
+
+
+_ELLIPSIS = re.compile(r"\.{3,}|\u2026")
+# line breaks escaped after the value (`...\n\n` in a JSON string): the text goes on, not the value
+_ESCAPES = re.compile(r"(?:\\[nrt])+$")
+# a token's prefix shown before the ellipsis: `sk-`, `sk-ant-`, `ghp_`, `xoxb-`, `AKIA`
+_SHOWN_PREFIX = re.compile(r"^(?:[a-z]{1,6}(?:[-_][a-z]{1,6})?[-_]|A[KS]IA)")
 
 
 def is_code(value: str) -> bool:

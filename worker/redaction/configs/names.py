@@ -318,14 +318,18 @@ def spared(value: str, kind: str, strong: bool) -> bool:
 
 
 def _made_by_hand(value: str) -> bool:
-    """A password a person made: 10 characters or more, upper and lower case, a digit and a symbol,
-    and a digit inside a word (`tac1-Sh4red-Birch`, `W1nter-Sun!`): what names and versions
-    (`Build-2024-Release`, `api-v2-Gateway`) have not."""
+    """A password a person made: 10 characters or more, upper and lower case, a symbol that is no
+    separator of names (not `.`, `/`, `_`), and a letter swapped for a digit inside a word
+    (`tac1-Sh4red-Birch`, `W1nter-Sun!`): what names, keys and versions (`Build-2024-Release`,
+    `homePage.step2Title`, `S3BucketName-prod`, `IPv6Address-Primary`) have not."""
     if len(value) < 10 or not any(c.isupper() for c in value) or not any(c.islower() for c in value):
         return False
-    if all(c.isalnum() for c in value):
+    if not any(not c.isalnum() and c not in "._/" for c in value) or "." in value or "/" in value:
         return False
-    return _DIGIT_IN_WORD.search(value) is not None
+    return any(not _TECH.match(m.group().lower()) for m in _LEET.finditer(value))
 
 
-_DIGIT_IN_WORD = re.compile(r"[A-Za-z][0-9]+[A-Za-z]")
+# a digit that stands for a letter inside a word (0 o, 1 i or l, 3 e, 4 a, 5 s, 7 t)
+_LEET = re.compile(r"[A-Za-z]+[013457][A-Za-z]+")
+# words of technology that hold such a digit: not a person's choice
+_TECH = re.compile(r"(?:s3|ec2|md5|log4|i18|l10|k8|x509|utf|ipv|win3|oauth|base64|sha|h26|p2p|mp3|mp4|b2|r2)")

@@ -76,7 +76,7 @@ _KEYWORD = re2.compile(
     # commands.py: `user:password@host:port` with no scheme
     rb"[\w.-]:[^\s@\"'/:]{1,128}@[\w.\[\]-]+:[0-9]|"
     rb"://[^\s\"'<>]{0,256}hook|@(?:tcp|udp|unix)\(|\s(?:-u|--user)[^\n]{0,80}\s-p|\s-p[^\n]{0,80}\s-u|"
-    rb"\bredis-cli\b[^\n]{0,120}\s-a|\bldap[a-z]+\b[^\n]{0,120}\s-w|\b(?:zip|unzip|zipcloak|7z[ar]?|rar|unrar)\b"
+    rb"\bredis-cli\b[^\n]{0,120}\s-a|\b(?:snmp[a-z]*|trapsess)\b[^\n]{0,120}\s-[cAX]|\bcom2sec|\bldap[a-z]+\b[^\n]{0,120}\s-w|\b(?:zip|unzip|zipcloak|7z[ar]?|rar|unrar)\b"
     rb"[^\n]{0,120}-p|\bopenssl\b[^\n]{0,200}\s-k|\bsmbclient\b[^\n]{0,120}(?:-u|--user)|\bnet(?:\.exe)?\s+use\b|"
     rb"password-stdin|[\"'](?:dbi|jdbc|[a-z]+:(?:host|dbname|server|database)=)|"
     # entries.py: a method's quoted secret, a scheme's encoding, a user's `name:secret` entry
@@ -86,7 +86,23 @@ _KEYWORD = re2.compile(
     rb"\b(?:users?|user[_-]?name|login|account)\b[\"']?[ \t]*[=:]?[ \t]*[\"']?[\w.@\\-]+:[^\s,\"';\\]"
 )
 # a line that may hold a tool's password flag (commands.py `tool_spans`): substrings, the cheapest test
-_TOOL_WORDS = ("-p", "-P", "-w", "-a", "-k", "-U", "--user", "/user", "/USER", "/u:", "/U:", "password-stdin")
+_TOOL_WORDS = (
+    "-p",
+    "-P",
+    "-w",
+    "-a",
+    "-k",
+    "-U",
+    "-c",
+    "-A",
+    "-X",
+    "--user",
+    "/user",
+    "/USER",
+    "/u:",
+    "/U:",
+    "password-stdin",
+)
 # entries.py's user entries (substrings, the cheapest test; its method secrets by EAP_METHODS)
 _USER_WORDS = ("user", "User", "USER", "login", "Login", "LOGIN", "account", "Account", "ACCOUNT")
 # an element whose value is in a child: `<Password>\n  <Value>x</Value>` (Windows answer files)
@@ -131,6 +147,7 @@ def _line(text: str, whole: bool) -> Iterable[Span]:
         "createUser" in text
         or "snmp" in text
         or "sink" in text
+        or "com2sec" in text
         or ('"' in text and any(word in text for word in EAP_METHODS))
     ):
         yield from method_spans(text)

@@ -17,7 +17,8 @@ newline), so a flag of one command never pairs with a flag of the next:
   as the password although mysql takes it as the database: redacting a database name costs a
   word, leaking a password costs a login.
 - a tool's own password flag where it is a short letter (`redis-cli -a PW`, `ldapsearch -w PW`,
-  `zip -P PW`, `7z -pPW`, `openssl … -k PW`, `smbclient -U user%PW`), `net use`'s password (the
+  `zip -P PW`, `7z -pPW`, `openssl … -k PW`, `smbclient -U user%PW`, net-snmp's `snmpwalk -c
+  COMMUNITY` and `-A`/`-X` passphrases), `net use`'s password (the
   first word after the share that is no `/switch`), and a password piped into `--password-stdin`
   (`echo -n PW | docker login --password-stdin`): what the tools' manuals say, not what the value
   looks like.
@@ -54,7 +55,9 @@ _PASSWORD = re.compile(rf"(?:^|\s)-[pP](?:[ \t]+({_VALUE})|({_VALUE}))")
 _NOT_USER = re.compile(r"(?:^|\s)(?:sudo|doas|runuser|pip3?|uv|pipx|install)(?:[ \t]+-\S+)*[ \t]+-[uU]\b")
 _TOOL = re.compile(
     r"(?i)(?:^|[\s(`\"'\\/])(redis-cli|ldap(?:search|modify|add|delete|whoami|passwd|compare|modrdn|exop)"
-    r"|zip|unzip|zipcloak|7z|7za|7zr|rar|unrar|openssl|smbclient)(?:\.exe)?(?=[\s\"'])"
+    r"|zip|unzip|zipcloak|7z|7za|7zr|rar|unrar|openssl|smbclient"
+    r"|snmp(?:walk|get|getnext|bulkwalk|bulkget|set|trap|inform|table|delta|status|test|df|netstat)|trapsess)"
+    r"(?:\.exe)?(?=[\s\"'])"
 )
 # the tool's password flag: what follows it up to the value
 _TOOL_FLAG = {
@@ -64,7 +67,11 @@ _TOOL_FLAG = {
     "7z": re.compile(r"\s[\"']?-p(?=[^\s\"'])"),
     "openssl": re.compile(r"\s-k[ \t]+"),
     "smbclient": re.compile(r"\s(?:-U[ \t]*|--user[= ])[^\s%\"']+%"),
+    # net-snmp's tools: `-c COMMUNITY` (v1, v2c), `-A AUTHPASS` and `-X PRIVPASS` (v3)
+    "snmp": re.compile(r"\s-[cAX][ \t]*"),
 }
+# SNMP's default communities, which every example shows (spared as after `rocommunity`)
+_DEFAULT_COMMUNITIES = frozenset(["public", "private"])
 _TOOL_KIND = {"unzip": "zip", "zipcloak": "zip", "7za": "7z", "7zr": "7z", "rar": "7z", "unrar": "7z"}
 _NET_USE = re.compile(r"(?i)(?:^|[\s\"'\\/])net(?:\.exe)?[ \t]+use\b")
 _UNC = re.compile(r"\\\\\S+")
@@ -114,9 +121,14 @@ def tool_spans(line: str) -> Iterator[Span]:
         if m is not None:
             name = m.group(1).lower()
             kind = "ldap" if name.startswith("ldap") else _TOOL_KIND.get(name, name)
-            flag = _TOOL_FLAG[kind].search(command, m.end())
-            if flag is not None:
-                yield from _value_at(command, at, flag.end())
+            if name.startswith("snmp") or name == "trapsess":
+                kind = "snmp"
+            for flag in _TOOL_FLAG[kind].finditer(command, m.end()):
+                value = _VALUE_RE.match(command, flag.end())
+                if kind != "snmp" or value is None or value.group().strip("\"'") not in _DEFAULT_COMMUNITIES:
+                    yield from _value_at(command, at, flag.end())
+                if kind != "snmp":
+                    break  # one password flag
         if _NET_USE.search(command) is not None:
             yield from _net_use(command, at)
     for m in _STDIN.finditer(line):

@@ -222,11 +222,16 @@ _BARE_VALUE = re.compile(r"(?:\{[A-Z0-9-]{2,12}\})?[^\s\"'`{}()\[\]<>]+")
 _TEMPLATE_OPEN = ("{{", "{%", "${", "<%")
 
 
+_WORD_LIST = re.compile(r"[a-z]+(?:,[a-z]+)+")
+
+
 def _could_be_secret(token: str) -> bool:
     """A token among several that could be a credential: a digit or a symbol in it, and not a
     number, address, flag or mode word (`min-length`, `audit-trail` have neither)."""
     if token.isdigit() or _ADDRESS.match(token) or token.startswith("-") or token.lower() in _MODE:
         return False
+    if _WORD_LIST.fullmatch(token):
+        return False  # `log,execute,net`: a list of modes (net-snmp's `authCommunity TYPES COMMUNITY`)
     return any(c.isdigit() for c in token) or any(not c.isalnum() and c not in "-_." for c in token)
 
 
@@ -365,10 +370,10 @@ def _directive(line: str, tokens: list[re.Match[str]]) -> Iterator[Span]:
 
 
 def _quoted_after(line: str, tokens: list[re.Match[str]], i: int, named: tuple[str, bool]) -> Iterator[Span]:
-    """In a line of many words, a strong name's quoted value right after it: fetchmail's `poll h
+    """In a line of many words, a password's quoted value right after its name: fetchmail's `poll h
     user 'me' there with password 'fetch-pw' is 'me' here` reads like prose, and is none."""
-    if not named[1] or named is _HEADER_NAME or i + 1 >= len(tokens):
-        return
+    if named[0] != "password" or not named[1] or i + 1 >= len(tokens):
+        return  # a password's name only: `secrets "db-creds-2" not found` names a resource
     quoted = _quoted_at(line, tokens[i + 1].start()) if tokens[i + 1].group()[0] in "\"'" else None
     value = line[quoted[0] : quoted[1]] if quoted is not None else ""
     # a word alone is prose's (`secret is password 'quickstartUser'`): a digit or symbol, no blank

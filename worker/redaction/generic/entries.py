@@ -18,7 +18,7 @@
 - an authentication method's secret, in the two user files that name it: hostapd's EAP user file
   (`"user" METHOD "password"`) and net-snmp's `createUser NAME SHA AUTHPASS [AES PRIVPASS]`; and
   an SNMP trap host's community after its version (`snmp-server host H version 2c COMMUNITY`,
-  net-snmp's `trapsink H COMMUNITY`).
+  net-snmp's `trapsink H COMMUNITY` and `com2sec NAME SOURCE COMMUNITY`).
 - a block's random values: a credential name alone on its line opens a block (a JSON object or
   list, a YAML mapping or list below it: Solr's `"credentials": {"admin": "HASH SALT"}`, Hydra's
   `secrets:` / `system:` / `- KEY`); its entries are named by users or systems, so a value is
@@ -102,7 +102,11 @@ _SNMP_HOST = re.compile(
     r"\bsnmp(?:-server)?[ \t]+host[ \t]+\S+(?:[ \t]+\S+){0,3}?[ \t]+version[ \t]+(?:1|2c)[ \t]+(?:\"([^\"\n]+)\"|([^\s\"]+))"
 )
 # net-snmp's trap sinks: `trapsink HOST [COMMUNITY [PORT]]` (and trap2sink, informsink)
-_SNMP_SINK = re.compile(r"^[ \t]*(?:trapsink|trap2sink|informsink)[ \t]+\S+[ \t]+([^\s#\"']+)")
+_SNMP_SINK = re.compile(
+    r"^[ \t]*(?:(?:trapsink|trap2sink|informsink)[ \t]+\S+"
+    # and its community-to-name map: `com2sec [-Cn CONTEXT] NAME SOURCE COMMUNITY`
+    r"|com2sec6?(?:[ \t]+-Cn[ \t]+\S+)?[ \t]+\S+[ \t]+\S+)[ \t]+([^\s#\"']+)"
+)
 _DEFAULT_COMMUNITIES = frozenset(["public", "private"])
 _USER_MD5 = re.compile(r"^[ \t]*([\w.@-]{1,64}):[ \t]*MD5:([0-9a-f]{32})(?=$|[\s,;])")
 _DIGEST_NAME = re.compile(r"(?i).*(?:sum|hash|digest|etag|md5|sha\d*|integrity|fingerprint)")
