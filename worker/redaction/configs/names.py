@@ -322,8 +322,8 @@ def _made_by_hand(value: str) -> bool:
     separator of names (not `.`, `/`, `_`), and a letter swapped for a digit inside a word
     (`tac1-Sh4red-Birch`, `W1nter-Sun!`): what names, keys and versions (`Build-2024-Release`,
     `homePage.step2Title`, `S3BucketName-prod`, `IPv6Address-Primary`) have not."""
-    if len(value) < 10 or not any(c.isupper() for c in value) or not any(c.islower() for c in value):
-        return False
+    if not 10 <= len(value) <= 64 or value.isupper() or value.islower():
+        return False  # (no person types 64 characters; a longer value is judged by its looks)
     if not any(not c.isalnum() and c not in "._/" for c in value) or "." in value or "/" in value:
         return False
     return any(not _TECH.match(m.group().lower()) for m in _LEET.finditer(value))
