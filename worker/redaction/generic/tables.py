@@ -91,7 +91,7 @@ _PROSE = frozenset(
         "be",
     ]
 )
-_COMMENT = re.compile(r"[ \t]*(?:#|;|//|--|!)")
+# a comment's marker and the blanks after it
 _COMMENTED = re.compile(r"[ \t]*(?:#|;|//|--|!)[ \t]*")
 
 
@@ -133,7 +133,7 @@ def _rows(text: str, pos: int, width: int) -> Iterator[tuple[int, list[tuple[str
         end = text.find("\n", pos)
         end = len(text) if end < 0 else end
         line = text[pos:end]
-        if _COMMENT.match(line):
+        if _COMMENTED.match(line):
             if (_HEAD.match(line) and _column(line)) or (_TEMPLATE.match(line) and _form(line)):
                 return  # another table's header, a template: its own reader reads on
         else:
@@ -242,7 +242,7 @@ def _formed(text: str, pos: int, forms: list[Form]) -> Iterator[tuple[int, Span 
         end = text.find("\n", pos)
         end = len(text) if end < 0 else end
         line = text[pos:end]
-        if _COMMENT.match(line) or not line.strip():
+        if _COMMENTED.match(line) or not line.strip():
             form = _form(line) if _TEMPLATE.match(line) else None
             if form is not None:
                 forms.append(form)
