@@ -588,7 +588,7 @@ def test_a_tenant_holds_its_own_provider_key(proxy: Proxy) -> None:
             (sealed,) = conn.execute(text("SELECT sealed FROM provider_keys")).one()
         engine.dispose()
         # no run of the key's text (one "Tn7" alone turns up in random base64 about once in 1,500 seals)
-        assert sealed.startswith("v1:") and "Tn7" * 3 not in sealed
+        assert sealed.startswith("v2:") and "Tn7" * 3 not in sealed
     finally:
         with _api(proxy) as c:
             assert c.delete("/v1/provider-key").status_code == 204

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
+import os
+
 import pytest
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from worker.proxy.provider_keys import HeldKeys, SealError, key_id, seal, unseal, valid_key
 
@@ -10,19 +16,40 @@ MASTER = b"r" * 32
 KEY = "sk-ant-api03-" + "Ab9" * 30 + "QQ"
 
 
-def test_a_sealed_key_opens_for_its_tenant_only() -> None:
-    sealed = seal(MASTER, 7, KEY)
-    assert KEY not in sealed and "Ab9" not in sealed and sealed != seal(MASTER, 7, KEY)  # fresh nonce
-    assert unseal(MASTER, 7, sealed) == KEY
+def test_a_sealed_key_opens_for_its_tenant_and_provider_only() -> None:
+    sealed = seal(MASTER, 7, KEY, "anthropic")
+    assert (
+        KEY not in sealed and "Ab9" not in sealed and sealed != seal(MASTER, 7, KEY, "anthropic")
+    )  # fresh nonce
+    assert sealed.startswith("v2:") and unseal(MASTER, 7, sealed, "anthropic") == KEY
     with pytest.raises(SealError):
-        unseal(MASTER, 8, sealed)  # copied to another tenant's row
+        unseal(MASTER, 8, sealed, "anthropic")  # copied to another tenant's row
     with pytest.raises(SealError):
-        unseal(b"s" * 32, 7, sealed)  # another deployment's key
+        unseal(MASTER, 7, sealed, "openai")  # copied to the same tenant's row of another provider
+    with pytest.raises(SealError):
+        unseal(b"s" * 32, 7, sealed, "anthropic")  # another deployment's key
     flipped = sealed[:-6] + ("A" if sealed[-6] != "A" else "B") + sealed[-5:]
     with pytest.raises(SealError):
-        unseal(MASTER, 7, flipped)
+        unseal(MASTER, 7, flipped, "anthropic")
     with pytest.raises(SealError):
-        unseal(MASTER, 7, "v0:" + sealed[3:])
+        unseal(MASTER, 7, "v0:" + sealed[3:], "anthropic")
+
+
+def test_a_key_sealed_before_the_provider_was_bound_still_opens_for_its_tenant() -> None:
+    """A `v1:` value (the tenant's id alone as associated data) opens for its tenant, any provider."""
+    nonce = os.urandom(12)
+    aead = AESGCM(hmac.new(MASTER, b"compactd.provider-key.v1", hashlib.sha256).digest())
+    v1 = (
+        "v1:"
+        + base64.urlsafe_b64encode(
+            nonce + aead.encrypt(nonce, KEY.encode(), b"compactd.provider-key.tenant:7")
+        ).decode()
+    )
+    assert unseal(MASTER, 7, v1, "anthropic") == KEY
+    with pytest.raises(SealError):
+        unseal(MASTER, 8, v1, "anthropic")
+    with pytest.raises(SealError):
+        unseal(MASTER, 7, "v2:" + v1[3:], "anthropic")  # relabelled: the provider is bound now
 
 
 def test_the_key_id_is_keyed_and_shows_nothing_of_the_key() -> None:

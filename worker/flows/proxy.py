@@ -78,7 +78,7 @@ def provider_key_reader(
         if sealed is None:
             return None
         try:
-            return provider_keys.unseal(master, tenant_id, sealed)
+            return provider_keys.unseal(master, tenant_id, sealed, provider)
         except provider_keys.SealError:
             # never fall back to the deployment's key: the tenant's calls would be billed elsewhere
             log.error("proxy.provider_key_unreadable", tenant_id=tenant_id, provider=provider)
@@ -95,7 +95,7 @@ def set_provider_key(
         store_provider_key(engine, tenant_id, None, provider=provider)
         return None
     kid = provider_keys.key_id(master, key)
-    store_provider_key(engine, tenant_id, provider_keys.seal(master, tenant_id, key), kid, provider)
+    store_provider_key(engine, tenant_id, provider_keys.seal(master, tenant_id, key, provider), kid, provider)
     return kid
 
 

@@ -1,10 +1,12 @@
 """A tenant's provider key, held by compactd: sealed at rest, never logged, read back only to call the upstream.
 
 Sealed with AES-256-GCM under a key derived from the deployment's redaction key (HMAC, its own
-label: never the redaction key itself), a random 96-bit nonce per seal, and the tenant's id as
-associated data, so a sealed value copied to another tenant's row does not open. What is stored
-is `v1:` + base64url(nonce + ciphertext + tag); what is shown is a key id (a keyed hash's first
-12 hex digits), never the key or any part of it.
+label: never the redaction key itself), a random 96-bit nonce per seal, and the tenant's id and
+the provider as associated data, so a sealed value copied to another tenant's row, or to the same
+tenant's row of another provider, does not open. What is stored is `v2:` + base64url(nonce +
+ciphertext + tag); `v1:` values (sealed before the provider was bound: the tenant's id alone) still
+open and are sealed as `v2:` the next time the key is set. What is shown is a key id (a keyed
+hash's first 12 hex digits), never the key or any part of it.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from collections.abc import Callable
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-_VERSION = "v1:"
+_VERSION = "v2:"
+_V1 = "v1:"
 _NONCE = 12
 MAX_KEY_CHARS = 500
 
@@ -33,26 +36,30 @@ def _derived(master: bytes, label: bytes) -> bytes:
     return hmac.new(master, label, hashlib.sha256).digest()
 
 
-def _aad(tenant_id: int) -> bytes:
-    return f"compactd.provider-key.tenant:{tenant_id}".encode()
+def _aad(tenant_id: int, provider: str | None) -> bytes:
+    """The associated data: the tenant's id, and the provider (None: a `v1:` value's, without it)."""
+    bound = f"compactd.provider-key.tenant:{tenant_id}"
+    return (bound if provider is None else f"{bound}.provider:{provider}").encode()
 
 
-def seal(master: bytes, tenant_id: int, key: str) -> str:
+def seal(master: bytes, tenant_id: int, key: str, provider: str) -> str:
     nonce = os.urandom(_NONCE)
     sealed = AESGCM(_derived(master, b"compactd.provider-key.v1")).encrypt(
-        nonce, key.encode(), _aad(tenant_id)
+        nonce, key.encode(), _aad(tenant_id, provider)
     )
     return _VERSION + base64.urlsafe_b64encode(nonce + sealed).decode()
 
 
-def unseal(master: bytes, tenant_id: int, value: str) -> str:
-    if not value.startswith(_VERSION):
+def unseal(master: bytes, tenant_id: int, value: str, provider: str) -> str:
+    if value.startswith(_VERSION):
+        aad = _aad(tenant_id, provider)
+    elif value.startswith(_V1):
+        aad = _aad(tenant_id, None)  # sealed before the provider was bound
+    else:
         raise SealError("unknown sealed-value version")
     try:
         raw = base64.urlsafe_b64decode(value[len(_VERSION) :])
-        plain = AESGCM(_derived(master, b"compactd.provider-key.v1")).decrypt(
-            raw[:_NONCE], raw[_NONCE:], _aad(tenant_id)
-        )
+        plain = AESGCM(_derived(master, b"compactd.provider-key.v1")).decrypt(raw[:_NONCE], raw[_NONCE:], aad)
     except (InvalidTag, ValueError):
         raise SealError("the sealed provider key does not open with this deployment's key") from None
     return plain.decode()
