@@ -11,7 +11,13 @@ from hypothesis import strategies as st
 
 from tests.strategies import conversations
 from worker.flows.proxy import cache_ttl_seconds
-from worker.proxy.conversations import client_session_id, identify, is_side_request, stable_system_text
+from worker.proxy.conversations import (
+    client_id,
+    client_session_id,
+    identify,
+    is_side_request,
+    stable_system_text,
+)
 from worker.proxy.fingerprints import chains, normalize_message
 from worker.proxy.outbound import breakpoints, build_upstream, limit_breakpoints
 from worker.proxy.reconcile import Record, plan, restart
@@ -430,3 +436,14 @@ def test_the_chain_memo_over_histories_longer_than_its_tail() -> None:
 )
 def test_the_cache_lifetime_a_request_asks_for(body: dict[str, Any], ttl: int | None) -> None:
     assert cache_ttl_seconds(body) == ttl
+
+
+def test_a_client_id_is_kept_when_id_like_else_hashed_with_the_deployments_key() -> None:
+    """A Codex thread id is kept as sent; an e-mail address as Chat Completions' `user` is never
+    kept, and its hash depends on the deployment's key (a stored hash confirms no guess)."""
+    thread = "0199a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"
+    assert client_id(thread, b"k1") == thread
+    hashed = client_id("alice@example.com", b"k1")
+    assert hashed is not None and len(hashed) == 32 and "alice" not in hashed
+    assert hashed == client_id("alice@example.com", b"k1") != client_id("alice@example.com", b"k2")
+    assert client_id("", b"k1") is None and client_id(42, b"k1") is None

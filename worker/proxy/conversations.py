@@ -14,6 +14,7 @@ questions) is passed through untouched: nothing is stored, no session is created
 from __future__ import annotations
 
 import hashlib
+import hmac
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -125,11 +126,13 @@ def identify(
     return Conversation(f"conv-{digest[:32]}", "start")
 
 
-def client_id(value: Any) -> str | None:
+def client_id(value: Any, key: bytes) -> str | None:
     """A client-chosen id as a conversation's client session (None when it cannot be one): ids
-    longer than 64 or with other characters are hashed to 32 hex digits, never kept as sent."""
+    longer than 64 or with other characters (an e-mail address as Chat Completions' `user`) are
+    hashed with the deployment's key to 32 hex digits, never kept as sent, and a stored hash
+    confirms no guess."""
     if not isinstance(value, str) or not value:
         return None
     if _CLIENT_SESSION.match(value):
         return value
-    return hashlib.sha256(value.encode()).hexdigest()[:32]
+    return hmac.new(key, value.encode(), hashlib.sha256).hexdigest()[:32]

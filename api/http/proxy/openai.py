@@ -135,7 +135,7 @@ def canonical_of(fmt: Format, body: dict[str, Any]) -> dict[str, Any]:
 
 
 def client_ids(
-    fmt: Format, headers: Mapping[str, str], body: Mapping[str, Any]
+    fmt: Format, headers: Mapping[str, str], body: Mapping[str, Any], key: bytes
 ) -> tuple[str | None, str | None]:
     """(client session, its parent's) as the client tells them: Codex's session-id header (its
     thread) and x-codex-parent-thread-id (a sub-agent's), else prompt_cache_key, else `user` or
@@ -147,8 +147,8 @@ def client_ids(
         metadata.get("session_id") if isinstance(metadata, dict) else None,
         body.get("user") if fmt is CHAT else None,
     )
-    client = next((c for c in map(client_id, candidates) if c is not None), None)
-    return client, client_id(headers.get("x-codex-parent-thread-id"))
+    client = next((c for c in (client_id(v, key) for v in candidates) if c is not None), None)
+    return client, client_id(headers.get("x-codex-parent-thread-id"), key)
 
 
 async def _proxied(request: Request, fmt: Format) -> Response:
@@ -191,7 +191,7 @@ async def _proxied(request: Request, fmt: Format) -> Response:
         log.info("proxy.passed_through", tenant_id=tenant, reason="side_request", format=fmt.name)
         return await pass_through(call, raw, fmt.path)
     else:
-        client, parent = client_ids(fmt, request.headers, body)
+        client, parent = client_ids(fmt, request.headers, body, request.app.state.proxy_key)
         call.conversation = identify(request.app.state.proxy_key, canonical, named, client, parent)
     if fmt is RESPONSES and body.get("store") is not False:
         call.on_recorded = _remember_response(call)
@@ -222,7 +222,7 @@ async def _summary(call: Call, messages: list[dict[str, Any]], named: str | None
     when compactd holds the conversation, else of the messages themselves (no model call)."""
     res = call.res
     canonical = {**(call.canonical or {}), "messages": messages}
-    client, parent = client_ids(call.fmt, call.request.headers, call.body)
+    client, parent = client_ids(call.fmt, call.request.headers, call.body, call.request.app.state.proxy_key)
     conversation = identify(call.request.app.state.proxy_key, canonical, named, client, parent)
     memo: fingerprints.ChainMemo = call.request.app.state.proxy_chains
     chains = await in_thread(memo.chains, (call.tenant, conversation.key), messages)
