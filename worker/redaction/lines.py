@@ -7,7 +7,7 @@ parts of at most `_LONGEST_PART`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 Span = tuple[str, int, int]
 
@@ -33,6 +33,18 @@ def to_bytes(text: str, raw: bytes, base: int, spans: Iterable[Span]) -> list[Sp
         return [(k, base + s, base + e) for k, s, e in spans]
     size = lambda t: len(t.encode("utf-8", "surrogatepass"))  # noqa: E731
     return [(k, base + size(text[:s]), base + size(text[:e])) for k, s, e in spans]
+
+
+def lines_from(text: str, pos: int, limit: int) -> Iterator[tuple[int, int, str]]:
+    """(start, end, line) of each line of text from pos on, `limit` lines at most (a reader of the
+    lines below a header, a template or a block key; the caller stops when they end)."""
+    for _ in range(limit):
+        if pos >= len(text):
+            return
+        end = text.find("\n", pos)
+        end = len(text) if end < 0 else end
+        yield pos, end, text[pos:end]
+        pos = end + 1
 
 
 def windows(data: bytes, starts: Iterable[int]) -> list[tuple[int, int, bool]]:

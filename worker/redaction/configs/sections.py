@@ -16,6 +16,7 @@ import re
 from collections.abc import Iterator
 
 from worker.redaction.configs.names import spared
+from worker.redaction.lines import lines_from
 
 Span = tuple[str, int, int]
 
@@ -73,11 +74,7 @@ def _string_data(text: str) -> Iterator[Span]:
     """The entries under a Kubernetes Secret's `stringData:` (plain-text secrets)."""
     for section in _STRING_DATA.finditer(text):
         indent = len(section.group(1))
-        pos = section.end() + 1
-        while pos < len(text):
-            end = text.find("\n", pos)
-            end = len(text) if end < 0 else end
-            line = text[pos:end]
+        for pos, _, line in lines_from(text, section.end() + 1, len(text)):  # to the section's end
             depth = len(line) - len(line.lstrip())
             if line.strip() and depth <= indent:
                 break
@@ -87,4 +84,3 @@ def _string_data(text: str) -> Iterator[Span]:
                 value = m.group(group)
                 if value.lower() not in _FLAG_VALUE and not spared(value, "secret", True):
                     yield "secret", pos + m.start(group), pos + m.end(group)
-            pos = end + 1

@@ -70,8 +70,9 @@ _TOOL_FLAG = {
     # net-snmp's tools: `-c COMMUNITY` (v1, v2c), `-A AUTHPASS` and `-X PRIVPASS` (v3)
     "snmp": re.compile(r"\s-[cAX][ \t]*"),
 }
-# SNMP's default communities, which every example shows (spared as after `rocommunity`)
-_DEFAULT_COMMUNITIES = frozenset(["public", "private"])
+# SNMP's default communities, which every example shows (spared as after `rocommunity`; the
+# trap sinks' readers in entries.py too)
+DEFAULT_COMMUNITIES = frozenset(["public", "private"])
 _TOOL_KIND = {"unzip": "zip", "zipcloak": "zip", "7za": "7z", "7zr": "7z", "rar": "7z", "unrar": "7z"}
 _NET_USE = re.compile(r"(?i)(?:^|[\s\"'\\/])net(?:\.exe)?[ \t]+use\b")
 _UNC = re.compile(r"\\\\\S+")
@@ -125,7 +126,7 @@ def tool_spans(line: str) -> Iterator[Span]:
                 kind = "snmp"
             for flag in _TOOL_FLAG[kind].finditer(command, m.end()):
                 value = _VALUE_RE.match(command, flag.end())
-                if kind != "snmp" or value is None or value.group().strip("\"'") not in _DEFAULT_COMMUNITIES:
+                if kind != "snmp" or value is None or value.group().strip("\"'") not in DEFAULT_COMMUNITIES:
                     yield from _value_at(command, at, flag.end())
                 if kind != "snmp":
                     break  # one password flag

@@ -41,8 +41,9 @@ from collections.abc import Iterator
 import re2
 
 from worker.redaction.configs.names import spared
-from worker.redaction.generic.commands import unquoted
+from worker.redaction.generic.commands import DEFAULT_COMMUNITIES, unquoted
 from worker.redaction.generic.names import credential_name
+from worker.redaction.lines import lines_from
 from worker.redaction.shapes import RESOURCE_NAME, is_hex_digest, is_uuid, looks_random
 
 Span = tuple[str, int, int]
@@ -107,7 +108,6 @@ _SNMP_SINK = re.compile(
     # and its community-to-name map: `com2sec [-Cn CONTEXT] NAME SOURCE COMMUNITY`
     r"|com2sec6?(?:[ \t]+-Cn[ \t]+\S+)?[ \t]+\S+[ \t]+\S+)[ \t]+([^\s#\"']+)"
 )
-_DEFAULT_COMMUNITIES = frozenset(["public", "private"])
 _USER_MD5 = re.compile(r"^[ \t]*([\w.@-]{1,64}):[ \t]*MD5:([0-9a-f]{32})(?=$|[\s,;])")
 _DIGEST_NAME = re.compile(r"(?i).*(?:sum|hash|digest|etag|md5|sha\d*|integrity|fingerprint)")
 
@@ -201,7 +201,7 @@ def method_spans(line: str) -> Iterator[Span]:
     # (`public`, `private`: the defaults every example shows, spared as after `rocommunity`)
     if (
         sink is not None
-        and sink.group(1) not in _DEFAULT_COMMUNITIES
+        and sink.group(1) not in DEFAULT_COMMUNITIES
         and not spared(sink.group(1), "secret", True)
     ):
         yield "secret", sink.start(1), sink.end(1)
@@ -296,21 +296,15 @@ def _block_lines(text: str, pos: int, indent: int, bracket: str) -> Iterator[tup
     pos, up to _BLOCK_LINES lines: a YAML block ends where the indentation comes back to `indent`,
     a bracketed one (`{`, `[`) where its brackets close."""
     depth = 1 if bracket else 0
-    for _ in range(_BLOCK_LINES):
-        if pos >= len(text):
-            return
-        end = text.find("\n", pos)
-        end = len(text) if end < 0 else end
-        line = text[pos:end]
+    for start, _, line in lines_from(text, pos, _BLOCK_LINES):
         if line.strip():
             if not bracket and len(line) - len(line.lstrip()) <= indent:
                 return
-            yield pos, line, depth
+            yield start, line, depth
             if bracket:
                 depth += _depth_change(line)
                 if depth <= 0:
                     return
-        pos = end + 1
 
 
 # an htpasswd-style line: a user, a colon and the secret, no blank

@@ -44,6 +44,7 @@ import re2
 
 from worker.redaction.configs.names import spared
 from worker.redaction.generic.names import credential_name
+from worker.redaction.lines import lines_from
 
 Span = tuple[str, int, int]
 
@@ -129,21 +130,15 @@ def _column(line: str) -> tuple[int, int, str, bool] | None:
 def _rows(text: str, pos: int, width: int) -> Iterator[tuple[int, list[tuple[str, int]]]]:
     """(end, [(field, start)]) of each row below a header of `width` words, up to the first line
     that is none (or is another header or template)."""
-    for _ in range(_ROWS):
-        end = text.find("\n", pos)
-        end = len(text) if end < 0 else end
-        line = text[pos:end]
+    for start, end, line in lines_from(text, pos, _ROWS):
         if _COMMENTED.match(line):
             if (_HEAD.match(line) and _column(line)) or (_TEMPLATE.match(line) and _form(line)):
                 return  # another table's header, a template: its own reader reads on
         else:
-            fields = [(f.group(), pos + f.start()) for f in _FIELD.finditer(line)]
+            fields = [(f.group(), start + f.start()) for f in _FIELD.finditer(line)]
             if not _is_row([f for f, _ in fields], width) or (_HEAD.match(line) and _column(line)):
                 return
             yield end, fields
-        pos = end + 1
-        if pos > len(text):
-            return
 
 
 def _is_row(fields: list[str], width: int) -> bool:
@@ -236,12 +231,7 @@ def _formed(text: str, pos: int, forms: list[Form]) -> Iterator[tuple[int, Span 
     """(end of the line, its credential or None) of each line below templates that has one of
     their forms, up to the first other line that is not a comment, or a header; a template
     among the comments adds its form."""
-    for _ in range(_ROWS):
-        if pos >= len(text):
-            return
-        end = text.find("\n", pos)
-        end = len(text) if end < 0 else end
-        line = text[pos:end]
+    for start, end, line in lines_from(text, pos, _ROWS):
         if _COMMENTED.match(line) or not line.strip():
             form = _form(line) if _TEMPLATE.match(line) else None
             if form is not None:
@@ -249,13 +239,14 @@ def _formed(text: str, pos: int, forms: list[Form]) -> Iterator[tuple[int, Span 
             elif _HEAD.match(line) and _column(line) is not None:
                 return
             yield end, None
+            continue
+        for pattern, kind, strong in forms:
+            m = pattern.fullmatch(text, start, end)
+            if m is not None:
+                yield end, next(_judged(m.group(1), m.start(1), kind, strong), None)
+                break
         else:
-            m = next((m for pattern, _, _ in forms if (m := pattern.fullmatch(text, pos, end))), None)
-            if m is None:
-                return
-            kind, strong = next((k, s) for p, k, s in forms if p is m.re)
-            yield end, next(_judged(m.group(1), m.start(1), kind, strong), None)
-        pos = end + 1
+            return  # a line of no template's form: the lines they describe have ended
 
 
 def _quoted(field: str) -> bool:
