@@ -43,6 +43,7 @@ from collections.abc import Iterator
 import re2
 
 from worker.redaction.configs.names import spared
+from worker.redaction.generic.commands import unquoted
 from worker.redaction.generic.names import credential_name
 from worker.redaction.lines import lines_from
 
@@ -159,9 +160,8 @@ def _values(
 
 def _judged(field: str, start: int, kind: str, strong: bool) -> Iterator[Span]:
     """A field's value, its quotes off, if it is no stand-in (weak: it must also look random)."""
-    quoted = _quoted(field)
-    value = field[1:-1] if quoted else field
-    start += 1 if quoted else 0
+    lo, hi = unquoted(field, 0, len(field))
+    value, start = field[lo:hi], start + lo
     if value and not value.startswith("@/") and not spared(value, kind, strong):
         yield kind, start, start + len(value)
 
@@ -250,4 +250,4 @@ def _formed(text: str, pos: int, forms: list[Form]) -> Iterator[tuple[int, Span 
 
 
 def _quoted(field: str) -> bool:
-    return len(field) >= 2 and field[0] in "\"'" and field[-1] == field[0]
+    return unquoted(field, 0, len(field))[0] == 1
